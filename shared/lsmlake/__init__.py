@@ -1,0 +1,1 @@
+"""lsmlake: Paimon-format table storage, compaction and ingestion."""

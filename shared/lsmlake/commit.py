@@ -1,0 +1,178 @@
+"""Committing file changes as a new snapshot: conflict checks, manifests, publication, retries.
+
+The protocol, for one commit:
+1. read the latest snapshot; if a snapshot after the one this commit started from already carries
+   this commit's (user, identifier, kind), it landed before (a retry after a lost reply): stop;
+2. check that every file the commit deletes is still live (else: conflict, give up for good);
+3. write the delta manifest (once) and a base manifest list holding the previous snapshot's manifests;
+4. publish `snapshot-<latest+1>` with a write-if-absent; losing the race goes back to 1.
+Files written for a lost attempt are deleted; on an unknown outcome nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .errors import CommitConflictError, CommitRetryExhaustedError, CommitStateUnknownError
+from .manifest import ADD, DELETE, ManifestEntry, ManifestFileMeta, ManifestStore
+from .snapshot import APPEND, BATCH_COMMIT_IDENTIFIER, COMPACT, OVERWRITE, Snapshot, SnapshotManager
+from .table_write import CommitMessage
+
+# Merge the base manifests into fresh ones once a list holds this many small manifests.
+_MANIFEST_ENTRIES_PER_FILE = 100_000
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """The snapshot a commit produced (or found already produced by an earlier attempt)."""
+
+    snapshot_id: int
+    already_committed: bool = False
+
+
+class FileStoreCommit:
+    """Commits file changes of one table."""
+
+    def __init__(self, snapshots: SnapshotManager, manifests: ManifestStore, schema_id: int,
+                 commit_user: str, max_retries: int = 10, merge_min_count: int = 30) -> None:
+        self.snapshots = snapshots
+        self.manifests = manifests
+        self.schema_id = schema_id
+        self.commit_user = commit_user
+        self.max_retries = max_retries
+        self.merge_min_count = merge_min_count
+
+    # -- entry points --------------------------------------------------------------------------
+
+    def commit(self, messages: Sequence[CommitMessage], kind: str | None = None,
+               identifier: int = BATCH_COMMIT_IDENTIFIER, properties: dict[str, str] | None = None) -> CommitResult:
+        """Commit appends (and, for COMPACT, the replaced files). Kind defaults to APPEND or COMPACT."""
+        deletes = [ManifestEntry(DELETE, m.partition, m.bucket, m.total_buckets, f)
+                   for m in messages for f in m.deleted_files]
+        adds = [ManifestEntry(ADD, m.partition, m.bucket, m.total_buckets, f)
+                for m in messages for f in m.new_files]
+        if kind is None:
+            kind = COMPACT if deletes else APPEND
+        return self._commit(deletes + adds, kind, identifier, properties, overwrite_partitions=None)
+
+    def overwrite(self, messages: Sequence[CommitMessage], partitions: Sequence[bytes] | None,
+                  identifier: int = BATCH_COMMIT_IDENTIFIER,
+                  properties: dict[str, str] | None = None) -> CommitResult:
+        """Replace every live file of `partitions` (all partitions when None) by the new files."""
+        adds = [ManifestEntry(ADD, m.partition, m.bucket, m.total_buckets, f)
+                for m in messages for f in m.new_files]
+        return self._commit(adds, OVERWRITE, identifier, properties,
+                            overwrite_partitions=None if partitions is None else set(partitions))
+
+    # -- the protocol --------------------------------------------------------------------------
+
+    def _commit(self, changes: list[ManifestEntry], kind: str, identifier: int,
+                properties: dict[str, str] | None, overwrite_partitions: set[bytes] | None) -> CommitResult:
+        start = self.snapshots.latest_id()
+        overwrite = kind == OVERWRITE
+        delta_meta: ManifestFileMeta | None = None
+        written: list[str] = []
+        for _attempt in range(self.max_retries + 1):
+            latest = self.snapshots.latest()
+            done = self._find_committed(start, latest, identifier, kind)
+            if done is not None:
+                return CommitResult(done, already_committed=True)
+            # Plain appends never conflict, so they skip reading the live file set.
+            needs_live = overwrite or any(e.kind == DELETE for e in changes)
+            live = self.live_entries(latest) if needs_live else {}
+            if overwrite:
+                entries = [e.as_delete() for e in live.values()
+                           if overwrite_partitions is None or e.partition in overwrite_partitions] + changes
+            else:
+                entries = changes
+                self._check_deletes(changes, live)
+            if delta_meta is None or overwrite:
+                if delta_meta is not None:
+                    self.manifests.io.delete_quietly(self.manifests.path(delta_meta.file_name))
+                delta_meta = self.manifests.write_manifest(entries, self.schema_id)
+                written.append(delta_meta.file_name)
+            base_metas, merged_files = self._base_manifests(latest)
+            attempt_files = list(merged_files)
+            base_name, base_size = self.manifests.write_list(base_metas)
+            delta_name, delta_size = self.manifests.write_list([delta_meta])
+            attempt_files += [base_name, delta_name]
+            delta_rows = sum(e.file.row_count if e.kind == ADD else -e.file.row_count for e in entries)
+            snap = Snapshot(
+                id=(latest.id + 1) if latest else 1, schema_id=self.schema_id,
+                base_manifest_list=base_name, delta_manifest_list=delta_name,
+                base_manifest_list_size=base_size, delta_manifest_list_size=delta_size,
+                commit_user=self.commit_user, commit_identifier=identifier, commit_kind=kind,
+                time_millis=int(time.time() * 1000),
+                total_record_count=(latest.total_record_count if latest else 0) + delta_rows,
+                delta_record_count=delta_rows,
+                index_manifest=latest.index_manifest if latest else None,
+                watermark=latest.watermark if latest else None,
+                next_row_id=latest.next_row_id if latest else None,
+                properties=dict(properties) if properties else None, uuid=str(uuid.uuid4()))
+            try:
+                published = self.snapshots.publish(snap)
+            except OSError as e:
+                if self._landed(snap):
+                    return CommitResult(snap.id)
+                raise CommitStateUnknownError(f"publishing snapshot {snap.id} failed: {e}") from e
+            if published:
+                return CommitResult(snap.id)
+            for name in attempt_files:  # lost the race: these were never referenced
+                self.manifests.io.delete_quietly(self.manifests.path(name))
+        for name in written:
+            self.manifests.io.delete_quietly(self.manifests.path(name))
+        raise CommitRetryExhaustedError(
+            f"commit of {len(changes)} file change(s) lost the snapshot race {self.max_retries + 1} times")
+
+    def _landed(self, snap: Snapshot) -> bool:
+        try:
+            return self.snapshots.snapshot(snap.id).uuid == snap.uuid
+        except Exception:
+            return False
+
+    def _find_committed(self, start: int | None, latest: Snapshot | None, identifier: int, kind: str) -> int | None:
+        """A snapshot after `start` made by this user with this identifier and kind, if any."""
+        if latest is None or identifier == BATCH_COMMIT_IDENTIFIER:
+            return None
+        first = (start or 0) + 1
+        for sid in range(latest.id, first - 1, -1):
+            try:
+                s = self.snapshots.snapshot(sid)
+            except Exception:
+                break
+            if s.commit_user == self.commit_user and s.commit_identifier == identifier and s.commit_kind == kind:
+                return s.id
+        return None
+
+    @staticmethod
+    def _check_deletes(changes: list[ManifestEntry], live: dict[tuple[object, ...], ManifestEntry]) -> None:
+        added = {e.identifier for e in changes if e.kind == ADD}
+        for e in changes:
+            if e.kind != DELETE:
+                continue
+            if e.identifier in added:
+                raise CommitConflictError(f"file {e.file.file_name} is both added and deleted by one commit")
+            if e.identifier not in live:
+                raise CommitConflictError(
+                    f"file {e.file.file_name} (bucket {e.bucket}, level {e.file.level}) is no longer live: "
+                    "another commit replaced it; this commit was not applied")
+
+    def live_entries(self, snapshot: Snapshot | None) -> dict[tuple[object, ...], ManifestEntry]:
+        if snapshot is None:
+            return {}
+        return self.manifests.live(snapshot.base_manifest_list, snapshot.delta_manifest_list)
+
+    def _base_manifests(self, latest: Snapshot | None) -> tuple[list[ManifestFileMeta], list[str]]:
+        """The manifests of the previous snapshot, merged into few files once there are many."""
+        if latest is None:
+            return [], []
+        metas = self.manifests.snapshot_manifests(latest.base_manifest_list, latest.delta_manifest_list)
+        if len(metas) < self.merge_min_count:
+            return metas, []
+        live = list(self.manifests.live(latest.base_manifest_list, latest.delta_manifest_list).values())
+        merged = [self.manifests.write_manifest(live[i:i + _MANIFEST_ENTRIES_PER_FILE], self.schema_id)
+                  for i in range(0, len(live), _MANIFEST_ENTRIES_PER_FILE)]
+        return merged, [m.file_name for m in merged]

@@ -1,0 +1,47 @@
+"""The one exception hierarchy of lsmlake.
+
+Subclasses are chosen by what the caller does next: fix the input, retry, stop cleaning up, or
+report a missing object. Services map them to gRPC status codes in one place.
+"""
+
+from __future__ import annotations
+
+
+class LakeError(Exception):
+    """Root of every error lsmlake raises on purpose."""
+
+
+class InvalidInputError(LakeError, ValueError):
+    """The caller's input is wrong; nothing was changed. The message names the offending field."""
+
+
+class SchemaMismatchError(InvalidInputError):
+    """Rows whose columns or types do not fit the table's schema."""
+
+
+class UnknownOptionError(InvalidInputError):
+    """A table option key that lsmlake does not know."""
+
+
+class NotFoundError(LakeError, LookupError):
+    """A database, table, snapshot or file that does not exist."""
+
+
+class AlreadyExistsError(LakeError):
+    """Creating something that already exists."""
+
+
+class CommitConflictError(LakeError):
+    """A commit lost a race it cannot win by retrying (its input files are gone). Nothing was applied."""
+
+
+class CommitRetryExhaustedError(CommitConflictError):
+    """A commit kept losing the snapshot-id race until its retry budget ran out."""
+
+
+class CommitStateUnknownError(LakeError):
+    """The outcome of a commit is unknown: the caller must not delete the files it wrote."""
+
+
+class CorruptMetadataError(LakeError):
+    """A metadata file on disk cannot be parsed."""

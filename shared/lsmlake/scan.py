@@ -1,0 +1,101 @@
+"""Scan planning: the live files of a snapshot, grouped into splits per (partition, bucket), pruned."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .binary_row import deserialize_row
+from .data_file_meta import DataFileMeta
+from .manifest import ManifestEntry, ManifestStore
+from .predicate import Predicate
+from .schema import TableSchema
+from .snapshot import Snapshot
+
+
+@dataclass(frozen=True)
+class Split:
+    """The files of one (partition, bucket) that a reader merges together."""
+
+    partition: bytes
+    partition_values: tuple[Any, ...]
+    bucket: int
+    total_buckets: int
+    files: tuple[DataFileMeta, ...]
+    snapshot_id: int
+    raw_convertible: bool = field(default=False)
+
+    @property
+    def row_count(self) -> int:
+        return sum(f.row_count for f in self.files)
+
+
+def live_entries(manifests: ManifestStore, snapshot: Snapshot) -> list[ManifestEntry]:
+    """The ADD entries alive in a snapshot: base list, then delta list, replayed in order."""
+    return list(manifests.live(snapshot.base_manifest_list, snapshot.delta_manifest_list).values())
+
+
+def is_raw_convertible(schema: TableSchema, files: Sequence[DataFileMeta]) -> bool:
+    """Whether a split reads correctly without merging: no level-0 file, no retract row, one sorted run."""
+    if not schema.is_primary_key_table:
+        return True
+    if any(f.level == 0 or (f.delete_row_count or 0) > 0 for f in files):
+        return False
+    return len(files) == 1 or len({f.level for f in files}) == 1
+
+
+class TableScan:
+    """Plans the splits of one snapshot of a table."""
+
+    def __init__(self, schema: TableSchema, manifests: ManifestStore, snapshot: Snapshot | None,
+                 predicate: Predicate | None = None) -> None:
+        self.schema = schema
+        self.manifests = manifests
+        self.snapshot = snapshot
+        self.predicate = predicate or Predicate()
+
+    def plan(self) -> list[Split]:
+        if self.snapshot is None:
+            return []
+        schema = self.schema
+        part_types = schema.types_of(schema.partition_keys)
+        part_pred = self.predicate.only(schema.partition_keys)
+        key_cols = schema.trimmed_primary_keys
+        key_types = schema.types_of(key_cols)
+        key_pred = self.predicate.only(key_cols)
+        part_values: dict[bytes, tuple[Any, ...] | None] = {}
+        groups: dict[tuple[bytes, int], list[ManifestEntry]] = {}
+        for e in live_entries(self.manifests, self.snapshot):
+            if e.partition not in part_values:
+                values = tuple(deserialize_row(e.partition, part_types))
+                ok = part_pred.test(dict(zip(schema.partition_keys, values, strict=True)))
+                part_values[e.partition] = values if ok else None
+            if part_values[e.partition] is None:
+                continue
+            if key_pred.terms and not self._file_may_match(e.file, key_cols, key_types, key_pred):
+                continue
+            groups.setdefault((e.partition, e.bucket), []).append(e)
+        splits = []
+        for (partition, bucket), entries in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+            files = tuple(sorted((e.file for e in entries), key=lambda f: (f.level, f.min_sequence_number)))
+            values = part_values[partition]
+            assert values is not None
+            splits.append(Split(partition, values, bucket, entries[0].total_buckets, files, self.snapshot.id,
+                                is_raw_convertible(schema, files)))
+        return splits
+
+    @staticmethod
+    def _file_may_match(f: DataFileMeta, key_cols: Sequence[str], key_types: Sequence[Any], pred: Predicate) -> bool:
+        stats = f.key_stats
+        try:
+            mins = deserialize_row(stats.min_values, key_types)
+            maxs = deserialize_row(stats.max_values, key_types)
+        except Exception:
+            return True  # unreadable or absent statistics never prune
+        nulls = stats.null_counts or (None,) * len(key_cols)
+        for t in pred.terms:
+            i = list(key_cols).index(t.column)
+            if not t.may_match(mins[i], maxs[i], nulls[i] if i < len(nulls) else None, f.row_count):
+                return False
+        return True

@@ -1,0 +1,145 @@
+"""`FileStoreTable`: one table's schema, snapshots and files, and the entry points to write, commit and read."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from . import options as opts
+from .binary_row import deserialize_row
+from .commit import CommitResult, FileStoreCommit
+from .errors import NotFoundError
+from .fileio import FileIO
+from .manifest import ManifestStore
+from .predicate import Predicate
+from .scan import Split, TableScan
+from .schema import SchemaManager, TableSchema
+from .snapshot import Snapshot, SnapshotManager
+from .table_read import TableRead
+from .table_write import CommitMessage, TableWrite
+
+
+class FileStoreTable:
+    """A Paimon table in a warehouse folder."""
+
+    def __init__(self, fio: FileIO, path: str, identifier: str, schema: TableSchema) -> None:
+        self.io = fio
+        self.path = path
+        self.identifier = identifier
+        self.schema = schema
+        self.options = schema.table_options
+        self.schemas = SchemaManager(fio, path)
+        self.snapshots = SnapshotManager(fio, path)
+        self.manifests = ManifestStore(fio, path, schema.types_of(schema.partition_keys),
+                                       self.options.get(opts.MANIFEST_COMPRESSION) or "zstd")
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    def latest_snapshot(self) -> Snapshot | None:
+        return self.snapshots.latest()
+
+    def snapshot(self, snapshot_id: int | None = None) -> Snapshot | None:
+        """Snapshot `snapshot_id`, or the latest when None (None for an empty table)."""
+        if snapshot_id is None:
+            return self.snapshots.latest()
+        return self.snapshots.snapshot(snapshot_id)
+
+    def schema_of(self, snapshot: Snapshot | None) -> TableSchema:
+        """The schema to read a snapshot with: the current one (readers of old files see the new schema)."""
+        return self.schema
+
+    # -- write ---------------------------------------------------------------------------------
+
+    def new_write(self) -> TableWrite:
+        latest = self.snapshots.latest()
+        max_seq: dict[tuple[bytes, int], int] | None = None
+
+        def restore(partition: bytes, bucket: int) -> int:
+            nonlocal max_seq
+            if max_seq is None:
+                max_seq = {}
+                if latest is not None:
+                    for e in self.manifests.live(latest.base_manifest_list, latest.delta_manifest_list).values():
+                        k = (e.partition, e.bucket)
+                        max_seq[k] = max(max_seq.get(k, -1), e.file.max_sequence_number)
+            return max_seq.get((partition, bucket), -1)
+
+        return TableWrite(self.io, self.path, self.schema, restore)
+
+    def new_commit(self, commit_user: str | None = None) -> FileStoreCommit:
+        return FileStoreCommit(self.snapshots, self.manifests, self.schema.id, commit_user or str(uuid.uuid4()),
+                               max_retries=self.options.require(opts.COMMIT_MAX_RETRIES),
+                               merge_min_count=self.options.require(opts.MANIFEST_MERGE_MIN_COUNT))
+
+    def write_arrow(self, data: pa.Table | pa.RecordBatch, commit_user: str | None = None,
+                    properties: dict[str, str] | None = None) -> CommitResult | None:
+        """Write rows and commit them as one APPEND snapshot; None when there was nothing to write."""
+        w = self.new_write()
+        try:
+            w.write(data)
+            messages = w.prepare_commit()
+        except BaseException:
+            w.abort()
+            raise
+        if not messages:
+            return None
+        return self.commit_messages(messages, commit_user, properties)
+
+    def commit_messages(self, messages: Sequence[CommitMessage], commit_user: str | None = None,
+                        properties: dict[str, str] | None = None) -> CommitResult:
+        return self.new_commit(commit_user).commit(messages, properties=properties)
+
+    def overwrite_arrow(self, data: pa.Table, partition: Mapping[str, Any] | None = None) -> CommitResult:
+        """Replace the partitions the rows fall into (or the given static partition, or the whole table)."""
+        w = self.new_write()
+        try:
+            w.write(data)
+            messages = w.prepare_commit()
+        except BaseException:
+            w.abort()
+            raise
+        if partition is None and self.schema.partition_keys:
+            parts: list[bytes] | None = sorted({m.partition for m in messages})
+        elif partition is not None:
+            pred = Predicate.of(partition)
+            latest = self.snapshots.latest()
+            parts = sorted({s.partition for s in self.new_scan(predicate=pred, snapshot=latest).plan()}
+                           | {m.partition for m in messages})
+        else:
+            parts = None
+        return self.new_commit().overwrite(messages, parts)
+
+    # -- read ----------------------------------------------------------------------------------
+
+    def new_scan(self, predicate: Predicate | Mapping[str, Any] | Sequence[Any] | None = None,
+                 snapshot: Snapshot | int | None = None) -> TableScan:
+        snap = snapshot if isinstance(snapshot, Snapshot) or snapshot is None else self.snapshots.snapshot(snapshot)
+        if snapshot is None:
+            snap = self.snapshots.latest()
+        return TableScan(self.schema, self.manifests, snap, Predicate.of(predicate))
+
+    def new_read(self, projection: Sequence[str] | None = None,
+                 predicate: Predicate | Mapping[str, Any] | Sequence[Any] | None = None) -> TableRead:
+        return TableRead(self.io, self.path, self.schema, projection, Predicate.of(predicate))
+
+    def to_arrow(self, snapshot_id: int | None = None, projection: Sequence[str] | None = None,
+                 predicate: Predicate | Mapping[str, Any] | Sequence[Any] | None = None) -> pa.Table:
+        """The table's rows at a snapshot (latest by default), merged."""
+        pred = Predicate.of(predicate)
+        splits = self.new_scan(pred, snapshot_id).plan()
+        return self.new_read(projection, pred).read(splits)
+
+    def plan(self, snapshot_id: int | None = None) -> list[Split]:
+        return self.new_scan(None, snapshot_id).plan()
+
+    def partition_values(self, partition: bytes) -> list[Any]:
+        return deserialize_row(partition, self.schema.types_of(self.schema.partition_keys))
+
+    def require_snapshot(self, snapshot_id: int | None) -> Snapshot:
+        s = self.snapshot(snapshot_id)
+        if s is None:
+            raise NotFoundError(f"table {self.identifier} has no snapshot yet")
+        return s

@@ -1,0 +1,111 @@
+"""Reading splits: raw reads of files that need no merge, merge-on-read of the rest.
+
+Merge-on-read keeps the row with the highest sequence number of every key (the deduplicate merge
+engine) and drops keys whose newest row retracts (-U, -D). Files written with an older schema are
+read by column name; columns they lack come back as nulls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import options as opts
+from .data_file_meta import DataFileMeta
+from .data_file_writer import bucket_dir
+from .dedupe import newest_per_key
+from .errors import InvalidInputError
+from .fileio import FileIO
+from .partition import partition_path
+from .predicate import Predicate
+from .row_kind import is_retract
+from .scan import Split
+from .schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
+
+
+class TableRead:
+    """Turns splits into Arrow tables with the table's (or the projected) columns."""
+
+    def __init__(self, fio: FileIO, table_path: str, schema: TableSchema,
+                 projection: Sequence[str] | None = None, predicate: Predicate | None = None) -> None:
+        self.io = fio
+        self.table_path = table_path
+        self.schema = schema
+        self.predicate = predicate or Predicate()
+        names = list(projection) if projection is not None else schema.field_names
+        for n in list(names) + sorted(self.predicate.columns()):
+            schema.field(n)  # raises on an unknown column
+        self.projection = names
+        self.default_partition = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
+        self.part_types = schema.types_of(schema.partition_keys)
+
+    def read(self, splits: Sequence[Split]) -> pa.Table:
+        """All rows of the splits, merged, filtered and projected."""
+        out_schema = pa.schema([self.schema.arrow_schema.field(n) for n in self.projection])
+        if not splits:
+            return out_schema.empty_table()
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            parts = [t for t in pool.map(self.read_split, splits) if t.num_rows]
+        if not parts:
+            return out_schema.empty_table()
+        return pa.concat_tables(parts)
+
+    def read_batches(self, splits: Sequence[Split]) -> Iterator[pa.Table]:
+        """One table per split, for callers that stream."""
+        for s in splits:
+            t = self.read_split(s)
+            if t.num_rows:
+                yield t
+
+    def read_split(self, split: Split) -> pa.Table:
+        schema = self.schema
+        directory = bucket_dir(self.table_path, partition_path(
+            list(split.partition_values), list(schema.partition_keys), self.part_types, self.default_partition),
+            split.bucket)
+        needed = list(dict.fromkeys(self.projection + sorted(self.predicate.columns())
+                                    + list(schema.trimmed_primary_keys)))
+        merge = schema.is_primary_key_table and not split.raw_convertible
+        system = [SEQUENCE_NUMBER, VALUE_KIND] if merge else []
+        tables = [self._read_file(f"{directory}/{f.file_name}", f, needed, system) for f in split.files]
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        if merge:
+            seq = table.column(SEQUENCE_NUMBER).to_numpy()
+            keep = newest_per_key([table.column(k) for k in schema.trimmed_primary_keys], seq)
+            kinds = table.column(VALUE_KIND).to_numpy()[keep]
+            keep = keep[~is_retract(kinds)]
+            table = table.take(pa.array(keep, pa.int64()))
+        expr = self.predicate.expression()
+        if expr is not None:
+            table = table.filter(expr)
+        return table.select(self.projection)
+
+    def _read_file(self, path: str, meta: DataFileMeta, columns: list[str], system: list[str]) -> pa.Table:
+        with self.io.open_input(path) as f:
+            pf = pq.ParquetFile(f)
+            present = set(pf.schema_arrow.names)
+            want = [c for c in columns + system if c in present]
+            t = pf.read(columns=want)
+        arrays = []
+        fields = []
+        for c in columns:
+            af = self.schema.arrow_schema.field(c)
+            if c in present:
+                col = t.column(c)
+                if not col.type.equals(af.type):
+                    try:
+                        col = col.cast(af.type)
+                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                        raise InvalidInputError(f"file {meta.file_name}: column {c!r} cannot be read as "
+                                                f"{af.type}: {e}") from None
+            else:
+                col = pa.nulls(t.num_rows, af.type)
+            arrays.append(col)
+            fields.append(af.with_nullable(True))
+        for c in system:
+            arrays.append(t.column(c))
+            fields.append(pa.field(c, t.schema.field(c).type))
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+

@@ -1,0 +1,152 @@
+"""The batch write path: rows -> (partition, bucket) groups -> sorted, deduplicated level-0 files.
+
+Everything here works on whole Arrow columns: partitions are grouped by dictionary codes, buckets
+come from the vectorised BinaryRow hash, sequence numbers from numpy ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import options as opts
+from .binary_row import serialize_row
+from .bucket import bucket_ids
+from .data_file_meta import DataFileMeta
+from .dedupe import newest_per_key
+from .data_file_writer import DataFileWriter, bucket_dir
+from .fileio import FileIO
+from .input_rows import conform
+from .partition import partition_path
+from .schema import TableSchema
+
+
+@dataclass
+class CommitMessage:
+    """The file changes of one (partition, bucket), handed from a writer to a committer."""
+
+    partition: bytes
+    bucket: int
+    total_buckets: int
+    new_files: list[DataFileMeta] = field(default_factory=list)
+    deleted_files: list[DataFileMeta] = field(default_factory=list)
+
+
+def group_ids(columns: list[pa.ChunkedArray | pa.Array], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Dense group id of every row by the values of `columns`, and the first row index of each group."""
+    combined = np.zeros(n, dtype=np.int64)
+    for col in columns:
+        enc = pc.dictionary_encode(col)
+        if isinstance(enc, pa.ChunkedArray):
+            enc = enc.combine_chunks() if enc.num_chunks != 1 else enc.chunk(0)
+        size = len(enc.dictionary) + 1
+        idx = pc.fill_null(enc.indices, size - 1).to_numpy().astype(np.int64)
+        combined = combined * size + idx
+        _, combined = np.unique(combined, return_inverse=True)  # keep the codes dense: no overflow
+    uniq, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    return inverse.astype(np.int64), first
+
+
+class TableWrite:
+    """Buffers nothing: each `write` call turns its rows into files and returns the commit messages."""
+
+    def __init__(self, fio: FileIO, table_path: str, schema: TableSchema,
+                 restore_max_seq: Callable[[bytes, int], int]) -> None:
+        self.io = fio
+        self.table_path = table_path
+        self.schema = schema
+        self.restore_max_seq = restore_max_seq
+        self.file_writer = DataFileWriter(fio, schema)
+        self.partition_types = schema.types_of(schema.partition_keys)
+        self.default_partition = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
+        self._next_seq: dict[tuple[bytes, int], int] = {}
+        self.messages: dict[tuple[bytes, int], CommitMessage] = {}
+        self._dirs: dict[tuple[bytes, int], str] = {}
+
+    def write(self, data: pa.Table | pa.RecordBatch) -> None:
+        """Validate the rows and write them as level-0 files (nothing is written if they are invalid)."""
+        rows, kinds_arr = conform(self.schema, data)
+        n = rows.num_rows
+        if n == 0:
+            return
+        kinds = kinds_arr.to_numpy(zero_copy_only=False)
+        schema = self.schema
+        num_buckets = schema.num_buckets
+        pgroup, pfirst = group_ids([rows.column(k) for k in schema.partition_keys], n) \
+            if schema.partition_keys else (np.zeros(n, np.int64), np.zeros(1, np.int64))
+        if num_buckets > 0:
+            bkeys = schema.bucket_keys
+            buckets = bucket_ids([rows.column(k) for k in bkeys], schema.types_of(bkeys), num_buckets)
+            buckets = np.asarray(buckets, dtype=np.int64)
+        else:
+            buckets = np.zeros(n, np.int64)
+        span = max(num_buckets, 1)
+        g = pgroup * span + buckets
+        # Rank of each row inside its group, in input order: the sequence number offset.
+        order = np.argsort(g, kind="stable")
+        g_sorted = g[order]
+        starts = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]])
+        group_of_run = g_sorted[starts]
+        run_len = np.diff(np.r_[starts, n])
+        rank_sorted = np.arange(n) - np.repeat(starts, run_len)
+        partitions: dict[int, tuple[bytes, str]] = {}
+        base = np.empty(len(group_of_run), np.int64)
+        for i, gid in enumerate(group_of_run.tolist()):
+            pid, bucket = divmod(gid, span)
+            if pid not in partitions:
+                first_row = int(pfirst[pid])
+                values = [rows.column(k)[first_row].as_py() for k in schema.partition_keys]
+                partitions[pid] = (serialize_row(values, self.partition_types),
+                                   partition_path(values, list(schema.partition_keys), self.partition_types,
+                                                  self.default_partition))
+            key = (partitions[pid][0], bucket)
+            if key not in self._next_seq:
+                self._next_seq[key] = self.restore_max_seq(*key) + 1
+            base[i] = self._next_seq[key]
+            self._next_seq[key] += int(run_len[i])
+        seq = np.empty(n, np.int64)
+        seq[order] = np.repeat(base, run_len) + rank_sorted
+        if schema.is_primary_key_table:
+            plan = newest_per_key([rows.column(k) for k in schema.trimmed_primary_keys], seq, g)
+        else:
+            plan = order
+        rows = rows.take(pa.array(plan))
+        g, seq, kinds = g[plan], seq[plan], kinds[plan]
+        bounds = np.flatnonzero(np.r_[True, g[1:] != g[:-1], True])
+        jobs = []
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            pid, bucket = divmod(int(g[a]), span)
+            pbytes, ppath = partitions[pid]
+            jobs.append((pbytes, bucket, ppath, a, b))
+
+        def run(job: tuple[bytes, int, str, int, int]) -> tuple[bytes, int, list[DataFileMeta]]:
+            pbytes, bucket, ppath, a, b = job
+            directory = bucket_dir(self.table_path, ppath, bucket)
+            self._dirs[(pbytes, bucket)] = directory
+            files = self.file_writer.write(directory, rows.slice(a, b - a),
+                                           seq[a:b], kinds[a:b] if schema.is_primary_key_table else None)
+            return pbytes, bucket, files
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            results = list(pool.map(run, jobs))
+        for pbytes, bucket, files in results:
+            msg = self.messages.setdefault((pbytes, bucket), CommitMessage(pbytes, bucket, num_buckets))
+            msg.new_files.extend(files)
+
+    def prepare_commit(self) -> list[CommitMessage]:
+        """The commit messages of everything written so far (and forget them)."""
+        out = list(self.messages.values())
+        self.messages = {}
+        return out
+
+    def abort(self) -> None:
+        """Delete the files written and not committed."""
+        for msg in self.prepare_commit():
+            directory = self._dirs[(msg.partition, msg.bucket)]
+            for f in msg.new_files:
+                self.io.delete_quietly(f"{directory}/{f.file_name}")
