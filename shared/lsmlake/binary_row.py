@@ -339,7 +339,7 @@ def _numbers(arr: pa.Array, as_type: pa.DataType, dtype: Any) -> np.ndarray:
     if arr.type != as_type:
         arr = arr.cast(as_type)
     if arr.null_count:
-        arr = pc.fill_null(arr, pa.scalar(0, as_type))
+        arr = pc.fill_null(arr, pa.scalar(False if as_type == pa.bool_() else 0, as_type))
     return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=dtype)
 
 
@@ -385,7 +385,7 @@ def _encode_column(arr: pa.Array, t: DataType) -> _Field:
     else:
         raise InvalidInputError(f"unsupported type {t.sql()}")
     if valid is not None:
-        slot[~valid] = 0
+        slot = np.where(valid, slot, np.uint64(0))  # fill_null already zeroed them; keep it explicit
     return _Field(slot, valid)
 
 

@@ -1,0 +1,92 @@
+"""Shared data and helpers of the benchmarks: the anchor data set of ../shared/bench/anchor_bench.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+ROWS = int(os.environ.get("ROWS", "200000"))  # rows per batch
+BATCHES = int(os.environ.get("BATCHES", "5"))
+KEYS = int(os.environ.get("KEYS", "500000"))
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("dt", pa.string(), nullable=False),
+                    pa.field("v", pa.int64()), pa.field("s", pa.string()), pa.field("d", pa.float64())])
+LAKE_SCHEMA = "id BIGINT NOT NULL, dt STRING NOT NULL, v BIGINT, s STRING, d DOUBLE"
+
+
+def batches() -> list[pa.Table]:
+    """BATCHES overlapping batches of ROWS rows with keys drawn from KEYS (seeded)."""
+    rng = np.random.default_rng(7)
+    out = []
+    for b in range(BATCHES):
+        ids = rng.integers(0, KEYS, ROWS)
+        s = pc.binary_join_element_wise("val-", pc.utf8_lpad(pa.array(ids).cast(pa.string()), 12, "0"), "")
+        out.append(pa.table({"id": ids, "dt": pa.array(["2026-11-21"] * ROWS), "v": np.full(ROWS, b),
+                             "s": s, "d": rng.random(ROWS)}, schema=SCHEMA))
+    return out
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t = time.perf_counter()
+    r = fn()
+    return time.perf_counter() - t, r
+
+
+def report(name: str, secs: float, rows: int) -> float:
+    rate = rows / secs
+    print(f"{name:45s} {secs:7.2f} s  {rate / 1e3:9.1f} k rows/s")
+    return rate
+
+
+def result(bench: str, value: float, anchor: str, anchor_value: float, target: str) -> None:
+    """The last line every benchmark prints."""
+    print(json.dumps({"bench": bench, "value": round(value, 1), "unit": "rows/s", "anchor": anchor,
+                      "anchor_value": round(anchor_value, 1), "ratio": round(value / anchor_value, 2),
+                      "target": target}))
+
+
+def pypaimon_table(root: str) -> Any:
+    from pypaimon import CatalogFactory, Schema
+
+    cat = CatalogFactory.create({"warehouse": root})
+    cat.create_database("db", True)
+    cat.create_table("db.t", Schema.from_pyarrow_schema(SCHEMA, partition_keys=["dt"], primary_keys=["id", "dt"],
+                                                         options={"bucket": "1"}), True)
+    return cat.get_table("db.t")
+
+
+def pypaimon_write(tbl: Any, data: list[pa.Table]) -> None:
+    for tb in data:
+        wb = tbl.new_batch_write_builder()
+        w = wb.new_write()
+        c = wb.new_commit()
+        w.write_arrow(tb)
+        c.commit(w.prepare_commit())
+        w.close()
+        c.close()
+
+
+def pypaimon_read(tbl: Any) -> pa.Table:
+    rb = tbl.new_read_builder()
+    return rb.new_read().to_arrow(rb.new_scan().plan().splits())
+
+
+def lake_table(root: str) -> Any:
+    from lsmlake.catalog import FileSystemCatalog
+
+    cat = FileSystemCatalog(root)
+    cat.create_database("db", True)
+    return cat.create_table("db.t", LAKE_SCHEMA, partition_keys=["dt"], primary_keys=["id", "dt"],
+                            options={"bucket": "1"})
+
+
+def lake_write(tbl: Any, data: list[pa.Table]) -> None:
+    for tb in data:
+        tbl.write_arrow(tb)
