@@ -6,6 +6,8 @@ import re
 import shutil
 from collections.abc import Sequence
 
+import pyarrow.fs as pafs
+
 from .errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from .fileio import FileIO
 from .schema import SchemaManager, TableSchema, new_table_schema
@@ -33,8 +35,8 @@ def split_identifier(identifier: str) -> tuple[str, str]:
 class FileSystemCatalog:
     """Databases and tables of one warehouse (a local folder or an object-store URI)."""
 
-    def __init__(self, warehouse: str) -> None:
-        self.io, self.root = FileIO.for_path(warehouse)
+    def __init__(self, warehouse: str, filesystem: pafs.FileSystem | None = None) -> None:
+        self.io, self.root = FileIO.for_path(warehouse, filesystem)
         self.warehouse = warehouse
 
     def database_path(self, db: str) -> str:

@@ -9,6 +9,7 @@ primitive through `pyarrow.fs`, so there the commit must be serialised by a lock
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from dataclasses import dataclass
 
@@ -16,6 +17,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from .errors import NotFoundError
+
+# Object stores have no write-if-absent through pyarrow.fs: within one process this lock makes the
+# check-and-move atomic; across processes the catalog service is the single committer.
+_PUBLISH_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -37,8 +42,10 @@ class FileIO:
         self.local = local
 
     @staticmethod
-    def for_path(uri: str) -> tuple[FileIO, str]:
-        """The FileIO for a warehouse URI or plain path, and the path inside its filesystem."""
+    def for_path(uri: str, fs: pafs.FileSystem | None = None) -> tuple[FileIO, str]:
+        """The FileIO for a warehouse URI or plain path (or a path in the given filesystem)."""
+        if fs is not None:
+            return FileIO(fs, isinstance(fs, pafs.LocalFileSystem)), uri.rstrip("/")
         if "://" not in uri:
             return FileIO(pafs.LocalFileSystem(), True), os.path.abspath(uri)
         fs, path = pafs.FileSystem.from_uri(uri)
@@ -127,10 +134,11 @@ class FileIO:
                 except FileExistsError:
                     return False
                 return True
-            if self.exists(path):
-                return False
-            self.fs.move(tmp, path)
-            return True
+            with _PUBLISH_LOCK:
+                if self.exists(path):
+                    return False
+                self.fs.move(tmp, path)
+                return True
         finally:
             self.delete_quietly(tmp)
 
