@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from lsmlake import types as T
 from lsmlake.binary_row import (
     EMPTY_ROW,
@@ -69,7 +68,8 @@ EXAMPLES: list[tuple[list[Any], list[DataType], str]] = [
     ([2, "a-much-longer-string"], [INT, STRING],
      "00000002 0000000000000000 0200000000000000 1400000018000000"
      "612d6d7563682d6c6f6e6765722d737472696e67 00000000"),
-    (["2026-11-21"], [STRING], "00000001 0000000000000000 0a00000010000000 323032362d31312d3231 000000000000"),
+    (["2026-11-21"], [STRING],
+     "00000001 0000000000000000 0a00000010000000 323032362d31312d3231 000000000000"),
     (NINE_VALUES, NINE_TYPES,
      "00000009 0000000000000000 0700000000000000 0000000000010000 6120622f63000085 464d000000000000"
      "2edb20c88c010000 d204000000000000 000000000000f83f 0100000000000000 0102000000000082"),
@@ -88,7 +88,7 @@ def test_worked_examples(values: list[Any], types: list[DataType], expected: str
 
 
 def test_empty_row_is_12_bytes() -> None:
-    assert EMPTY_ROW == h("00000000 0000000000000000")
+    assert h("00000000 0000000000000000") == EMPTY_ROW
     assert deserialize_row(EMPTY_ROW, []) == []
 
 
@@ -310,7 +310,7 @@ def test_encode_rows_other_arrow_layouts() -> None:
 
 def test_timezones_and_nanoseconds() -> None:
     aware = datetime(2024, 1, 1, 8, 0, 0, 123456, tzinfo=timezone(timedelta(hours=8)))
-    utc = datetime(2024, 1, 1, 0, 0, 0, 123456, tzinfo=timezone.utc)
+    utc = datetime(2024, 1, 1, 0, 0, 0, 123456, tzinfo=UTC)
     assert encode_row([aware], [ts(6, ltz=True)]) == encode_row([utc], [ts(6, ltz=True)])
     assert deserialize_row(serialize_row([aware], [ts(6, ltz=True)]), [ts(6, ltz=True)]) == [utc]
     nanos = pa.scalar(1704067200123456789, pa.timestamp("ns")).as_py()  # a pandas.Timestamp
@@ -332,18 +332,19 @@ def load_schema(table: str) -> tuple[list[T.DataField], list[str], list[str], di
 
 
 def manifest_entries(table: str) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     for path in sorted((GOLDEN / table / "manifest").glob("manifest-*")):
         if path.name.startswith("manifest-list-"):
             continue
         with path.open("rb") as f:
-            out.extend(fastavro.reader(f))  # type: ignore[arg-type]
+            out.extend(r for r in fastavro.reader(f) if isinstance(r, dict))
     return out
 
 
-def _pypaimon_would_differ(values: list[Any], types: list[DataType]) -> bool:
+def _pypaimon_would_differ(values: list[Any], types: list[T.AnyType]) -> bool:
     """Rows where pypaimon's bytes are not Java's: null non-compact fields, decimals -2^(8k-1)."""
-    for v, t in zip(values, types):
+    for v, t in zip(values, types, strict=True):
+        assert isinstance(t, DataType)
         noncompact = (t.kind == T.DECIMAL and t.precision > 18) or (
             t.kind in (T.TIMESTAMP, T.TIMESTAMP_LTZ) and t.precision > 3)
         if v is None and noncompact:

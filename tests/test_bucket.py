@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from lsmlake import types as T
 from lsmlake.binary_row import encode_row, encode_rows
 from lsmlake.bucket import bucket_ids, hash_bytes, murmur3_rows
@@ -152,7 +151,8 @@ def _pypaimon_tables(n: int) -> list[tuple[str, pa.Table, list[str], list[str]]]
     ids = rng.integers(-(2 ** 63), 2 ** 63 - 1, n, dtype=np.int64)
     ids[:4] = [0, 1, -1, 2 ** 63 - 1]
     bigint = pa.table({"id": pa.array(ids), "dt": parts, "v": pa.array(np.arange(n))})
-    words = ["", "a", "abcdefg", "abcdefgh", "héllo wörld", "a-much-longer-string", "x" * 100, "日本語テキスト"]
+    words = ["", "a", "abcdefg", "abcdefgh", "héllo wörld", "a-much-longer-string", "x" * 100,
+             "日本語テキスト"]
     strs = [words[i % len(words)] + str(i) * int(rng.integers(0, 4)) for i in range(n)]
     int_string = pa.table({"k1": pa.array(rng.integers(-(2 ** 31), 2 ** 31, n).astype(np.int32)),
                            "k2": pa.array(strs), "v": pa.array(np.arange(n))})
@@ -171,7 +171,8 @@ def _pypaimon_tables(n: int) -> list[tuple[str, pa.Table, list[str], list[str]]]
         "ksi": pa.array(rng.integers(-(2 ** 15), 2 ** 15, m).astype(np.int16)),
         "kf": pa.array(rng.normal(size=m).astype(np.float32)),
         "kdb": pa.array(rng.normal(size=m) * 1e6),
-        "kbin": pa.array([bytes(rng.integers(0, 256, int(rng.integers(0, 20))).astype(np.uint8)) for _ in range(m)]),
+        "kbin": pa.array([rng.integers(0, 256, int(rng.integers(0, 20))).astype(np.uint8).tobytes()
+                          for _ in range(m)]),
         "v": pa.array(np.arange(m)),
     })
     return [
@@ -202,7 +203,8 @@ def test_pypaimon_written_buckets(tmp_path: Path, case: int) -> None:
     rows = check_table_buckets(tmp_path / "db.db" / name)
     assert rows == data.num_rows
     # Every bucket was used, so the check is not vacuous.
-    assert {p.name for p in (tmp_path / "db.db" / name).rglob("bucket-*")} == {f"bucket-{i}" for i in range(4)}
+    used = {p.name for p in (tmp_path / "db.db" / name).rglob("bucket-*")}
+    assert used == {f"bucket-{i}" for i in range(4)}
 
 
 def test_bucket_ids_vectorised_equals_scalar() -> None:
@@ -212,9 +214,9 @@ def test_bucket_ids_vectorised_equals_scalar() -> None:
             pa.array(["short", "a-much-longer-string", None, ""]),
             pa.array([Decimal("1.5"), None, Decimal("-128"), Decimal("12345678901234567890.1234")],
                      pa.decimal128(30, 4)),
-            pa.array([datetime(2024, 1, 1, tzinfo=timezone.utc), None,
-                      datetime(1960, 5, 6, 7, 8, 9, 10, tzinfo=timezone.utc),
-                      datetime(2262, 1, 1, tzinfo=timezone.utc)], pa.timestamp("us", tz="UTC"))]
+            pa.array([datetime(2024, 1, 1, tzinfo=UTC), None,
+                      datetime(1960, 5, 6, 7, 8, 9, 10, tzinfo=UTC),
+                      datetime(2262, 1, 1, tzinfo=UTC)], pa.timestamp("us", tz="UTC"))]
     rows: list[list[Any]] = [[c[i].as_py() for c in cols] for i in range(4)]
     for n in (1, 3, 16, 1000):
         expected = [abs(int(np.fmod(hash_bytes(encode_row(r, types)), n))) for r in rows]

@@ -14,7 +14,6 @@ import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from lsmlake import types as T
 from lsmlake.binary_row import deserialize_row
 from lsmlake.partition import (
@@ -91,7 +90,8 @@ def test_value_strings(value: Any, t: DataType, expected: str | None) -> None:
 
 def test_nanosecond_timestamp_string() -> None:
     nanos = pa.scalar(1704067200123456789, pa.timestamp("ns")).as_py()
-    assert partition_value_string(nanos, DataType(T.TIMESTAMP, precision=9)) == "2024-01-01T00:00:00.123456789"
+    text = partition_value_string(nanos, DataType(T.TIMESTAMP, precision=9))
+    assert text == "2024-01-01T00:00:00.123456789"
 
 
 def test_partition_path_defaults() -> None:
@@ -101,7 +101,8 @@ def test_partition_path_defaults() -> None:
         assert partition_path([blank, None], ["dt", "h"], types) == \
             "dt=__DEFAULT_PARTITION__/h=__DEFAULT_PARTITION__"
     assert partition_path([None], ["dt"], [STRING], default_name="NULLP") == "dt=NULLP"
-    assert partition_path(["\u00a0"], ["dt"], [STRING]) == "dt=\u00a0"  # Java: no-break space is not whitespace
+    # Java's Character.isWhitespace is false for a no-break space.
+    assert partition_path(["\u00a0"], ["dt"], [STRING]) == "dt=\u00a0"
     assert partition_path(["x=y"], ["a/b"], [STRING]) == "a%2Fb=x%3Dy"
     assert partition_path([], [], []) == ""
 
@@ -127,7 +128,8 @@ def golden_partitions(table: str) -> list[tuple[list[Any], str, Path]]:
                     continue
                 values = deserialize_row(entry["_PARTITION"], [types[k] for k in keys])
                 rel = partition_path(values, keys, [types[k] for k in keys])
-                out.append((values, rel, tdir / rel / f"bucket-{entry['_BUCKET']}" / entry["_FILE"]["_FILE_NAME"]))
+                bucket_dir = tdir / rel / f"bucket-{entry['_BUCKET']}"
+                out.append((values, rel, bucket_dir / entry["_FILE"]["_FILE_NAME"]))
     return out
 
 
@@ -150,7 +152,8 @@ def test_nullpart_t_directories() -> None:
 
 @needs_golden
 def test_append_t_directories() -> None:
-    found = {(values[0], rel) for values, rel, data_file in golden_partitions("append_t") if data_file.is_file()}
+    found = {(values[0], rel) for values, rel, data_file in golden_partitions("append_t")
+             if data_file.is_file()}
     # null and "" are different partitions in _PARTITION but share the default directory.
     assert found == {(None, "p=" + DEFAULT_PARTITION_NAME), ("", "p=" + DEFAULT_PARTITION_NAME),
                      ("x", "p=x"), ("a/b c=d%", "p=a%2Fb c%3Dd%25")}

@@ -95,7 +95,7 @@ def java_decimal_bytes(unscaled: int) -> bytes:
 
 
 def timestamp_parts(value: Any) -> tuple[int, int]:
-    """(epoch millis, nano-of-millisecond) of a datetime/pandas.Timestamp; aware values are converted to UTC."""
+    """(epoch millis, nano-of-millisecond) of a datetime or pandas.Timestamp (aware ones taken as UTC)."""
     if not isinstance(value, datetime):
         raise InvalidInputError(f"{value!r} is not a timestamp")
     days = value.toordinal() - _EPOCH_ORDINAL
@@ -149,7 +149,7 @@ def encode_row(values: Sequence[Any], types: Sequence[AnyType]) -> bytes:
         var.extend(b"\0" * (reserved - len(data)))
         return offset
 
-    for i, (v, t) in enumerate(zip(values, atypes)):
+    for i, (v, t) in enumerate(zip(values, atypes, strict=True)):
         slot = width + 8 * i
         if v is None:
             bit = i + 8
@@ -228,7 +228,7 @@ def deserialize_row(data: bytes, types: Sequence[AnyType]) -> list[Any]:
 
 
 def decode_row(data: bytes, types: Sequence[AnyType]) -> list[Any]:
-    """Decode BinaryRow bytes without arity prefix; null non-compact fields may be in Java or pypaimon form."""
+    """Decode BinaryRow bytes without arity prefix (null non-compact fields in Java or pypaimon form)."""
     atypes = _atomic(types)
     width = null_bits_width(len(atypes))
     if len(data) < width + 8 * len(atypes):
@@ -478,8 +478,8 @@ def _encode_bytes(arr: pa.Array, valid: np.ndarray | None) -> _Field:
     slot[long_mask] = lengths[long_mask].astype(np.uint64)
     padding = np.where(long_mask, -lengths % 8, 0)
     pad_offsets = np.concatenate([[0], np.cumsum(padding)]).astype(np.int64)
-    pads = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(pad_offsets),
-                                                        pa.py_buffer(np.zeros(int(pad_offsets[-1]), np.uint8))])
+    zeros = pa.py_buffer(np.zeros(int(pad_offsets[-1]), np.uint8))
+    pads = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(pad_offsets), zeros])
     long_values = pc.if_else(pa.array(long_mask), arr, pa.scalar(b"", pa.large_binary()))
     var = pc.binary_join_element_wise(long_values, pads, pa.scalar(b"", pa.large_binary()))
     return _Field(slot, valid, var, np.where(long_mask, lengths + padding, 0))
@@ -504,7 +504,7 @@ def encode_rows(columns: Sequence[pa.Array | pa.ChunkedArray], types: Sequence[A
     fixed = np.zeros((n, fixed_size // 8), dtype=np.uint64)
     var_fields: list[_Field] = []
     var_offset = np.full(n, fixed_size, dtype=np.int64)  # where the next var item of each row goes
-    for i, (arr, t) in enumerate(zip(arrays, atypes)):
+    for i, (arr, t) in enumerate(zip(arrays, atypes, strict=True)):
         try:
             f = _encode_column(arr, t)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:

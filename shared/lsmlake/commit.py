@@ -1,8 +1,8 @@
 """Committing file changes as a new snapshot: conflict checks, manifests, publication, retries.
 
 The protocol, for one commit:
-1. read the latest snapshot; if a snapshot after the one this commit started from already carries
-   this commit's (user, identifier, kind), it landed before (a retry after a lost reply): stop;
+1. read the latest snapshot; if a snapshot already carries this commit's (user, identifier, kind),
+   it landed before (a retry after a lost reply): stop;
 2. check that every file the commit deletes is still live (else: conflict, give up for good);
 3. write the delta manifest (once) and a base manifest list holding the previous snapshot's manifests;
 4. publish `snapshot-<latest+1>` with a write-if-absent; losing the race goes back to 1.
@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import CommitConflictError, CommitRetryExhaustedError, CommitStateUnknownError
+from .errors import CommitConflictError, CommitRetryExhaustedError, CommitStateUnknownError, NotFoundError
 from .manifest import ADD, DELETE, ManifestEntry, ManifestFileMeta, ManifestStore
 from .snapshot import APPEND, BATCH_COMMIT_IDENTIFIER, COMPACT, OVERWRITE, Snapshot, SnapshotManager
 from .table_write import CommitMessage
@@ -71,13 +71,12 @@ class FileStoreCommit:
 
     def _commit(self, changes: list[ManifestEntry], kind: str, identifier: int,
                 properties: dict[str, str] | None, overwrite_partitions: set[bytes] | None) -> CommitResult:
-        start = self.snapshots.latest_id()
         overwrite = kind == OVERWRITE
         delta_meta: ManifestFileMeta | None = None
         written: list[str] = []
         for _attempt in range(self.max_retries + 1):
             latest = self.snapshots.latest()
-            done = self._find_committed(start, latest, identifier, kind)
+            done = self._find_committed(latest, identifier, kind)
             if done is not None:
                 return CommitResult(done, already_committed=True)
             # Plain appends never conflict, so they skip reading the live file set.
@@ -133,18 +132,25 @@ class FileStoreCommit:
         except Exception:
             return False
 
-    def _find_committed(self, start: int | None, latest: Snapshot | None, identifier: int, kind: str) -> int | None:
-        """A snapshot after `start` made by this user with this identifier and kind, if any."""
+    def _find_committed(self, latest: Snapshot | None, identifier: int, kind: str) -> int | None:
+        """The snapshot this user already made with this identifier and kind, if any.
+
+        Identifiers grow per commit user, so the backward walk stops at the user's first older commit.
+        """
         if latest is None or identifier == BATCH_COMMIT_IDENTIFIER:
             return None
-        first = (start or 0) + 1
-        for sid in range(latest.id, first - 1, -1):
+        earliest = self.snapshots.earliest_id() or 1
+        for sid in range(latest.id, earliest - 1, -1):
             try:
                 s = self.snapshots.snapshot(sid)
-            except Exception:
+            except NotFoundError:  # expired while we walked
                 break
-            if s.commit_user == self.commit_user and s.commit_identifier == identifier and s.commit_kind == kind:
+            if s.commit_user != self.commit_user:
+                continue
+            if s.commit_identifier == identifier and s.commit_kind == kind:
                 return s.id
+            if s.commit_identifier < identifier:
+                break
         return None
 
     @staticmethod

@@ -74,10 +74,7 @@ def _local_date_time_string(millis: int, nano: int) -> str:
     nano_of_second = ms_of_day % 1000 * 1_000_000 + nano
     seconds = ms_of_day // 1000
     hh, mm, ss = seconds // 3600, seconds // 60 % 60, seconds % 60
-    if abs(y) < 10000:
-        year = f"{'-' if y < 0 else ''}{abs(y):04d}"
-    else:
-        year = f"{'+' if y > 0 else '-'}{abs(y)}"
+    year = f"{'-' if y < 0 else ''}{abs(y):04d}" if abs(y) < 10000 else f"{'+' if y > 0 else '-'}{abs(y)}"
     out = f"{year}-{mo:02d}-{d:02d}T{hh:02d}:{mm:02d}"
     if ss or nano_of_second:
         out += f":{ss:02d}"
@@ -148,7 +145,7 @@ def partition_path(values: Sequence[Any], names: Sequence[str], types: Sequence[
     if not len(values) == len(names) == len(types):
         raise InvalidInputError(f"{len(values)} values, {len(names)} names and {len(types)} types differ")
     parts = []
-    for v, name, t in zip(values, names, types):
+    for v, name, t in zip(values, names, types, strict=True):
         s = partition_value_string(v, t)
         text = default_name if is_default_partition_value(s) else s
         assert text is not None
