@@ -357,20 +357,13 @@ def _encode_column(arr: pa.Array, t: DataType) -> _Field:
     if k == T.BOOLEAN:
         slot = _numbers(arr, pa.bool_(), bool).astype(np.uint64)
     elif k in (T.TINYINT, T.SMALLINT, T.INT, T.BIGINT, T.DATE, T.TIME):
-        # Only the type's own bytes are set (a negative INT leaves the upper 4 slot bytes zero).
+        target = T.to_arrow_type(t)  # int8..int64, date32 (days) or time32[ms] (millis of day)
+        if arr.type != target:
+            # TIME drops sub-millisecond digits (a time of day is never negative, so this is floor).
+            arr = arr.cast(target, safe=k != T.TIME)
         width = {T.TINYINT: 8, T.SMALLINT: 16, T.BIGINT: 64}.get(k, 32)
-        arrow_int = pa.int64() if width == 64 else pa.int32()
-        if k == T.TIME and pa.types.is_time(arr.type) and arr.type.unit != "ms":
-            # time64 -> millis of day with floor division (as Java LocalTime -> millis).
-            per_ms = {"us": 1000, "ns": 1_000_000}[arr.type.unit]
-            values = _numbers(arr, pa.int64(), np.int64) // per_ms
-        elif k == T.TIME and pa.types.is_time32(arr.type) and arr.type.unit == "s":
-            values = _numbers(arr, pa.int32(), np.int64) * 1000
-        else:
-            if k == T.DATE and pa.types.is_date64(arr.type):
-                arr = arr.cast(pa.date32())
-            values = _numbers(arr, arrow_int if not pa.types.is_integer(arr.type) else T.to_arrow_type(t),
-                              np.int64)
+        values = _numbers(arr, pa.int64() if width == 64 else pa.int32(), np.int64)
+        # Only the type's own bytes are set (a negative INT leaves the upper 4 slot bytes zero).
         slot = values.astype(np.uint64) & np.uint64((1 << width) - 1)
     elif k == T.FLOAT:
         slot = _numbers(arr, pa.float32(), np.float32).view(np.uint32).astype(np.uint64)
