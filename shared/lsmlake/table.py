@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
+from . import features
 from . import options as opts
 from .binary_row import deserialize_row
 from .commit import CommitResult, FileStoreCommit
-from .errors import NotFoundError
+from .errors import CommitStateUnknownError, NotFoundError
 from .fileio import FileIO
 from .manifest import ManifestStore
 from .predicate import Predicate
 from .scan import Split, TableScan
 from .schema import SchemaManager, TableSchema
-from .snapshot import Snapshot, SnapshotManager
+from .snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot, SnapshotManager
 from .table_read import TableRead
 from .table_write import CommitMessage, TableWrite
 
@@ -54,6 +55,7 @@ class FileStoreTable:
     # -- write ---------------------------------------------------------------------------------
 
     def new_write(self) -> TableWrite:
+        features.check(self.schema, self.identifier, for_write=True)
         latest = self.snapshots.latest()
         max_seq: dict[tuple[bytes, int], int] | None = None
 
@@ -74,19 +76,27 @@ class FileStoreTable:
                                max_retries=self.options.require(opts.COMMIT_MAX_RETRIES),
                                merge_min_count=self.options.require(opts.MANIFEST_MERGE_MIN_COUNT))
 
-    def write_arrow(self, data: pa.Table | pa.RecordBatch, commit_user: str | None = None,
-                    properties: dict[str, str] | None = None) -> CommitResult | None:
-        """Write rows and commit them as one APPEND snapshot; None when there was nothing to write."""
+    def write_arrow(self, data: pa.Table | pa.RecordBatch | Iterable[pa.Table | pa.RecordBatch],
+                    commit_user: str | None = None, properties: dict[str, str] | None = None,
+                    identifier: int = BATCH_COMMIT_IDENTIFIER) -> CommitResult | None:
+        """Write rows (one table or several) and commit them as one APPEND snapshot.
+
+        Returns None when there was nothing to write. On any failure the written files are deleted,
+        except when the commit's outcome is unknown (then they may be referenced and must stay).
+        """
         w = self.new_write()
         try:
-            w.write(data)
+            for batch in [data] if isinstance(data, (pa.Table, pa.RecordBatch)) else data:
+                w.write(batch)
             messages = w.prepare_commit()
+            if not messages:
+                return None
+            return self.new_commit(commit_user).commit(messages, identifier=identifier, properties=properties)
+        except CommitStateUnknownError:
+            raise
         except BaseException:
             w.abort()
             raise
-        if not messages:
-            return None
-        return self.commit_messages(messages, commit_user, properties)
 
     def commit_messages(self, messages: Sequence[CommitMessage], commit_user: str | None = None,
                         properties: dict[str, str] | None = None) -> CommitResult:
@@ -98,9 +108,15 @@ class FileStoreTable:
         try:
             w.write(data)
             messages = w.prepare_commit()
+            return self.new_commit().overwrite(messages, self._overwritten_partitions(messages, partition))
+        except CommitStateUnknownError:
+            raise
         except BaseException:
             w.abort()
             raise
+
+    def _overwritten_partitions(self, messages: Sequence[CommitMessage],
+                                partition: Mapping[str, Any] | None) -> list[bytes] | None:
         if partition is None and self.schema.partition_keys:
             parts: list[bytes] | None = sorted({m.partition for m in messages})
         elif partition is not None:
@@ -110,7 +126,7 @@ class FileStoreTable:
                            | {m.partition for m in messages})
         else:
             parts = None
-        return self.new_commit().overwrite(messages, parts)
+        return parts
 
     # -- read ----------------------------------------------------------------------------------
 
@@ -123,6 +139,7 @@ class FileStoreTable:
 
     def new_read(self, projection: Sequence[str] | None = None,
                  predicate: Predicate | Mapping[str, Any] | Sequence[Any] | None = None) -> TableRead:
+        features.check(self.schema, self.identifier, for_write=False)
         return TableRead(self.io, self.path, self.schema, projection, Predicate.of(predicate))
 
     def to_arrow(self, snapshot_id: int | None = None, projection: Sequence[str] | None = None,

@@ -51,7 +51,11 @@ class TableRead:
             parts = [t for t in pool.map(self.read_split, splits) if t.num_rows]
         if not parts:
             return out_schema.empty_table()
-        return pa.concat_tables(parts)
+        table = pa.concat_tables(parts)
+        try:
+            return table.cast(out_schema)  # restore NOT NULL markers dropped to concatenate files
+        except (pa.ArrowInvalid, ValueError):
+            return table  # a NOT NULL column added by schema evolution reads as null in old files
 
     def read_batches(self, splits: Sequence[Split]) -> Iterator[pa.Table]:
         """One table per split, for callers that stream."""

@@ -66,7 +66,7 @@ class TableWrite:
         self.default_partition = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
         self._next_seq: dict[tuple[bytes, int], int] = {}
         self.messages: dict[tuple[bytes, int], CommitMessage] = {}
-        self._dirs: dict[tuple[bytes, int], str] = {}
+        self._written: list[str] = []  # every file written, for abort
 
     def write(self, data: pa.Table | pa.RecordBatch) -> None:
         """Validate the rows and write them as level-0 files (nothing is written if they are invalid)."""
@@ -127,9 +127,9 @@ class TableWrite:
         def run(job: tuple[bytes, int, str, int, int]) -> tuple[bytes, int, list[DataFileMeta]]:
             pbytes, bucket, ppath, a, b = job
             directory = bucket_dir(self.table_path, ppath, bucket)
-            self._dirs[(pbytes, bucket)] = directory
             files = self.file_writer.write(directory, rows.slice(a, b - a),
                                            seq[a:b], kinds[a:b] if schema.is_primary_key_table else None)
+            self._written.extend(f"{directory}/{f.file_name}" for f in files)
             return pbytes, bucket, files
 
         with ThreadPoolExecutor(max_workers=2) as pool:
@@ -145,8 +145,14 @@ class TableWrite:
         return out
 
     def abort(self) -> None:
-        """Delete the files written and not committed."""
-        for msg in self.prepare_commit():
-            directory = self._dirs[(msg.partition, msg.bucket)]
-            for f in msg.new_files:
-                self.io.delete_quietly(f"{directory}/{f.file_name}")
+        """Delete every file this writer wrote (call only when they are definitely not committed)."""
+        self.messages = {}
+        for path in self._written:
+            self.io.delete_quietly(path)
+        for directory in sorted({p.rsplit("/", 1)[0] for p in self._written}, reverse=True):
+            self.io.delete_dir_if_empty(directory)
+            parent = directory.rsplit("/", 1)[0]
+            while parent != self.table_path and parent.startswith(self.table_path):
+                self.io.delete_dir_if_empty(parent)
+                parent = parent.rsplit("/", 1)[0]
+        self._written = []

@@ -1,0 +1,1235 @@
+"""`lake`: the command line of lsmlake.
+
+    lake --warehouse DIR table create|list|describe|drop ...
+    lake --warehouse DIR write DB.TABLE FILE...
+    lake --warehouse DIR scan DB.TABLE [--snapshot N] [--format jsonl|csv|parquet|table] ...
+    lake --warehouse DIR snapshots DB.TABLE
+    lake --warehouse DIR files DB.TABLE
+
+Errors go to stderr as `lake: error: <message>`; the exit code is 2 for bad usage and 1 for any
+other error. Values travel through Arrow column by column: CSV and JSON input are parsed with the
+table's own column types, and JSON output is built by casting whole columns to their JSON form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import contextlib
+import io
+import json
+import math
+import os
+import sys
+import tempfile
+import traceback
+from collections.abc import Iterable, Iterator, Sequence
+from typing import IO, Any, NoReturn
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+import pyarrow.json as pjson
+import pyarrow.parquet as pq
+
+from . import options as opts
+from .catalog import FileSystemCatalog, split_identifier
+from .errors import CommitStateUnknownError, LakeError, NotFoundError
+from .input_rows import conform
+from .partition import partition_path
+from .row_kind import ROW_KIND_COLUMN
+from .schema import TableSchema, new_table_schema
+from .table import FileStoreTable
+from .types import parse_schema_fields, to_arrow_type
+
+PROG = "lake"
+ENV_WAREHOUSE = "LAKE_WAREHOUSE"
+ENV_DEBUG = "LAKE_DEBUG"  # set to 1 to see the traceback of an unexpected error
+
+SNAPSHOT_KEYS = ("id", "schema_id", "commit_kind", "time_millis", "total_record_count",
+                 "delta_record_count", "commit_user", "commit_identifier")
+FILE_KEYS = ("partition", "bucket", "file", "level", "rows", "min_seq", "max_seq", "size", "schema_id",
+             "delete_rows")
+
+CSV_NULL_VALUES = ["", "NULL", "null"]
+_COMPRESSION_SUFFIXES = (".gz", ".bz2", ".zst", ".lz4")
+_FORMAT_BY_EXTENSION = {".parquet": "parquet", ".parq": "parquet", ".csv": "csv", ".jsonl": "jsonl",
+                        ".ndjson": "jsonl", ".json": "json"}
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+
+
+class CliError(Exception):
+    """An error the CLI reports as `lake: error: <message>` with exit code 1."""
+
+
+class UsageError(CliError):
+    """Bad usage: exit code 2."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Help texts
+# ---------------------------------------------------------------------------------------------
+
+_MAIN_EPILOG = """\
+examples:
+  export LAKE_WAREHOUSE=/data/lake
+  lake table create shop.orders --schema "id BIGINT NOT NULL, dt STRING, amount DECIMAL(10,2)" \\
+      --primary-key id,dt --partition-key dt --option bucket=4
+  lake write shop.orders day1.parquet day2.csv
+  lake scan shop.orders --format table --limit 20
+  lake scan shop.orders --snapshot 3 --format parquet --output orders-v3.parquet
+  lake snapshots shop.orders --format table
+  lake files shop.orders --format table
+
+The warehouse is a local folder (or an object-store URI) given by --warehouse or $LAKE_WAREHOUSE.
+Exit status: 0 on success, 1 on an error (message on stderr), 2 on bad usage.
+Run `lake COMMAND --help` for the options of a command.
+"""
+
+_TABLE_EPILOG = """\
+examples:
+  lake table create shop.orders --schema "id BIGINT NOT NULL, dt STRING, amount DECIMAL(10,2)" \\
+      --primary-key id,dt --partition-key dt --option bucket=4
+  lake table list shop
+  lake table describe shop.orders --format json
+  lake table drop shop.orders
+
+Run `lake table ACTION --help` for the options of an action.
+"""
+
+_CREATE_EPILOG = """\
+examples:
+  lake table create shop.orders \\
+      --schema "id BIGINT NOT NULL, dt STRING, amount DECIMAL(10,2), ts TIMESTAMP(3)" \\
+      --primary-key id,dt --partition-key dt --option bucket=4
+  lake table create logs.events --schema "ts TIMESTAMP(6), host STRING, msg STRING, tags ARRAY<STRING>"
+
+Types are Paimon's SQL type names: BOOLEAN, TINYINT, SMALLINT, INT, BIGINT, FLOAT, DOUBLE,
+DECIMAL(p,s), CHAR(n), VARCHAR(n), STRING, BINARY(n), VARBINARY(n), BYTES, DATE, TIME(p),
+TIMESTAMP(p), TIMESTAMP(p) WITH LOCAL TIME ZONE, ARRAY<t>, MAP<k,v>, ROW<name t, ...>; add NOT NULL
+to forbid nulls. Primary-key tables need --option bucket=N (N > 0) and their primary key must
+include the partition keys. The database is created when it does not exist.
+"""
+
+_LIST_EPILOG = """\
+examples:
+  lake table list shop
+  lake table list shop --format jsonl
+"""
+
+_DESCRIBE_EPILOG = """\
+examples:
+  lake table describe shop.orders
+  lake table describe shop.orders --format json | jq .columns
+
+json/jsonl print one object: table, schema_id, columns (id, name, type, nullable),
+partition_keys, primary_keys, options, comment.
+"""
+
+_DROP_EPILOG = """\
+examples:
+  lake table drop shop.orders
+  lake table drop shop.orders --if-exists
+
+This deletes the table folder with all its data and snapshots.
+"""
+
+_WRITE_EPILOG = """\
+examples:
+  lake write shop.orders orders.parquet
+  lake write shop.orders day1.csv day2.jsonl         # both files in one commit
+  cat rows.jsonl | lake write shop.orders - --input-format jsonl
+  printf '_row_kind,id,dt\\n-D,42,2024-01-31\\n' | lake write shop.orders - --input-format csv
+
+input files:
+  The format comes from the extension: .parquet, .csv, .jsonl/.ndjson, or .json (JSON lines, or
+  one JSON array of objects); .gz/.bz2/.zst/.lz4 compressed CSV and JSON files are read too.
+  Use '-' for stdin together with --input-format. Columns are matched by name: missing nullable
+  columns are null, a column the table does not have is an error.
+  CSV and JSON values are parsed with the table's column types: DECIMAL as 12.34 (number or
+  string), DATE as 2024-01-31, TIME as 12:30:00.5, TIMESTAMP as 2024-01-31T12:30:00.123
+  (TIMESTAMP WITH LOCAL TIME ZONE takes an offset such as Z or +02:00; none means UTC),
+  BINARY/BYTES as base64, ARRAY/ROW as JSON arrays/objects and MAP as a JSON object or a list of
+  [key, value] pairs (in CSV a cell holds the JSON text). CSV needs a header row; an empty
+  unquoted cell, NULL or null is a null, a quoted "" is the empty string.
+
+row kinds:
+  An optional _row_kind column holds +I (insert, also when empty), -U (update before),
+  +U (update after) or -D (delete) for each row. Primary-key tables keep the newest row of each
+  key; -U and -D remove the key. Append tables accept only +I.
+
+commit:
+  All files of one invocation are written as ONE commit (one snapshot). Every file is read and
+  checked before anything is written; if anything fails, nothing is committed and the data files
+  already written are deleted. Prints: wrote R rows from F files to DB.TABLE in snapshot S.
+"""
+
+_SCAN_EPILOG = """\
+examples:
+  lake scan shop.orders                                   # JSON lines on stdout
+  lake scan shop.orders --format table --limit 10
+  lake scan shop.orders --columns id,amount --format csv --output orders.csv
+  lake scan shop.orders --snapshot 2 --format parquet --output orders-v2.parquet
+
+output formats:
+  jsonl    one JSON object per row with the table's column names. DECIMAL, DATE, TIME and
+           TIMESTAMP values are strings (ISO 8601, e.g. 2024-01-31T12:30:00.000, with a Z for
+           TIMESTAMP WITH LOCAL TIME ZONE), BINARY/BYTES are base64 strings, ARRAY and ROW are
+           JSON arrays and objects, MAP is an object when its keys are strings and a list of
+           [key, value] pairs otherwise; non-finite floats are the strings NaN, Infinity, -Infinity.
+  csv      a header row, then one line per row; strings are quoted, nulls are empty, BINARY is
+           base64 and nested values are JSON texts (readable again by `lake write`).
+  parquet  the table's Arrow schema (needs --output).
+  table    an aligned text table for people.
+The rows are those of the latest snapshot, or of --snapshot N (time travel).
+"""
+
+_SNAPSHOTS_EPILOG = """\
+examples:
+  lake snapshots shop.orders
+  lake snapshots shop.orders --format table
+
+Each snapshot is one object: id, schema_id, commit_kind, time_millis, total_record_count,
+delta_record_count, commit_user, commit_identifier.
+"""
+
+_FILES_EPILOG = """\
+examples:
+  lake files shop.orders
+  lake files shop.orders --snapshot 3 --format table
+
+Each live data file of the snapshot (default: the latest) is one object with:
+  partition  the partition directory as stored on disk: `key=value/...` with Hive-style escaping
+             and Paimon's value strings (e.g. dt=2024-01-31/h=3; a DATE value is its day number,
+             as Paimon names the folder); "" for an unpartitioned table
+  bucket, file (the data file name), level, rows, min_seq, max_seq (sequence number range),
+  size (bytes), schema_id, delete_rows (retract rows in the file, when recorded).
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument parsing
+# ---------------------------------------------------------------------------------------------
+
+class _Parser(argparse.ArgumentParser):
+    """Reports usage errors as `lake: error: <message>` (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{PROG}: error: {message}\n")
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("lsmlake")
+    except Exception:
+        return "unknown"
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def _non_negative(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {n}")
+    return n
+
+
+def _names(values: Sequence[str] | None) -> list[str]:
+    """`--x a,b --x c` -> [a, b, c]."""
+    out: list[str] = []
+    for v in values or ():
+        out.extend(p.strip() for p in v.split(",") if p.strip())
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(prog=PROG, description="Create, write and read tables in the Apache Paimon format.",
+                     epilog=_MAIN_EPILOG, formatter_class=fmt, allow_abbrev=False)
+    parser.add_argument("--version", action="version", version=f"{PROG} (lsmlake) {_version()}")
+    parser.add_argument("--warehouse", metavar="DIR", default=None,
+                        help=f"the warehouse folder or URI (default: ${ENV_WAREHOUSE})")
+    # Every command also accepts --warehouse after its name.
+    common = _Parser(add_help=False, allow_abbrev=False)
+    common.add_argument("--warehouse", metavar="DIR", default=argparse.SUPPRESS,
+                        help=f"the warehouse folder or URI (default: ${ENV_WAREHOUSE})")
+
+    def sub(group: Any, name: str, help_: str, epilog: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = group.add_parser(name, help=help_, description=help_, epilog=epilog,
+                                                      parents=[common], formatter_class=fmt,
+                                                      allow_abbrev=False)
+        return p
+
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    table = commands.add_parser("table", help="create, list, describe or drop tables",
+                                description="Create, list, describe or drop tables.",
+                                epilog=_TABLE_EPILOG, formatter_class=fmt,
+                                allow_abbrev=False)
+    actions = table.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    p = sub(actions, "create", "create a table (and its database if needed)", _CREATE_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--schema", required=True, metavar="COLUMNS",
+                   help='column definitions, e.g. "id BIGINT NOT NULL, dt STRING, v DECIMAL(10,2)"')
+    p.add_argument("--primary-key", action="append", metavar="COLS",
+                   help="comma-separated primary key columns")
+    p.add_argument("--partition-key", action="append", metavar="COLS",
+                   help="comma-separated partition columns")
+    p.add_argument("--option", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                   help="a table option such as bucket=4 (repeatable)")
+    p.add_argument("--comment", help="a table comment")
+    p.add_argument("--if-not-exists", action="store_true", help="do nothing if the table exists")
+    p.set_defaults(func=cmd_table_create)
+
+    p = sub(actions, "list", "list the tables of a database", _LIST_EPILOG)
+    p.add_argument("database", metavar="DB")
+    p.add_argument("--format", choices=("text", "jsonl", "json"), default="text",
+                   help="text: one name per line (default); jsonl: {\"table\": ...} per line; json: a list")
+    p.set_defaults(func=cmd_table_list)
+
+    p = sub(actions, "describe", "show the columns, keys and options of a table", _DESCRIBE_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--format", choices=("table", "jsonl", "json"), default="table", help="default: table")
+    p.set_defaults(func=cmd_table_describe)
+
+    p = sub(actions, "drop", "delete a table and all its data", _DROP_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--if-exists", action="store_true", help="do nothing if the table does not exist")
+    p.set_defaults(func=cmd_table_drop)
+
+    p = sub(commands, "write", "write rows from files as one commit", _WRITE_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("files", nargs="+", metavar="FILE", help="input files; '-' reads stdin")
+    p.add_argument("--input-format", choices=("parquet", "csv", "jsonl", "json"),
+                   help="the format of every input (required for '-'; default: from the extension)")
+    p.set_defaults(func=cmd_write)
+
+    p = sub(commands, "scan", "read the rows of a table", _SCAN_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--snapshot", type=_non_negative, metavar="N",
+                   help="read snapshot N (default: the latest)")
+    p.add_argument("--format", choices=("jsonl", "csv", "parquet", "table"), default="jsonl",
+                   help="default: jsonl")
+    p.add_argument("--output", metavar="FILE", help="write to FILE instead of stdout (required for parquet)")
+    p.add_argument("--columns", action="append", metavar="COLS", help="comma-separated columns to read")
+    p.add_argument("--limit", type=_non_negative, metavar="N", help="at most N rows")
+    p.set_defaults(func=cmd_scan)
+
+    p = sub(commands, "snapshots", "list the snapshots of a table", _SNAPSHOTS_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--format", choices=("jsonl", "table"), default="jsonl", help="default: jsonl")
+    p.set_defaults(func=cmd_snapshots)
+
+    p = sub(commands, "files", "list the live data files of a table", _FILES_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--snapshot", type=_non_negative, metavar="N",
+                   help="files of snapshot N (default: the latest)")
+    p.add_argument("--format", choices=("jsonl", "table"), default="jsonl", help="default: jsonl")
+    p.set_defaults(func=cmd_files)
+    return parser
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------
+
+def _report(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (never raises, never prints a traceback)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version or a usage error (already printed)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    try:
+        code: int = args.func(args)
+        sys.stdout.flush()
+        return code
+    except UsageError as e:
+        _report(str(e))
+        return 2
+    except (CliError, LakeError) as e:
+        _report(str(e) or type(e).__name__)
+        return 1
+    except BrokenPipeError:
+        # The reader of stdout went away (`lake scan ... | head`): stop quietly.
+        with contextlib.suppress(Exception):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        _report("interrupted")
+        return 130
+    except OSError as e:
+        what = f"{e.strerror or e}: {e.filename}" if e.filename else str(e)
+        _report(what)
+        return 1
+    except _ARROW_ERRORS as e:
+        _report(str(e))
+        return 1
+    except Exception as e:  # a bug: still no traceback unless asked for
+        if os.environ.get(ENV_DEBUG):
+            traceback.print_exc()
+        _report(f"unexpected {type(e).__name__}: {e} (set {ENV_DEBUG}=1 for a traceback)")
+        return 1
+
+
+def _catalog(args: argparse.Namespace) -> FileSystemCatalog:
+    warehouse = args.warehouse or os.environ.get(ENV_WAREHOUSE) or ""
+    if not warehouse.strip():
+        raise UsageError(f"no warehouse: pass --warehouse DIR or set ${ENV_WAREHOUSE}")
+    if warehouse.startswith("~"):
+        warehouse = os.path.expanduser(warehouse)
+    return FileSystemCatalog(warehouse)
+
+
+def _out(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# table create | list | describe | drop
+# ---------------------------------------------------------------------------------------------
+
+def cmd_table_create(args: argparse.Namespace) -> int:
+    catalog = _catalog(args)
+    db, _ = split_identifier(args.table)
+    options = dict(args.option)
+    partition_keys = _names(args.partition_key)
+    primary_keys = _names(args.primary_key)
+    fields = parse_schema_fields(args.schema)
+    # Validate the whole definition before the database folder is created.
+    new_table_schema(fields, partition_keys, primary_keys, options, args.comment)
+    if args.if_not_exists and catalog.table_exists(args.table):
+        _out(f"table {args.table} already exists")
+        return 0
+    catalog.create_database(db, ignore_if_exists=True)
+    catalog.create_table(args.table, fields, partition_keys, primary_keys, options, args.comment,
+                         ignore_if_exists=args.if_not_exists)
+    _out(f"created table {args.table}")
+    return 0
+
+
+def cmd_table_list(args: argparse.Namespace) -> int:
+    names = _catalog(args).list_tables(args.database)
+    if args.format == "json":
+        _out(json.dumps(names))
+    else:
+        for n in names:
+            _out(json.dumps({"table": n}) if args.format == "jsonl" else n)
+    return 0
+
+
+def describe(table: FileStoreTable) -> dict[str, Any]:
+    s = table.schema
+    return {
+        "table": table.identifier,
+        "schema_id": s.id,
+        "columns": [{"id": f.id, "name": f.name, "type": f.type.sql(), "nullable": f.type.nullable}
+                    | ({"description": f.description} if f.description is not None else {})
+                    for f in s.fields],
+        "partition_keys": list(s.partition_keys),
+        "primary_keys": list(s.primary_keys),
+        "options": dict(s.options),
+        "comment": s.comment,
+    }
+
+
+def cmd_table_describe(args: argparse.Namespace) -> int:
+    d = describe(_catalog(args).get_table(args.table))
+    if args.format == "json":
+        _out(json.dumps(d, indent=2, ensure_ascii=False))
+        return 0
+    if args.format == "jsonl":
+        _out(json.dumps(d, ensure_ascii=False))
+        return 0
+    _out(f"table: {d['table']} (schema {d['schema_id']})")
+    if d["comment"]:
+        _out(f"comment: {d['comment']}")
+    _out()
+    rows = []
+    for c in d["columns"]:
+        key = ", ".join(k for k, on in (("primary key", c["name"] in d["primary_keys"]),
+                                         ("partition", c["name"] in d["partition_keys"])) if on)
+        rows.append([c["name"], c["type"], key])
+    _print_table(["column", "type", "key"], rows)
+    _out()
+    _out(f"primary key:    {', '.join(d['primary_keys']) or '(none)'}")
+    _out(f"partition keys: {', '.join(d['partition_keys']) or '(none)'}")
+    _out("options:" if d["options"] else "options:        (none)")
+    for k in sorted(d["options"]):
+        _out(f"  {k} = {d['options'][k]}")
+    return 0
+
+
+def cmd_table_drop(args: argparse.Namespace) -> int:
+    catalog = _catalog(args)
+    try:
+        catalog.drop_table(args.table)
+    except NotFoundError:
+        if not args.if_exists:
+            raise
+        _out(f"table {args.table} does not exist")
+        return 0
+    _out(f"dropped table {args.table}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# write
+# ---------------------------------------------------------------------------------------------
+
+def _input_format(name: str, forced: str | None) -> str:
+    if forced:
+        return forced
+    if name == "-":
+        raise UsageError("reading stdin ('-') needs --input-format parquet|csv|jsonl|json")
+    low = name.lower()
+    compressed = False
+    for suffix in _COMPRESSION_SUFFIXES:
+        if low.endswith(suffix):
+            low, compressed = low[: -len(suffix)], True
+            break
+    fmt = _FORMAT_BY_EXTENSION.get(os.path.splitext(low)[1])
+    if fmt is None:
+        raise UsageError(f"cannot tell the format of {name!r} from its extension "
+                         "(.parquet, .csv, .jsonl, .json); pass --input-format")
+    if fmt == "parquet" and compressed:
+        raise UsageError(f"{name!r}: compressed Parquet files are not supported (Parquet compresses itself)")
+    return fmt
+
+
+def _read_stdin() -> bytes:
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is not None:
+        data: bytes = buffer.read()
+        return data
+    return sys.stdin.read().encode()
+
+
+Source = str | bytes  # a file path, or the bytes read from stdin
+
+
+def _stream(src: Source) -> Any:
+    """A fresh readable for pyarrow: the path itself (compression detected), or a file object.
+
+    (Not a pa.BufferReader: a threaded CSV read of one sometimes aborts the process at exit with
+    "terminate called without an active exception", pyarrow 19.)
+    """
+    return io.BytesIO(src) if isinstance(src, bytes) else src
+
+
+def _raw_bytes(src: Source) -> bytes:
+    if isinstance(src, bytes):
+        return src
+    with pa.input_stream(src, compression="detect") as f:
+        data: bytes = f.read()
+        return data
+
+
+def read_input(src: Source, name: str, fmt: str, schema: TableSchema) -> pa.Table:
+    """One input file as an Arrow table whose table columns already have the table's Arrow types."""
+    targets = {f.name: to_arrow_type(f.type) for f in schema.fields}
+    sql = {f.name: f.type.sql() for f in schema.fields}
+    try:
+        if fmt == "parquet":
+            data = pq.read_table(_stream(src))
+            coerce = False  # Arrow casts (in conform) fit typed Parquet columns
+        elif fmt == "csv":
+            data = _read_csv(src, targets)
+            coerce = True
+        else:
+            data = _read_json(src, targets, name, fmt == "json")
+            coerce = True
+    except (OSError, UnicodeDecodeError, *_ARROW_ERRORS) as e:
+        raise CliError(f"cannot read {name} as {fmt}: {e}") from None
+    columns = []
+    for cname, col in zip(data.column_names, data.columns, strict=True):
+        if cname in targets and coerce:
+            col = coerce_column(col, targets[cname], f"{name}: column {cname!r} ({sql[cname]})")
+        columns.append(col)
+    data = pa.table(columns, names=data.column_names)
+    return _normalize_row_kind(data, name)
+
+
+def _normalize_row_kind(data: pa.Table, name: str) -> pa.Table:
+    """An empty `_row_kind` means +I; an all-empty column is dropped."""
+    if ROW_KIND_COLUMN not in data.column_names:
+        return data
+    i = data.column_names.index(ROW_KIND_COLUMN)
+    col = data.column(i)
+    if col.null_count == len(col):
+        return data.remove_column(i)
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        col = pc.fill_null(col, "+I")
+    elif pa.types.is_integer(col.type):
+        col = pc.fill_null(col, 0)
+    else:
+        raise CliError(f"{name}: column {ROW_KIND_COLUMN!r} must hold +I, -U, +U or -D, not {col.type}")
+    return data.set_column(i, ROW_KIND_COLUMN, col)
+
+
+# -- CSV ----------------------------------------------------------------------------------------
+
+def _csv_read_type(t: pa.DataType) -> pa.DataType:
+    """The type the CSV reader parses a column as; the rest is converted by coerce_column."""
+    if _is_binary(t) or _is_nested(t) or (pa.types.is_timestamp(t) and t.tz is not None):
+        return pa.string()
+    return t
+
+
+def _read_csv(src: Source, targets: dict[str, pa.DataType]) -> pa.Table:
+    def read(column_types: dict[str, pa.DataType]) -> pa.Table:
+        convert = pcsv.ConvertOptions(column_types=column_types, null_values=CSV_NULL_VALUES,
+                                      strings_can_be_null=True, quoted_strings_can_be_null=False)
+        # In-memory input is small (stdin, cells): read it on this thread (see `_stream`).
+        read_options = pcsv.ReadOptions(use_threads=not isinstance(src, bytes))
+        return pcsv.read_csv(_stream(src), read_options=read_options, convert_options=convert)
+
+    typed = {ROW_KIND_COLUMN: pa.string()} | {n: _csv_read_type(t) for n, t in targets.items()}
+    try:
+        return read(typed)
+    except pa.ArrowInvalid:
+        # Read the table's columns as text, then convert them one by one: the error names the column.
+        return read({n: pa.string() for n in typed})
+
+
+# -- JSON ---------------------------------------------------------------------------------------
+
+def _json_read_type(t: pa.DataType) -> pa.DataType:
+    """The type the JSON reader parses a value as (it knows no dates, times, base64 or maps)."""
+    if pa.types.is_date(t) or pa.types.is_time(t) or _is_binary(t):
+        return pa.string()
+    if pa.types.is_decimal(t):
+        # The reader rounds extra digits away; read them all so the (safe) cast reports the loss.
+        return pa.decimal256(76, 76 - (t.precision - t.scale))
+    if pa.types.is_map(t):
+        entry = [("key", _json_read_type(t.key_type)), ("value", _json_read_type(t.item_type))]
+        return pa.list_(pa.struct(entry))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(_json_read_type(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _json_read_type(f.type)) for f in t])
+    return t
+
+
+def _has_map(t: pa.DataType) -> bool:
+    if pa.types.is_map(t):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_map(t.value_type)
+    if pa.types.is_struct(t):
+        return any(_has_map(f.type) for f in t)
+    return False
+
+
+def _has_decimal(t: pa.DataType) -> bool:
+    if pa.types.is_decimal(t):
+        return True
+    if pa.types.is_map(t):
+        return _has_decimal(t.key_type) or _has_decimal(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_decimal(t.value_type)
+    if pa.types.is_struct(t):
+        return any(_has_decimal(f.type) for f in t)
+    return False
+
+
+def _maps_as_entries(value: Any, t: pa.DataType) -> Any:
+    """Rewrite one JSON value for the Arrow reader: maps as [{"key": k, "value": v}] lists, and
+    DECIMAL numbers as their exact text."""
+    if value is None:
+        return None
+    if pa.types.is_decimal(t) and isinstance(value, _JsonNumber):
+        return value.text
+    if pa.types.is_map(t):
+        if isinstance(value, dict):
+            pairs: Iterable[Any] = value.items()
+        elif isinstance(value, list):
+            pairs = [(p["key"], p.get("value")) if isinstance(p, dict) else tuple(p) for p in value]
+        else:
+            return value  # the reader reports the mismatch
+        out = []
+        for pair in pairs:
+            if len(pair) != 2:
+                raise CliError(f"a map entry must be a [key, value] pair, got {list(pair)!r}")
+            k, v = pair
+            if isinstance(k, str) and (pa.types.is_integer(t.key_type) or pa.types.is_floating(t.key_type)):
+                k = _number(k)
+            out.append({"key": _maps_as_entries(k, t.key_type), "value": _maps_as_entries(v, t.item_type)})
+        return out
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and isinstance(value, list):
+        return [_maps_as_entries(x, t.value_type) for x in value]
+    if pa.types.is_struct(t) and isinstance(value, dict):
+        fields = {f.name: f.type for f in t}
+        return {k: _maps_as_entries(v, fields[k]) if k in fields else v for k, v in value.items()}
+    return value
+
+
+def _number(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+class _JsonNumber(float):
+    """A JSON number that remembers its text, so that a DECIMAL gets every digit of it."""
+
+    text: str
+
+
+def _parse_float(text: str) -> float:
+    n = _JsonNumber(text)
+    n.text = text
+    return n
+
+
+def _json_records_to_lines(raw: bytes, targets: dict[str, pa.DataType], name: str) -> bytes:
+    """JSON lines or a JSON array -> JSON lines, with maps rewritten for the Arrow reader."""
+    text = raw.decode("utf-8-sig")
+    records: list[Any]
+    if text.lstrip().startswith("["):
+        try:
+            records = json.loads(text, parse_float=_parse_float)
+        except json.JSONDecodeError as e:
+            raise CliError(f"cannot read {name} as JSON: {e}") from None
+        if not isinstance(records, list):
+            raise CliError(f"cannot read {name} as JSON: expected an array of objects")
+    else:
+        records = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line, parse_float=_parse_float))
+                except json.JSONDecodeError as e:
+                    raise CliError(f"cannot read {name} as JSON lines: line {lineno}: {e}") from None
+    map_columns = {n: t for n, t in targets.items() if _has_map(t) or _has_decimal(t)}
+    lines = []
+    for i, rec in enumerate(records, 1):
+        if not isinstance(rec, dict):
+            raise CliError(f"cannot read {name}: record {i} is not a JSON object")
+        for n, t in map_columns.items():
+            if n in rec:
+                try:
+                    rec[n] = _maps_as_entries(rec[n], t)
+                except CliError as e:
+                    raise CliError(f"{name}: record {i}: column {n!r}: {e}") from None
+        lines.append(json.dumps(rec, ensure_ascii=False))
+    return "\n".join(lines).encode()
+
+
+def _read_json(src: Source, targets: dict[str, pa.DataType], name: str, maybe_array: bool) -> pa.Table:
+    data: Source = src
+    if any(_has_map(t) for t in targets.values()) or (maybe_array and _starts_with_bracket(src)):
+        data = _json_records_to_lines(_raw_bytes(src), targets, name)
+        if not data:
+            return pa.table({})
+    explicit = pa.schema([pa.field(ROW_KIND_COLUMN, pa.string())]
+                         + [pa.field(n, _json_read_type(t)) for n, t in targets.items()
+                            if n != ROW_KIND_COLUMN])
+    parse = pjson.ParseOptions(explicit_schema=explicit, unexpected_field_behavior="infer")
+    try:
+        table = pjson.read_json(_stream(data), parse_options=parse)
+    except pa.ArrowInvalid:
+        # A value of another JSON kind than the column's (e.g. "5" for BIGINT): infer, then convert.
+        table = pjson.read_json(_stream(data))
+    # With the explicit schema, columns absent from the input come back as nulls (a missing NOT NULL
+    # column is then reported as holding nulls).
+    return table
+
+
+def _starts_with_bracket(src: Source) -> bool:
+    if isinstance(src, bytes):
+        head = src[:4096]
+    else:
+        with pa.input_stream(src, compression="detect") as f:
+            head = f.read(4096)
+    return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"[")
+
+
+# -- converting input columns to the table's types ----------------------------------------------
+
+def _is_string(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+def _is_nested(t: pa.DataType) -> bool:
+    return _is_list(t) or pa.types.is_map(t) or pa.types.is_struct(t)
+
+
+def _mask(arr: pa.Array) -> pa.Array | None:
+    return arr.is_null() if arr.null_count else None
+
+
+def _list_parts(arr: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """Zero-based int32 offsets and the matching slice of the values of a list or map array."""
+    offsets = arr.offsets
+    start = offsets[0].as_py() if len(offsets) else 0
+    end = offsets[-1].as_py() if len(offsets) else 0
+    values = arr.values.slice(start, end - start)
+    if start:
+        offsets = pc.subtract(offsets, start)
+    return offsets.cast(pa.int32()), values
+
+
+def coerce_column(col: pa.ChunkedArray | pa.Array, target: pa.DataType,
+                  what: str) -> pa.ChunkedArray | pa.Array:
+    """Convert a column read from CSV or JSON to the table's Arrow type, whole arrays at a time."""
+    if isinstance(col, pa.ChunkedArray):
+        if col.type.equals(target):
+            return col
+        return pa.chunked_array([coerce_column(c, target, what) for c in col.chunks], type=target)
+    try:
+        return _coerce(col, target, what)
+    except _ARROW_ERRORS as e:
+        raise CliError(f"{what}: {e}") from None
+
+
+def _coerce(arr: pa.Array, target: pa.DataType, what: str) -> pa.Array:
+    t = arr.type
+    if t.equals(target):
+        return arr
+    if pa.types.is_null(t):
+        return pa.nulls(len(arr), target)
+    if _is_string(t):
+        if _is_binary(target):
+            return _from_base64(arr, target, what)
+        if pa.types.is_time(target):
+            return _time_from_strings(arr, target)
+        if pa.types.is_timestamp(target) and target.tz is not None:
+            # A value without a zone offset is a UTC wall time.
+            has_offset = pc.match_substring_regex(arr, r"(?:[Zz]|[+-]\d\d(?::?\d\d)?)\s*$")
+            utc = pc.binary_join_element_wise(arr, "Z", "")
+            return pc.if_else(has_offset, arr, utc).cast(target)
+        if _is_nested(target):
+            return _from_json_texts(arr, target, what)
+        return arr.cast(target)
+    if pa.types.is_map(target) and (pa.types.is_list(t) or pa.types.is_large_list(t)) \
+            and pa.types.is_struct(t.value_type):
+        offsets, entries = _list_parts(arr)
+        children = dict(zip([f.name for f in t.value_type], entries.flatten(), strict=True))
+        if set(children) != {"key", "value"}:
+            raise CliError(f"{what}: a map entry needs exactly 'key' and 'value', got {sorted(children)}")
+        keys = _coerce(children["key"], target.key_type, what)
+        if keys.null_count:
+            raise CliError(f"{what}: a map key is null")
+        items = _coerce(children["value"], target.item_type, what)
+        return pa.MapArray.from_arrays(offsets, keys, items, type=target, mask=_mask(arr))
+    if _is_list(target) and _is_list(t):
+        offsets, values = _list_parts(arr)
+        values = _coerce(values, target.value_type, what)
+        result = pa.ListArray.from_arrays(offsets, values, type=pa.list_(target.value_field), mask=_mask(arr))
+        return result if result.type.equals(target) else result.cast(target)
+    if pa.types.is_struct(target) and pa.types.is_struct(t):
+        have = dict(zip([f.name for f in t], arr.flatten(), strict=True))
+        unknown = sorted(set(have) - {f.name for f in target})
+        if unknown:
+            raise CliError(f"{what}: unknown field(s) {unknown}; the ROW has {[f.name for f in target]}")
+        fields = [_coerce(have[f.name], f.type, f"{what}.{f.name}") if f.name in have
+                  else pa.nulls(len(arr), f.type) for f in target]
+        return pa.StructArray.from_arrays(fields, fields=list(target), mask=_mask(arr))
+    return arr.cast(target)
+
+
+def _from_base64(arr: pa.Array, target: pa.DataType, what: str) -> pa.Array:
+    out: list[bytes | None] = []
+    for v in arr.to_pylist():
+        if v is None:
+            out.append(None)
+            continue
+        try:
+            out.append(base64.b64decode(v, validate=True))
+        except (binascii.Error, ValueError):
+            raise CliError(f"{what}: {v[:40]!r} is not base64") from None
+    return pa.array(out, type=target)
+
+
+def _time_from_strings(arr: pa.Array, target: pa.DataType) -> pa.Array:
+    """`12:30:00.5` -> TIME: parse as a timestamp on 1970-01-01, keep the time of day."""
+    ts = pc.binary_join_element_wise("1970-01-01T", arr, "").cast(pa.timestamp("ns"))
+    nanos = ts.cast(pa.int64())
+    per_unit = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}[target.unit]
+    ticks = pc.divide(nanos, per_unit)
+    storage = pa.int32() if pa.types.is_time32(target) else pa.int64()
+    return ticks.cast(storage).view(target)
+
+
+def _from_json_texts(arr: pa.Array, target: pa.DataType, what: str) -> pa.Array:
+    """A column of JSON texts (a nested value in a CSV cell) -> the nested type, via the JSON reader."""
+    if len(arr) == 0:
+        return pa.array([], type=target)
+    texts = pc.replace_substring_regex(pc.fill_null(arr, "null"), r"[\r\n]", " ")
+    wrapped = pc.binary_join_element_wise('{"v":', texts, "}", "")
+    data = "\n".join(wrapped.to_pylist()).encode()
+    try:
+        table = _read_json(data, {"v": target}, what, False)
+    except (CliError, *_ARROW_ERRORS) as e:
+        raise CliError(f"{what}: cells must hold JSON: {e}") from None
+    if table.num_rows != len(arr) or "v" not in table.column_names:
+        raise CliError(f"{what}: cells must hold one JSON value each")
+    col = coerce_column(table.column("v"), target, what)
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def cmd_write(args: argparse.Namespace) -> int:
+    catalog = _catalog(args)
+    if args.files.count("-") > 1:
+        raise UsageError("stdin ('-') can be read only once")
+    formats = [_input_format(f, args.input_format) for f in args.files]
+    for f in args.files:
+        if f != "-" and not os.path.isfile(f):
+            raise CliError(f"{f}: no such file" if not os.path.exists(f) else f"{f}: not a file")
+    table = catalog.get_table(args.table)
+    schema = table.schema
+    # Read and check every input before writing anything.
+    batches: list[pa.Table] = []
+    total = 0
+    for name, fmt in zip(args.files, formats, strict=True):
+        src: Source = _read_stdin() if name == "-" else name
+        label = "<stdin>" if name == "-" else name
+        data = read_input(src, label, fmt, schema)
+        if data.num_rows == 0:
+            continue
+        try:
+            rows, kinds = conform(schema, data)
+        except LakeError as e:
+            raise CliError(f"{label}: {e}") from None
+        batches.append(rows.append_column(ROW_KIND_COLUMN, kinds))
+        total += rows.num_rows
+    nfiles = len(args.files)
+    files_text = f"{nfiles} file{'s' if nfiles != 1 else ''}"
+    if not batches:
+        _out(f"wrote 0 rows from {files_text} to {args.table}: nothing to commit")
+        return 0
+    result = table.write_arrow(batches)
+    if result is None:
+        _out(f"wrote 0 rows from {files_text} to {args.table}: nothing to commit")
+        return 0
+    _out(f"wrote {total} row{'s' if total != 1 else ''} from {files_text} to {args.table} "
+         f"in snapshot {result.snapshot_id}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Output: JSON values, CSV, aligned tables
+# ---------------------------------------------------------------------------------------------
+
+def _json_ready(arr: pa.Array) -> pa.Array:
+    """The array with every value in a form `to_pylist` + `json.dumps` render naturally."""
+    t = arr.type
+    if pa.types.is_decimal(t) or pa.types.is_date(t) or pa.types.is_time(t):
+        return arr.cast(pa.string())
+    if pa.types.is_timestamp(t):
+        return pc.replace_substring(arr.cast(pa.string()), " ", "T", max_replacements=1)
+    if _is_binary(t):
+        return pa.array([None if v is None else base64.b64encode(v).decode("ascii") for v in arr.to_pylist()],
+                        type=pa.string())
+    if pa.types.is_map(t):
+        offsets, entries = _list_parts(arr)
+        keys, items = entries.flatten()
+        ck, ci = _json_ready(keys), _json_ready(items)
+        if ck.type.equals(keys.type) and ci.type.equals(items.type):
+            return arr
+        return pa.MapArray.from_arrays(offsets, ck, ci, mask=_mask(arr))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        offsets, values = _list_parts(arr)
+        cv = _json_ready(values)
+        if cv.type.equals(values.type):
+            return arr
+        return pa.ListArray.from_arrays(offsets, cv, mask=_mask(arr))
+    if pa.types.is_struct(t):
+        children = arr.flatten()
+        converted = [_json_ready(c) for c in children]
+        if all(a.type.equals(b.type) for a, b in zip(children, converted, strict=True)):
+            return arr
+        return pa.StructArray.from_arrays(converted, names=[f.name for f in t], mask=_mask(arr))
+    return arr
+
+
+def _maps_to_json(value: Any, t: pa.DataType) -> Any:
+    """Maps come out of `to_pylist` as lists of (key, value) tuples: objects for string keys."""
+    if value is None:
+        return None
+    if pa.types.is_map(t):
+        if _is_string(t.key_type):
+            return {k: _maps_to_json(v, t.item_type) for k, v in value}
+        return [[_maps_to_json(k, t.key_type), _maps_to_json(v, t.item_type)] for k, v in value]
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return [_maps_to_json(x, t.value_type) for x in value]
+    if pa.types.is_struct(t):
+        return {f.name: _maps_to_json(value[f.name], f.type) for f in t}
+    return value
+
+
+def _non_finite(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    return v
+
+
+def json_values(col: pa.ChunkedArray | pa.Array) -> list[Any]:
+    """The values of a column in their JSON form (see `lake scan --help`)."""
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    t = col.type
+    out: list[Any] = []
+    for chunk in chunks:
+        values = _json_ready(chunk).to_pylist()
+        if _has_map(t):
+            values = [_maps_to_json(v, t) for v in values]
+        if pa.types.is_floating(t) and len(chunk) and pc.any(pc.invert(pc.is_finite(chunk))).as_py():
+            values = [_non_finite(v) for v in values]
+        out.extend(values)
+    return out
+
+
+def json_rows(table: pa.Table) -> Iterator[dict[str, Any]]:
+    names = table.column_names
+    columns = [json_values(c) for c in table.columns]
+    for values in zip(*columns, strict=True):
+        yield dict(zip(names, values, strict=True))
+
+
+def _csv_ready(table: pa.Table) -> pa.Table:
+    """Columns the Arrow CSV writer cannot write (binary, nested) as base64 or JSON text."""
+    columns = []
+    for col in table.columns:
+        if _is_binary(col.type):
+            col = pa.chunked_array([_json_ready(c) for c in col.chunks], type=pa.string())
+        elif _is_nested(col.type):
+            texts = [None if v is None else json.dumps(v, ensure_ascii=False) for v in json_values(col)]
+            col = pa.array(texts, type=pa.string())
+        columns.append(col)
+    return pa.table(columns, names=table.column_names)
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, ensure_ascii=False)
+    return str(v).replace("\r", "\\r").replace("\n", "\\n").replace("\t", "\\t")
+
+
+def _print_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Iterable[int] = (),
+                 out: IO[str] | None = None) -> None:
+    """An aligned text table: a header, a rule, then the rows."""
+    out = out or sys.stdout
+    right = set(right)
+    widths = [len(h) for h in header]
+    for r in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, r, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [c.rjust(w) if i in right else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
+        return "  ".join(parts).rstrip()
+
+    out.write(line(header) + "\n")
+    out.write("  ".join("-" * w for w in widths) + "\n")
+    for r in rows:
+        out.write(line(r) + "\n")
+
+
+def _print_records(records: Sequence[dict[str, Any]], keys: Sequence[str], fmt: str,
+                   numeric: Iterable[str] = ()) -> None:
+    if fmt == "jsonl":
+        for r in records:
+            _out(json.dumps({k: r[k] for k in keys}, ensure_ascii=False))
+        return
+    num = set(numeric)
+    _print_table(keys, [[_cell(r[k]) for k in keys] for r in records],
+                 right=[i for i, k in enumerate(keys) if k in num])
+
+
+# ---------------------------------------------------------------------------------------------
+# scan
+# ---------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _output_file(path: str, binary: bool) -> Iterator[IO[Any]]:
+    """Write to a temporary file next to `path`, renamed over it only when everything succeeded."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".lake-", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise CliError(f"cannot write {path}: {e.strerror or e}") from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        f: IO[Any]
+        f = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")
+        with f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _limited(tables: Iterable[pa.Table], limit: int | None) -> Iterator[pa.Table]:
+    if limit is None:
+        yield from tables
+        return
+    left = limit
+    if left <= 0:
+        return
+    for t in tables:
+        if t.num_rows >= left:
+            yield t.slice(0, left)
+            return
+        left -= t.num_rows
+        yield t
+
+
+def _numeric(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+
+
+def _write_rows(tables: Iterable[pa.Table], schema: pa.Schema, fmt: str, out: IO[Any]) -> int:
+    """Write the row batches in one format; returns the number of rows."""
+    n = 0
+    if fmt == "parquet":
+        with pq.ParquetWriter(out, schema) as writer:
+            for t in tables:
+                writer.write_table(t.cast(schema))
+                n += t.num_rows
+        return n
+    if fmt == "jsonl":
+        for t in tables:
+            for row in json_rows(t):
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += t.num_rows
+        return n
+    if fmt == "csv":
+        first = True
+        for t in tables:
+            buf = io.BytesIO()
+            pcsv.write_csv(_csv_ready(t), buf, write_options=pcsv.WriteOptions(include_header=first))
+            out.write(buf.getvalue().decode("utf-8"))
+            first = False
+            n += t.num_rows
+        if first:  # no rows: just the header
+            buf = io.BytesIO()
+            pcsv.write_csv(_csv_ready(schema.empty_table()), buf)
+            out.write(buf.getvalue().decode("utf-8"))
+        return n
+    # table
+    rows: list[list[str]] = []
+    for t in tables:
+        columns = [json_values(c) for c in t.columns]
+        rows.extend([_cell(v) for v in r] for r in zip(*columns, strict=True))
+    _print_table(schema.names, rows, right=[i for i, f in enumerate(schema) if _numeric(f.type)], out=out)
+    return len(rows)
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    if args.format == "parquet" and not args.output:
+        raise UsageError("--format parquet needs --output FILE")
+    catalog = _catalog(args)
+    table = catalog.get_table(args.table)
+    schema = table.schema
+    projection = None
+    if args.columns is not None:
+        projection = _names(args.columns)
+        if not projection:
+            raise UsageError("--columns needs at least one column name")
+        dup = sorted({c for c in projection if projection.count(c) > 1})
+        if dup:
+            raise UsageError(f"--columns lists {dup} more than once")
+        for c in projection:
+            schema.field(c)  # names an unknown column
+    names = projection if projection is not None else schema.field_names
+    out_schema = pa.schema([schema.arrow_schema.field(n) for n in names])
+    snapshot = table.require_snapshot(args.snapshot) if args.snapshot is not None else table.latest_snapshot()
+    splits = table.new_scan(None, snapshot).plan() if snapshot is not None else []
+    tables = _limited(table.new_read(projection).read_batches(splits), args.limit)
+    if args.output:
+        with _output_file(args.output, binary=args.format == "parquet") as f:
+            _write_rows(tables, out_schema, args.format, f)
+    else:
+        _write_rows(tables, out_schema, args.format, sys.stdout)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# snapshots, files
+# ---------------------------------------------------------------------------------------------
+
+def snapshot_records(table: FileStoreTable) -> list[dict[str, Any]]:
+    return [{k: getattr(s, k) for k in SNAPSHOT_KEYS} for s in table.snapshots.snapshots()]
+
+
+def cmd_snapshots(args: argparse.Namespace) -> int:
+    table = _catalog(args).get_table(args.table)
+    numeric = ("id", "schema_id", "time_millis", "total_record_count", "delta_record_count",
+               "commit_identifier")
+    _print_records(snapshot_records(table), SNAPSHOT_KEYS, args.format, numeric)
+    return 0
+
+
+def file_records(table: FileStoreTable, snapshot_id: int | None = None) -> list[dict[str, Any]]:
+    """The live data files of a snapshot (default: the latest), sorted by partition, bucket, level."""
+    snapshot = table.require_snapshot(snapshot_id) if snapshot_id is not None else table.latest_snapshot()
+    if snapshot is None:
+        return []
+    schema = table.schema
+    keys = list(schema.partition_keys)
+    types = schema.types_of(keys)
+    default_name = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
+    paths: dict[bytes, str] = {}
+    out = []
+    for e in table.manifests.live(snapshot.base_manifest_list, snapshot.delta_manifest_list).values():
+        if e.partition not in paths:
+            values = table.partition_values(e.partition)
+            paths[e.partition] = partition_path(values, keys, types, default_name) if keys else ""
+        f = e.file
+        out.append({"partition": paths[e.partition], "bucket": e.bucket, "file": f.file_name,
+                    "level": f.level, "rows": f.row_count, "min_seq": f.min_sequence_number,
+                    "max_seq": f.max_sequence_number, "size": f.file_size,
+                    "schema_id": f.schema_id, "delete_rows": f.delete_row_count})
+    out.sort(key=lambda r: (r["partition"], r["bucket"], r["level"], r["min_seq"], r["file"]))
+    return out
+
+
+def cmd_files(args: argparse.Namespace) -> int:
+    table = _catalog(args).get_table(args.table)
+    numeric = ("bucket", "level", "rows", "min_seq", "max_seq", "size", "schema_id", "delete_rows")
+    _print_records(file_records(table, args.snapshot), FILE_KEYS, args.format, numeric)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
