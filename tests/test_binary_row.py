@@ -29,7 +29,9 @@ from lsmlake.binary_row import (
 from lsmlake.errors import CorruptMetadataError, InvalidInputError
 from lsmlake.types import DataType
 
-GOLDEN = Path(os.environ.get("LSMLAKE_GOLDEN", "/work/shared/golden/pypaimon-2.1.0")) / "db.db"
+from .golden import GOLDEN_WAREHOUSE
+
+GOLDEN = GOLDEN_WAREHOUSE / "db.db"
 needs_golden = pytest.mark.skipif(not GOLDEN.is_dir(), reason="golden warehouse not available")
 
 INT = DataType(T.INT)

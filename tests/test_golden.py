@@ -28,8 +28,9 @@ from lsmlake.catalog import FileSystemCatalog
 from lsmlake.errors import LakeError
 from lsmlake.table import FileStoreTable
 
-GOLDEN = Path(os.environ.get("LSMLAKE_GOLDEN",
-                             Path(__file__).resolve().parents[2] / "shared" / "golden" / "pypaimon-2.1.0"))
+from .golden import GOLDEN_WAREHOUSE
+
+GOLDEN = GOLDEN_WAREHOUSE
 
 ALL_TABLES = ["alltypes_t", "append_bucket_t", "append_t", "changelog_t", "dv_append_t", "dv_pk_t", "dyn_t",
               "nullpart_t", "overwrite_t", "rowkind_t", "types_t"]

@@ -45,3 +45,7 @@ class CommitStateUnknownError(LakeError):
 
 class CorruptMetadataError(LakeError):
     """A metadata file on disk cannot be parsed."""
+
+
+class InvariantError(LakeError):
+    """Metadata that breaks an invariant of the LSM tree (for example overlapping files in one sorted run)."""
