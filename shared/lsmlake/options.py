@@ -125,6 +125,23 @@ NUM_SORTED_RUN_COMPACTION_TRIGGER = _opt("num-sorted-run.compaction-trigger", _p
                                          "Sorted runs that trigger a compaction.")
 NUM_LEVELS = _opt("num-levels", _parse_int, None, "LSM levels.",
                   "num-sorted-run.compaction-trigger + 1")
+NUM_SORTED_RUN_STOP_TRIGGER = _opt("num-sorted-run.stop-trigger", _parse_int, None,
+                                   "Sorted runs at which writes stall until compaction catches up.",
+                                   "num-sorted-run.compaction-trigger + 3")
+COMPACTION_MAX_SIZE_AMPLIFICATION_PERCENT = _opt(
+    "compaction.max-size-amplification-percent", _parse_int, 200,
+    "Universal compaction: full compaction when newer runs exceed this percentage of the oldest run.")
+COMPACTION_SIZE_RATIO = _opt("compaction.size-ratio", _parse_int, 1,
+                             "Universal compaction: percentage flexibility when comparing run sizes.")
+COMPACTION_OPTIMIZATION_INTERVAL = _opt("compaction.optimization-interval", parse_duration_ms, None,
+                                        "Run a full compaction at least this often (milliseconds; '1 h').")
+FULL_COMPACTION_DELTA_COMMITS = _opt("full-compaction.delta-commits", _parse_int, None,
+                                     "Run a full compaction after this many commits.")
+COMPACTION_MIN_FILE_NUM = _opt("compaction.min.file-num", _parse_int, 5,
+                               "Append tables: small files needed before they are compacted.")
+COMPACTION_MAX_FILE_NUM = _opt("compaction.max.file-num", _parse_int, 50,
+                               "Append tables: small files that force a compaction.")
+WRITE_ONLY = _opt("write-only", _parse_bool, False, "Writers never compact (a dedicated compactor does).")
 WRITE_BUFFER_SIZE = _opt("write-buffer-size", parse_memory, 256 << 20, "Memory of a write buffer.")
 METADATA_STATS_MODE = _opt("metadata.stats-mode", str, "full",
                            "Value statistics in manifests: none or full (lsmlake writes full).")
@@ -181,6 +198,14 @@ class TableOptions:
         if v is not None:
             return v
         return (128 << 20) if primary_key else (256 << 20)
+
+    def stop_trigger(self) -> int:
+        v = self.get(NUM_SORTED_RUN_STOP_TRIGGER)
+        return v if v is not None else self.require(NUM_SORTED_RUN_COMPACTION_TRIGGER) + 3
+
+    def compaction_file_size(self, primary_key: bool) -> int:
+        """Files smaller than this take part in a compaction; bigger ones may move up unchanged."""
+        return self.target_file_size(primary_key) // 10 * 7
 
     def num_levels(self) -> int:
         v = self.get(NUM_LEVELS)

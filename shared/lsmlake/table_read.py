@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import options as opts
-from .data_file_meta import DataFileMeta
 from .data_file_writer import bucket_dir
 from .dedupe import newest_per_key
 from .errors import InvalidInputError
@@ -73,7 +72,8 @@ class TableRead:
                                     + list(schema.trimmed_primary_keys)))
         merge = schema.is_primary_key_table and not split.raw_convertible
         system = [SEQUENCE_NUMBER, VALUE_KIND] if merge else []
-        tables = [self._read_file(f"{directory}/{f.file_name}", f, needed, system) for f in split.files]
+        tables = [read_data_file(self.io, f"{directory}/{f.file_name}", schema, needed, system)
+                  for f in split.files]
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         if merge:
             seq = table.column(SEQUENCE_NUMBER).to_numpy()
@@ -86,30 +86,29 @@ class TableRead:
             table = table.filter(expr)
         return table.select(self.projection)
 
-    def _read_file(self, path: str, meta: DataFileMeta, columns: list[str], system: list[str]) -> pa.Table:
-        with self.io.open_input(path) as f:
-            pf = pq.ParquetFile(f)
-            present = set(pf.schema_arrow.names)
-            want = [c for c in columns + system if c in present]
-            t = pf.read(columns=want)
-        arrays = []
-        fields = []
-        for c in columns:
-            af = self.schema.arrow_schema.field(c)
-            if c in present:
-                col = t.column(c)
-                if not col.type.equals(af.type):
-                    try:
-                        col = col.cast(af.type)
-                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                        raise InvalidInputError(f"file {meta.file_name}: column {c!r} cannot be read as "
-                                                f"{af.type}: {e}") from None
-            else:
-                col = pa.nulls(t.num_rows, af.type)
-            arrays.append(col)
-            fields.append(af.with_nullable(True))
-        for c in system:
-            arrays.append(t.column(c))
-            fields.append(pa.field(c, t.schema.field(c).type))
-        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
+def read_data_file(fio: FileIO, path: str, schema: TableSchema, columns: list[str], system: list[str]) -> pa.Table:
+    """Read table columns (by name, cast to the current schema; absent ones as nulls) plus system columns."""
+    with fio.open_input(path) as f:
+        pf = pq.ParquetFile(f)
+        present = set(pf.schema_arrow.names)
+        t = pf.read(columns=[c for c in columns + system if c in present])
+    arrays = []
+    fields = []
+    for c in columns:
+        af = schema.arrow_schema.field(c)
+        if c in present:
+            col = t.column(c)
+            if not col.type.equals(af.type):
+                try:
+                    col = col.cast(af.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                    raise InvalidInputError(f"file {path}: column {c!r} cannot be read as {af.type}: {e}") from None
+        else:
+            col = pa.nulls(t.num_rows, af.type)
+        arrays.append(col)
+        fields.append(af.with_nullable(True))
+    for c in system:
+        arrays.append(t.column(c))
+        fields.append(pa.field(c, t.schema.field(c).type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))

@@ -1,0 +1,69 @@
+"""Small-file compaction of append-only buckets: neighbouring small files are concatenated in order.
+
+Files are ordered by sequence number (then creation time and name, for writers that record none),
+so the rows of a bucket keep their order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from .. import options as opts
+from ..data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
+from ..data_file_writer import DataFileWriter
+from ..scan import Split
+from ..table_read import read_data_file
+from .unit import CompactResult
+
+if TYPE_CHECKING:
+    from ..table import FileStoreTable
+
+
+def _order(f: DataFileMeta) -> tuple[int, int, int, str]:
+    return (f.min_sequence_number, f.max_sequence_number, f.creation_time_ms or 0, f.file_name)
+
+
+class AppendCompactManager:
+    """Picks and concatenates the small files of one append-only bucket."""
+
+    def __init__(self, table: FileStoreTable, split: Split, bucket_dir: str) -> None:
+        o = table.options
+        self.table = table
+        self.files = sorted(split.files, key=_order)
+        self.bucket_dir = bucket_dir
+        self.target = o.target_file_size(False)
+        self.min_num = o.require(opts.COMPACTION_MIN_FILE_NUM)
+        self.max_num = o.require(opts.COMPACTION_MAX_FILE_NUM)
+
+    def pick(self, full: bool = False) -> list[DataFileMeta]:
+        """A window of consecutive files: full takes all; otherwise enough small files to fill a target."""
+        if full:
+            return self.files if len(self.files) > 1 else []
+        window: list[DataFileMeta] = []
+        size = 0
+        for f in self.files:
+            window.append(f)
+            size += f.file_size
+            if (size >= self.target and len(window) >= self.min_num) or len(window) >= self.max_num:
+                return window
+            if size >= self.target:  # too few files for their size: slide the window on
+                size -= window.pop(0).file_size
+        return []
+
+    def compact(self, full: bool = False) -> CompactResult | None:
+        picked = self.pick(full)
+        if len(picked) < 2:
+            return None
+        schema = self.table.schema
+        tables = [read_data_file(self.table.io, f"{self.bucket_dir}/{f.file_name}", schema, schema.field_names, [])
+                  for f in picked]
+        rows = pa.concat_tables(tables)
+        seq = np.concatenate([np.full(f.row_count, f.min_sequence_number, np.int64) for f in picked])
+        ends = np.cumsum([f.row_count for f in picked]) - 1
+        seq[ends[ends >= 0]] = [f.max_sequence_number for f in picked if f.row_count > 0]
+        after = DataFileWriter(self.table.io, schema).write(self.bucket_dir, rows, seq, None, level=0,
+                                                             file_source=FILE_SOURCE_COMPACT)
+        return CompactResult(before=list(picked), after=after)

@@ -1,0 +1,64 @@
+"""The compaction manager of one bucket: its levels, when to compact, running a unit, stall signals."""
+
+from __future__ import annotations
+
+from ..data_file_meta import DataFileMeta
+from .compact_task import MergeTreeCompactTask
+from .full import EarlyFullCompaction, pick_full_compaction
+from .levels import Levels
+from .rewriter import MergeTreeCompactRewriter
+from .strategy import CompactStrategy
+from .unit import CompactResult, CompactUnit
+
+
+class MergeTreeCompactManager:
+    """Keeps one bucket's LSM tree in shape."""
+
+    def __init__(self, levels: Levels, strategy: CompactStrategy, rewriter: MergeTreeCompactRewriter,
+                 min_file_size: int, stop_trigger: int, early_full: EarlyFullCompaction | None = None) -> None:
+        self.levels = levels
+        self.strategy = strategy
+        self.rewriter = rewriter
+        self.min_file_size = min_file_size
+        self.stop_trigger = stop_trigger
+        self.early_full = early_full or EarlyFullCompaction(None)
+
+    def add_new_file(self, f: DataFileMeta) -> None:
+        self.levels.add_level0_file(f)
+        self.early_full.on_commit()
+
+    def should_wait_for_latest_compaction(self) -> bool:
+        """A writer of this bucket must wait for compaction: too many sorted runs pile up."""
+        return self.levels.number_of_sorted_runs() > self.stop_trigger
+
+    def should_wait_for_preparing_checkpoint(self) -> bool:
+        """Before a commit, wait once the runs exceed the stop trigger by one more."""
+        return self.levels.number_of_sorted_runs() > self.stop_trigger + 1
+
+    def pick(self, full: bool = False) -> CompactUnit | None:
+        """The unit to compact now (None when nothing is due)."""
+        runs = self.levels.level_sorted_runs()
+        n = self.levels.num_levels
+        if full:
+            unit = pick_full_compaction(n, runs)
+            self.early_full.on_full_compaction()
+        else:
+            unit = self.early_full.pick(n, runs) or self.strategy.pick(n, runs)
+        if unit is None or unit.is_noop():
+            return None
+        return unit
+
+    def drop_delete(self, unit: CompactUnit) -> bool:
+        """Deletes may go only when nothing older can exist below the output (see the module docs)."""
+        return unit.output_level != 0 and unit.output_level >= self.levels.non_empty_highest_level()
+
+    def compact(self, full: bool = False) -> CompactResult | None:
+        """Pick, run and apply one compaction; the result still has to be committed."""
+        unit = self.pick(full)
+        if unit is None:
+            return None
+        task = MergeTreeCompactTask(self.levels.keys, self.rewriter, unit, self.levels.max_level,
+                                    self.min_file_size, self.drop_delete(unit))
+        result = task.run()
+        self.levels.update(result.before, result.after)
+        return result

@@ -1,0 +1,66 @@
+"""Rewrites the sections of a compaction unit into new files by a merge on (key, sequence number).
+
+The merge is vectorised: the files of a section are read whole, concatenated and folded to the
+newest row per key in Arrow; sections are disjoint in key range, so their outputs concatenate in
+key order and roll into files at the target size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ..data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
+from ..data_file_writer import DataFileWriter
+from ..dedupe import newest_per_key
+from ..fileio import FileIO
+from ..row_kind import is_retract
+from ..schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
+from ..table_read import read_data_file
+from .sorted_run import SortedRun
+from .unit import CompactResult
+
+
+class MergeTreeCompactRewriter:
+    """Rewrites or upgrades the files of one bucket."""
+
+    def __init__(self, fio: FileIO, schema: TableSchema, bucket_dir: str) -> None:
+        self.io = fio
+        self.schema = schema
+        self.bucket_dir = bucket_dir
+        self.writer = DataFileWriter(fio, schema)
+
+    def read_section(self, runs: Sequence[SortedRun]) -> pa.Table:
+        """All rows of a section's files with their sequence numbers and kinds."""
+        tables = [read_data_file(self.io, f"{self.bucket_dir}/{f.file_name}", self.schema,
+                                 self.schema.field_names, [SEQUENCE_NUMBER, VALUE_KIND])
+                  for r in runs for f in r.files]
+        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+    def merge(self, rows: pa.Table, drop_delete: bool) -> pa.Table:
+        """The newest row of every key, in key order; retractions dropped when `drop_delete`."""
+        keys = [rows.column(k) for k in self.schema.trimmed_primary_keys]
+        keep = newest_per_key(keys, rows.column(SEQUENCE_NUMBER).to_numpy())
+        if drop_delete:
+            kinds = rows.column(VALUE_KIND).to_numpy()[keep]
+            keep = keep[~is_retract(kinds)]
+        return rows.take(pa.array(keep, pa.int64()))
+
+    def rewrite(self, output_level: int, drop_delete: bool, sections: Sequence[Sequence[SortedRun]]) -> CompactResult:
+        before = [f for section in sections for r in section for f in r.files]
+        if not before:
+            return CompactResult()
+        merged = [self.merge(self.read_section(section), drop_delete) for section in sections]
+        rows = pa.concat_tables(merged) if len(merged) > 1 else merged[0]
+        seq = rows.column(SEQUENCE_NUMBER).to_numpy()
+        kinds = rows.column(VALUE_KIND).to_numpy().astype(np.int8)
+        after = self.writer.write(self.bucket_dir, rows.select(self.schema.field_names), seq, kinds,
+                                  level=output_level, file_source=FILE_SOURCE_COMPACT)
+        return CompactResult(before=before, after=after)
+
+    @staticmethod
+    def upgrade(output_level: int, f: DataFileMeta) -> CompactResult:
+        """Move a file to another level without rewriting it."""
+        return CompactResult(before=[f], after=[f.upgrade(output_level)])

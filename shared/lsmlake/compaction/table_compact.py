@@ -1,0 +1,138 @@
+"""Compacting a table: restore each bucket's levels from a snapshot, compact, commit one COMPACT snapshot.
+
+Merge and commit are separate steps: `compact_buckets` returns file changes, `commit_compaction`
+turns them into a snapshot whose conflict check fails cleanly if an input file is gone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import features
+from .. import options as opts
+from ..commit import CommitResult
+from ..data_file_writer import bucket_dir
+from ..errors import CommitStateUnknownError
+from ..partition import partition_path
+from ..predicate import Predicate
+from ..scan import Split
+from ..snapshot import COMPACT
+from ..table import FileStoreTable
+from ..table_write import CommitMessage
+from .append_compaction import AppendCompactManager
+from .compact_manager import MergeTreeCompactManager
+from .file_keys import FileKeys
+from .full import EarlyFullCompaction
+from .levels import Levels
+from .rewriter import MergeTreeCompactRewriter
+from .strategy import strategy_from_options
+
+
+@dataclass
+class TableCompactResult:
+    """What a table compaction did: the snapshot (None when nothing was due) and per-bucket changes."""
+
+    snapshot_id: int | None = None
+    messages: list[CommitMessage] = field(default_factory=list)
+
+    @property
+    def files_before(self) -> int:
+        return sum(len(m.deleted_files) for m in self.messages)
+
+    @property
+    def files_after(self) -> int:
+        return sum(len(m.new_files) for m in self.messages)
+
+
+def split_dir(table: FileStoreTable, split: Split) -> str:
+    schema = table.schema
+    default = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
+    ppath = partition_path(list(split.partition_values), list(schema.partition_keys),
+                           schema.types_of(schema.partition_keys), default)
+    return bucket_dir(table.path, ppath, split.bucket)
+
+
+def restore_levels(table: FileStoreTable, split: Split) -> Levels:
+    """The levels of a bucket as a snapshot left them."""
+    keys = FileKeys(table.schema.types_of(table.schema.trimmed_primary_keys))
+    return Levels(keys, split.files, table.options.num_levels())
+
+
+def merge_tree_manager(table: FileStoreTable, split: Split,
+                       clock: Callable[[], float] = time.monotonic) -> MergeTreeCompactManager:
+    """The compaction manager of a primary-key bucket, restored from a split."""
+    o = table.options
+    return MergeTreeCompactManager(
+        restore_levels(table, split), strategy_from_options(o, clock),
+        MergeTreeCompactRewriter(table.io, table.schema, split_dir(table, split)),
+        min_file_size=o.compaction_file_size(True), stop_trigger=o.stop_trigger(),
+        early_full=EarlyFullCompaction(o.get(opts.FULL_COMPACTION_DELTA_COMMITS)))
+
+
+def compact_split(table: FileStoreTable, split: Split, full: bool = False) -> CommitMessage | None:
+    """Compact one bucket (one unit); None when nothing is due."""
+    if table.schema.is_primary_key_table:
+        result = merge_tree_manager(table, split).compact(full)
+    else:
+        result = AppendCompactManager(table, split, split_dir(table, split)).compact(full)
+    if result is None or result.is_empty():
+        return None
+    return CommitMessage(split.partition, split.bucket, split.total_buckets,
+                         new_files=list(result.after), deleted_files=list(result.before))
+
+
+def compact_buckets(table: FileStoreTable, full: bool = False,
+                    partition: Predicate | Mapping[str, Any] | Sequence[Any] | None = None,
+                    snapshot_id: int | None = None) -> tuple[int | None, list[CommitMessage]]:
+    """Run the due compaction of every bucket (of the matching partitions); nothing is committed."""
+    features.check(table.schema, table.identifier, for_write=True)
+    snapshot = table.snapshot(snapshot_id)
+    if snapshot is None:
+        return None, []
+    messages = []
+    for split in table.new_scan(partition, snapshot).plan():
+        msg = compact_split(table, split, full)
+        if msg is not None:
+            messages.append(msg)
+    return snapshot.id, messages
+
+
+def written_files(table: FileStoreTable, messages: Sequence[CommitMessage]) -> list[str]:
+    """Paths of the files compaction wrote (not the upgraded ones, which existed before)."""
+    paths = []
+    for m in messages:
+        old = {f.file_name for f in m.deleted_files}
+        split = Split(m.partition, tuple(table.partition_values(m.partition)), m.bucket, m.total_buckets, (), 0)
+        directory = split_dir(table, split)
+        paths.extend(f"{directory}/{f.file_name}" for f in m.new_files if f.file_name not in old)
+    return paths
+
+
+def commit_compaction(table: FileStoreTable, messages: Sequence[CommitMessage],
+                      commit_user: str | None = None, identifier: int | None = None,
+                      properties: dict[str, str] | None = None) -> CommitResult:
+    """Commit compaction changes as one COMPACT snapshot; on a definite failure its new files are deleted."""
+    commit = table.new_commit(commit_user)
+    try:
+        if identifier is None:
+            return commit.commit(messages, kind=COMPACT, properties=properties)
+        return commit.commit(messages, kind=COMPACT, identifier=identifier, properties=properties)
+    except CommitStateUnknownError:
+        raise
+    except BaseException:
+        for p in written_files(table, messages):
+            table.io.delete_quietly(p)
+        raise
+
+
+def compact_table(table: FileStoreTable, full: bool = False,
+                  partition: Predicate | Mapping[str, Any] | Sequence[Any] | None = None) -> TableCompactResult:
+    """Compact every bucket that is due (or all, with `full`) and commit the result."""
+    _, messages = compact_buckets(table, full, partition)
+    if not messages:
+        return TableCompactResult()
+    result = commit_compaction(table, messages)
+    return TableCompactResult(result.snapshot_id, messages)
