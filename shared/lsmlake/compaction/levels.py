@@ -63,8 +63,7 @@ class Levels:
         return out
 
     def all_files(self) -> list[DataFileMeta]:
-        return [r.files[0] for r in self.level_sorted_runs() if r.level == 0] + \
-            [f for r in self.runs[1:] for f in r.files]
+        return list(self.level0) + [f for r in self.runs[1:] for f in r.files]
 
     def total_size(self) -> int:
         return sum(f.file_size for f in self.all_files())
