@@ -5,6 +5,8 @@
     lake --warehouse DIR scan DB.TABLE [--snapshot N] [--format jsonl|csv|parquet|table] ...
     lake --warehouse DIR snapshots DB.TABLE
     lake --warehouse DIR files DB.TABLE
+    lake --warehouse DIR compact DB.TABLE [--full] [--partition KEY=VALUE ...]
+    lake --warehouse DIR levels DB.TABLE [--snapshot N] [--format table|jsonl]
 
 Errors go to stderr as `lake: error: <message>`; the exit code is 2 for bad usage and 1 for any
 other error. Values travel through Arrow column by column: CSV and JSON input are parsed with the
@@ -81,6 +83,9 @@ examples:
   lake scan shop.orders --snapshot 3 --format parquet --output orders-v3.parquet
   lake snapshots shop.orders --format table
   lake files shop.orders --format table
+  lake levels shop.orders                                 # the LSM levels of every bucket
+  lake compact shop.orders --partition dt=2024-01-31
+  lake compact shop.orders --full
 
 The warehouse is a local folder (or an object-store URI) given by --warehouse or $LAKE_WAREHOUSE.
 Exit status: 0 on success, 1 on an error (message on stderr), 2 on bad usage.
@@ -205,6 +210,45 @@ Each live data file of the snapshot (default: the latest) is one object with:
              as Paimon names the folder); "" for an unpartitioned table
   bucket, file (the data file name), level, rows, min_seq, max_seq (sequence number range),
   size (bytes), schema_id, delete_rows (retract rows in the file, when recorded).
+"""
+
+_COMPACT_EPILOG = """\
+examples:
+  lake compact shop.orders                                # what the compaction strategy says is due
+  lake compact shop.orders --full                         # every bucket into one sorted run
+  lake compact shop.orders --partition dt=2024-01-31
+  lake compact shop.orders --partition dt=2024-01-31 --partition h=3 --full
+
+Each bucket (of the matching partitions) is compacted once, and all changes are committed as ONE
+COMPACT snapshot; the rows a scan returns do not change. Primary-key tables merge sorted runs as the
+universal strategy picks them (options num-sorted-run.compaction-trigger, compaction.size-ratio,
+compaction.max-size-amplification-percent); --full merges everything onto the highest level and
+drops deleted rows. Append tables concatenate small files (compaction.min.file-num, --full: all).
+--partition KEY=VALUE (repeatable, for different partition columns) restricts the compaction to the
+partitions whose columns equal the values; a value is parsed with the column's type (a DATE as
+2024-01-31), and the table's partition.default-name (__DEFAULT_PARTITION__) means null.
+Prints: compacted DB.TABLE in snapshot S: F files -> G files (files rewritten or moved, and their
+replacements), or: nothing to compact in DB.TABLE.
+"""
+
+_LEVELS_EPILOG = """\
+examples:
+  lake levels shop.orders
+  lake levels shop.orders --snapshot 3
+  lake levels shop.orders --format jsonl | jq 'select(.level == 0)'
+
+For every (partition, bucket) a header, then one line per non-empty level, e.g.
+  dt=2024-01-31 bucket 0: 3 sorted runs, highest level 5 (max 5), 12.3 MB
+    L0  run 1: data-1f0c....parquet  1.2 MB  10,000 rows  keys [1 .. 9999]   seq 201-300
+        run 2: data-77ab....parquet  1.1 MB   9,000 rows  keys [5 .. 20000]  seq 101-200
+    L5  run 3: data-0d3e....parquet  10.0 MB 90,000 rows  keys [1 .. 90000]  seq 0-100
+Level 0 holds one sorted run per file, newest first; every higher level holds one sorted run whose
+files are listed in key order. Runs are numbered newest first, as compaction sees them. A bucket
+with more sorted runs than num-sorted-run.stop-trigger is marked STALL: writers would wait for
+compaction there (run `lake compact`).
+jsonl prints one object per file: partition (as in `lake files`), bucket, level, run, file, size
+(bytes), rows, min_key, max_key (lists of the primary key values, partition keys left out; empty for
+append tables), min_seq, max_seq.
 """
 
 
@@ -338,6 +382,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="files of snapshot N (default: the latest)")
     p.add_argument("--format", choices=("jsonl", "table"), default="jsonl", help="default: jsonl")
     p.set_defaults(func=cmd_files)
+
+    p = sub(commands, "compact", "compact the data files of a table into one COMPACT snapshot", _COMPACT_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--full", action="store_true",
+                   help="full compaction: every bucket into one sorted run on the highest level")
+    p.add_argument("--partition", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                   help="compact only the partitions where column KEY equals VALUE (repeatable)")
+    p.set_defaults(func=cmd_compact)
+
+    p = sub(commands, "levels", "show the LSM levels and sorted runs of every bucket", _LEVELS_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--snapshot", type=_non_negative, metavar="N",
+                   help="levels of snapshot N (default: the latest)")
+    p.add_argument("--format", choices=("table", "jsonl"), default="table",
+                   help="table: a text picture per bucket (default); jsonl: one object per file")
+    p.set_defaults(func=cmd_levels)
     return parser
 
 

@@ -158,3 +158,77 @@ def test_append_table_small_file_compaction_keeps_row_order(tmp_path) -> None:
     pp = CatalogFactory.create({"warehouse": str(tmp_path / "wh")}).get_table("db.a")
     rb = pp.new_read_builder()
     assert rb.new_read().to_arrow(rb.new_scan().plan().splits()).column("i").to_pylist() == before
+
+
+def _pypaimon_rows(warehouse: str, identifier: str) -> dict:
+    from pypaimon import CatalogFactory
+
+    rb = CatalogFactory.create({"warehouse": warehouse}).get_table(identifier).new_read_builder()
+    return _rows(rb.new_read().to_arrow(rb.new_scan().plan().splits()))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(step, min_size=2, max_size=8))
+def test_pypaimon_agrees_after_random_compactions(tmp_path, steps) -> None:
+    t = _pk_table(tmp_path, 2)
+    warehouse = t.path.rsplit("/db.db", 1)[0]
+    model: dict = {}
+    for kind, batch in steps:
+        if kind == "write":
+            _write(t, batch)
+            _apply(model, batch)
+        else:
+            compact_table(t, full=kind == "full")
+    if t.latest_snapshot() is not None:
+        assert _rows(t.to_arrow()) == model == _pypaimon_rows(warehouse, "db.t")
+
+
+def test_compacting_a_table_pypaimon_wrote(tmp_path) -> None:
+    from pypaimon import CatalogFactory, Schema
+
+    warehouse = str(tmp_path / "wh")
+    cat = CatalogFactory.create({"warehouse": warehouse})
+    cat.create_database("db", True)
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("p", pa.string(), nullable=False),
+                        ("v", pa.string()), ("rk", pa.string())])
+    cat.create_table("db.t", Schema.from_pyarrow_schema(schema, partition_keys=["p"], primary_keys=["k", "p"],
+                                                         options={"bucket": "2", "rowkind.field": "rk"}), True)
+    pt = cat.get_table("db.t")
+    model: dict = {}
+    for i in range(4):
+        rows = [(k, "xy"[k % 2], f"v{i}-{k}", "-D" if (k + i) % 7 == 0 and i else "+I") for k in range(30)]
+        wb = pt.new_batch_write_builder()
+        w, c = wb.new_write(), wb.new_commit()
+        w.write_arrow(pa.table({"k": pa.array([r[0] for r in rows], pa.int64()), "p": [r[1] for r in rows],
+                                "v": [r[2] for r in rows], "rk": [r[3] for r in rows]}, schema=schema))
+        c.commit(w.prepare_commit())
+        w.close()
+        c.close()
+        for k, p, v, rk in rows:
+            if rk == "-D":
+                model.pop((k, p), None)
+            else:
+                model[(k, p)] = v
+    t = FileSystemCatalog(warehouse).get_table("db.t")
+
+    def ours():
+        return {(r["k"], r["p"]): r["v"] for r in t.to_arrow().to_pylist()}
+
+    def theirs():
+        from pypaimon import CatalogFactory as CF
+
+        rb = CF.create({"warehouse": warehouse}).get_table("db.t").new_read_builder()
+        return {(r["k"], r["p"]): r["v"] for r in rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist()}
+
+    assert ours() == model
+    res = compact_table(t, full=True)
+    assert res.snapshot_id is not None
+    assert ours() == model == theirs()
+    # pypaimon keeps writing on top of lsmlake's compaction, and lsmlake reads it
+    wb = pt.new_batch_write_builder()
+    w, c = wb.new_write(), wb.new_commit()
+    w.write_arrow(pa.table({"k": pa.array([1, 2], pa.int64()), "p": ["y", "x"], "v": ["new1", "new2"],
+                            "rk": ["+U", "+U"]}, schema=schema))
+    c.commit(w.prepare_commit())
+    model[(1, "y")], model[(2, "x")] = "new1", "new2"
+    assert ours() == model == theirs()
