@@ -105,10 +105,13 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--version"]) == 0
     assert "lsmlake" in capsys.readouterr().out
     for args in ([], ["table"], ["table", "create"], ["table", "list"], ["table", "describe"],
-                 ["table", "drop"], ["write"], ["scan"], ["snapshots"], ["files"]):
+                 ["table", "drop"], ["write"], ["scan"], ["snapshots"], ["files"], ["compact"], ["levels"]):
         assert cli.main([*args, "--help"]) == 0
         out = capsys.readouterr().out
         assert "usage: lake" in out and "examples:" in out, args
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "lake compact " in out and "lake levels " in out
     assert cli.main(["files", "--help"]) == 0
     assert "k=v" in capsys.readouterr().out.replace("key=value", "k=v")
 
@@ -393,6 +396,165 @@ def test_decimals_are_exact(lake: Lake, tmp_path: Path) -> None:
             assert column in lake.fails("write", name, write_text(tmp_path / "bad.jsonl", bad + "\n"))
         assert "'v'" in lake.fails("write", name, write_text(tmp_path / "bad.csv", "id,v\n2,0.001\n"))
         assert lake.snapshot_ids(name) == [1]
+
+
+# ---------------------------------------------------------------------------------------------
+# compact + levels
+# ---------------------------------------------------------------------------------------------
+
+KV_OPTIONS = ("--option", "bucket=1", "--option", "num-sorted-run.compaction-trigger=2",
+              "--option", "num-sorted-run.stop-trigger=2")
+
+
+def write_rows(lake: Lake, tmp_path: Path, name: str, header: str, rows: list[str]) -> str:
+    """Write CSV rows through `lake write`; returns its output."""
+    n = len(list(tmp_path.glob("batch-*.csv")))
+    return lake.ok("write", name, write_text(tmp_path / f"batch-{n}.csv", "\n".join([header, *rows]) + "\n"))
+
+
+def scan_sorted(lake: Lake, name: str) -> list[dict]:
+    return sorted(lake.jsonl("scan", name), key=lambda r: json.dumps(r, sort_keys=True))
+
+
+def test_compact_and_levels(lake: Lake, tmp_path: Path) -> None:
+    lake.ok("table", "create", "db.kv", "--schema", "id BIGINT NOT NULL, v STRING", "--primary-key", "id",
+            *KV_OPTIONS)
+    assert lake.ok("levels", "db.kv") == "no data files\n"
+    assert lake.ok("levels", "db.kv", "--format", "jsonl") == ""
+    assert lake.ok("compact", "db.kv") == "nothing to compact in db.kv\n"
+    assert lake.snapshot_ids("db.kv") == []
+
+    # one big batch, then two small ones overlapping it in key range (updates and a delete)
+    write_rows(lake, tmp_path, "db.kv", "id,v", [f"{i},{'x' * 40}{i}" for i in range(3000)])
+    write_rows(lake, tmp_path, "db.kv", "_row_kind,id,v", ["+I,5,five", "-D,7,", "+I,5000,new"])
+    write_rows(lake, tmp_path, "db.kv", "id,v", ["6,six", "2999,last", "6000,newer"])
+
+    files = lake.jsonl("levels", "db.kv", "--format", "jsonl")
+    assert [(f["level"], f["run"]) for f in files] == [(0, 1), (0, 2), (0, 3)]
+    assert list(files[0]) == ["partition", "bucket", "level", "run", "file", "size", "rows", "min_key",
+                              "max_key", "min_seq", "max_seq"]
+    seqs = [f["min_seq"] for f in files]
+    assert seqs == sorted(seqs, reverse=True)  # newest first
+    assert (files[0]["min_key"], files[0]["max_key"], files[0]["rows"]) == ([6], [6000], 3)
+    assert (files[2]["min_key"], files[2]["max_key"], files[2]["rows"]) == ([0], [2999], 3000)
+    assert files[0]["partition"] == "" and files[0]["bucket"] == 0
+    assert {f["file"] for f in files} == {f["file"] for f in lake.jsonl("files", "db.kv")}
+    text = lake.ok("levels", "db.kv").splitlines()
+    assert text[0].startswith("bucket 0: 3 sorted runs, highest level 0 (max 2), ")
+    assert "STALL" in text[1] and "stop trigger 2" in text[1]
+    assert text[2].startswith("  L0  run 1: " + files[0]["file"])
+    assert "3 rows" in text[2] and "keys [6 .. 6000]" in text[2] and "3,000 rows" in text[4]
+    assert text[3].startswith("      run 2: ") and text[4].startswith("      run 3: ")
+    assert len({line.index("seq ") for line in text[2:]}) == 1  # aligned
+    before = scan_sorted(lake, "db.kv")
+    assert len(before) == 3001  # 3000 + 5000 + 6000 - 7
+
+    # a normal compaction: everything on level 0 goes up to the max level
+    out = lake.ok("compact", "db.kv")
+    assert out.startswith("compacted db.kv in snapshot 4: 3 files -> ") and out.endswith(" in 1 bucket\n")
+    snaps = lake.jsonl("snapshots", "db.kv")
+    assert [s["commit_kind"] for s in snaps] == ["APPEND", "APPEND", "APPEND", "COMPACT"]
+    assert snaps[-1]["total_record_count"] == len(before)  # the delete is gone on the max level
+    assert scan_sorted(lake, "db.kv") == before
+    assert {f["level"] for f in lake.jsonl("levels", "db.kv", "--format", "jsonl")} == {2}
+
+    # small batches again: the strategy merges them onto level 1, above the big run
+    write_rows(lake, tmp_path, "db.kv", "id,v", ["1,one", "10,ten"])
+    write_rows(lake, tmp_path, "db.kv", "_row_kind,id,v", ["-D,1,", "+I,20,twenty"])
+    before = scan_sorted(lake, "db.kv")
+    out = lake.ok("compact", "db.kv")
+    assert "in snapshot 7: 2 files -> 1 file in 1 bucket" in out
+    files = lake.jsonl("levels", "db.kv", "--format", "jsonl")
+    assert [(f["level"], f["run"]) for f in files] == [(1, 1), (2, 2)]
+    assert (files[0]["min_key"], files[0]["max_key"]) == ([1], [20])
+    text = lake.ok("levels", "db.kv")
+    assert "2 sorted runs, highest level 2 (max 2)" in text and "STALL" not in text
+    assert "\n  L1  run 1: " in text and "\n  L2  run 2: " in text
+    assert scan_sorted(lake, "db.kv") == before
+
+    # a full compaction: one sorted run on the max level, rows unchanged; then nothing is left to do
+    out = lake.ok("compact", "db.kv", "--full")
+    assert out == "compacted db.kv in snapshot 8: 2 files -> 1 file in 1 bucket\n"
+    assert scan_sorted(lake, "db.kv") == before
+    files = lake.jsonl("levels", "db.kv", "--format", "jsonl")
+    assert [(f["level"], f["run"]) for f in files] == [(2, 1)] and files[0]["rows"] == len(before)
+    assert lake.ok("levels", "db.kv").startswith("bucket 0: 1 sorted run, highest level 2 (max 2), ")
+    assert lake.ok("compact", "db.kv", "--full") == "nothing to compact in db.kv\n"
+    kinds = [s["commit_kind"] for s in lake.jsonl("snapshots", "db.kv")]
+    assert kinds == ["APPEND"] * 3 + ["COMPACT"] + ["APPEND"] * 2 + ["COMPACT"] * 2
+
+    # time travel: the levels of an old snapshot
+    old = lake.jsonl("levels", "db.kv", "--snapshot", "2", "--format", "jsonl")
+    assert [(f["level"], f["run"]) for f in old] == [(0, 1), (0, 2)]
+    assert "snapshot 99" in lake.fails("levels", "db.kv", "--snapshot", "99")
+    assert "does not exist" in lake.fails("levels", "db.zzz")
+    assert "does not exist" in lake.fails("compact", "db.zzz")
+    assert "invalid choice" in lake.fails("levels", "db.kv", "--format", "csv", code=2)
+
+
+def test_compact_one_partition(lake: Lake, tmp_path: Path) -> None:
+    lake.ok("table", "create", "db.p", "--schema", "id BIGINT NOT NULL, day DATE NOT NULL, v STRING",
+            "--primary-key", "id,day", "--partition-key", "day", *KV_OPTIONS)
+    for n in range(3):
+        write_rows(lake, tmp_path, "db.p", "id,day,v",
+                   [f"{i},2024-01-0{1 + i % 2},v{n}" for i in range(n, 40 + n)])
+    before = scan_sorted(lake, "db.p")
+    files = lake.jsonl("files", "db.p")
+    text = lake.ok("levels", "db.p")
+    assert "day=2024-01-01 bucket 0: 3 sorted runs" in text
+    assert "day=2024-01-02 bucket 0: 3 sorted runs" in text
+    assert {f["partition"] for f in lake.jsonl("levels", "db.p", "--format", "jsonl")} == {
+        "day=2024-01-01", "day=2024-01-02"}
+
+    # errors: an unknown column, a value that is no DATE, a column twice: no new snapshot
+    err = lake.fails("compact", "db.p", "--partition", "dt=2024-01-02")
+    assert "'dt' is not a partition column" in err and "day" in err
+    assert "DATE" in lake.fails("compact", "db.p", "--partition", "day=2024-13-45")
+    assert "more than once" in lake.fails("compact", "db.p", "--partition", "day=2024-01-01",
+                                          "--partition", "day=2024-01-02", code=2)
+    assert "KEY=VALUE" in lake.fails("compact", "db.p", "--partition", "day", code=2)
+    assert lake.snapshot_ids("db.p") == [1, 2, 3]
+    # a partition without files
+    assert lake.ok("compact", "db.p", "--partition", "day=2030-01-01") == "nothing to compact in db.p\n"
+    assert lake.snapshot_ids("db.p") == [1, 2, 3]
+
+    out = lake.ok("compact", "db.p", "--partition", "day=2024-01-02")
+    assert out == "compacted db.p in snapshot 4: 3 files -> 1 file in 1 bucket\n"
+    # `lake files` names the partition folders, with a DATE as its day number
+    day1, day2 = "day=19723", "day=19724"
+    assert {f["partition"] for f in files} == {day1, day2}
+    after = lake.jsonl("files", "db.p")
+    assert [f for f in after if f["partition"] == day1] == [f for f in files if f["partition"] == day1]
+    assert [f["level"] for f in after if f["partition"] == day2] == [2]
+    levels = lake.jsonl("levels", "db.p", "--format", "jsonl")
+    assert [f["level"] for f in levels if f["partition"] == "day=2024-01-01"] == [0, 0, 0]
+    assert [f["level"] for f in levels if f["partition"] == "day=2024-01-02"] == [2]
+    assert scan_sorted(lake, "db.p") == before
+
+    # an unpartitioned table takes no --partition
+    lake.ok("table", "create", "db.u", "--schema", "id INT NOT NULL", "--primary-key", "id", *KV_OPTIONS)
+    write_rows(lake, tmp_path, "db.u", "id", ["1"])
+    assert "not partitioned" in lake.fails("compact", "db.u", "--partition", "id=1")
+    assert lake.snapshot_ids("db.u") == [1]
+
+
+def test_compact_append_table(lake: Lake, tmp_path: Path) -> None:
+    lake.ok("table", "create", "logs.events", "--schema", "ts BIGINT, msg STRING")
+    for n in range(3):
+        write_rows(lake, tmp_path, "logs.events", "ts,msg", [f"{n},m{n}", f"{n + 10},m{n + 10}"])
+    before = lake.jsonl("scan", "logs.events")
+    text = lake.ok("levels", "logs.events")
+    assert text.startswith("bucket 0: 3 files, highest level 0")
+    assert "keys" not in text and "STALL" not in text
+    files = lake.jsonl("levels", "logs.events", "--format", "jsonl")
+    assert len(files) == 3 and all(f["min_key"] == [] and f["level"] == 0 for f in files)
+    # three small files are fewer than compaction.min.file-num (5): nothing is due, but --full merges them
+    assert lake.ok("compact", "logs.events") == "nothing to compact in logs.events\n"
+    out = lake.ok("compact", "logs.events", "--full")
+    assert out == "compacted logs.events in snapshot 4: 3 files -> 1 file in 1 bucket\n"
+    assert lake.jsonl("snapshots", "logs.events")[-1]["commit_kind"] == "COMPACT"
+    assert lake.jsonl("scan", "logs.events") == before  # the same rows, in the same order
+    assert [f["rows"] for f in lake.jsonl("levels", "logs.events", "--format", "jsonl")] == [6]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,13 +37,15 @@ import pyarrow.parquet as pq
 
 from . import options as opts
 from .catalog import FileSystemCatalog, split_identifier
+from .compaction.levels import Levels
+from .compaction.table_compact import compact_table, restore_levels
 from .errors import CommitStateUnknownError, LakeError, NotFoundError
 from .input_rows import conform
 from .partition import partition_path
 from .row_kind import ROW_KIND_COLUMN
 from .schema import TableSchema, new_table_schema
 from .table import FileStoreTable
-from .types import parse_schema_fields, to_arrow_type
+from .types import AnyType, parse_schema_fields, to_arrow_type
 
 PROG = "lake"
 ENV_WAREHOUSE = "LAKE_WAREHOUSE"
@@ -53,6 +55,8 @@ SNAPSHOT_KEYS = ("id", "schema_id", "commit_kind", "time_millis", "total_record_
                  "delta_record_count", "commit_user", "commit_identifier")
 FILE_KEYS = ("partition", "bucket", "file", "level", "rows", "min_seq", "max_seq", "size", "schema_id",
              "delete_rows")
+LEVEL_KEYS = ("partition", "bucket", "level", "run", "file", "size", "rows", "min_key", "max_key", "min_seq",
+              "max_seq")
 
 CSV_NULL_VALUES = ["", "NULL", "null"]
 _COMPRESSION_SUFFIXES = (".gz", ".bz2", ".zst", ".lz4")
@@ -237,18 +241,21 @@ examples:
   lake levels shop.orders --snapshot 3
   lake levels shop.orders --format jsonl | jq 'select(.level == 0)'
 
-For every (partition, bucket) a header, then one line per non-empty level, e.g.
-  dt=2024-01-31 bucket 0: 3 sorted runs, highest level 5 (max 5), 12.3 MB
-    L0  run 1: data-1f0c....parquet  1.2 MB  10,000 rows  keys [1 .. 9999]   seq 201-300
-        run 2: data-77ab....parquet  1.1 MB   9,000 rows  keys [5 .. 20000]  seq 101-200
-    L5  run 3: data-0d3e....parquet  10.0 MB 90,000 rows  keys [1 .. 90000]  seq 0-100
+For every (partition, bucket) a header, then the files of each non-empty level, e.g.
+  dt=2024-01-31 bucket 0: 3 sorted runs, highest level 5 (max 5), 12.5 MB
+    L0  run 1: data-1f0c...-0.parquet   1.2 MB  10,000 rows  keys [1 .. 9999]       seq 201-300
+        run 2: data-77ab...-0.parquet   1.1 MB   9,000 rows  keys [5 .. 20000]      seq 101-200
+    L5  run 3: data-0d3e...-0.parquet   8.0 MB  72,000 rows  keys [1 .. 72000]      seq 0-100
+               data-5a91...-0.parquet   2.2 MB  18,000 rows  keys [72001 .. 90000]  seq 0-100
 Level 0 holds one sorted run per file, newest first; every higher level holds one sorted run whose
-files are listed in key order. Runs are numbered newest first, as compaction sees them. A bucket
-with more sorted runs than num-sorted-run.stop-trigger is marked STALL: writers would wait for
-compaction there (run `lake compact`).
-jsonl prints one object per file: partition (as in `lake files`), bucket, level, run, file, size
-(bytes), rows, min_key, max_key (lists of the primary key values, partition keys left out; empty for
-append tables), min_seq, max_seq.
+files are listed in key order. Runs are numbered newest first, as compaction sees them. Keys are
+the primary key without the partition keys, a tuple when there are several. A bucket with more
+sorted runs than num-sorted-run.stop-trigger is marked STALL: writers would wait for compaction
+there (run `lake compact`). Append tables have no keys; their files all stay on level 0.
+The partition is key=value/... with values as `lake scan` prints them (the form --partition of
+`lake compact` takes), not the escaped folder name `lake files` shows.
+jsonl prints one object per file: partition, bucket, level, run, file, size (bytes), rows, min_key,
+max_key (lists; empty for append tables), min_seq, max_seq.
 """
 
 
@@ -383,7 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("jsonl", "table"), default="jsonl", help="default: jsonl")
     p.set_defaults(func=cmd_files)
 
-    p = sub(commands, "compact", "compact the data files of a table into one COMPACT snapshot", _COMPACT_EPILOG)
+    p = sub(commands, "compact", "compact the data files of a table into one COMPACT snapshot",
+            _COMPACT_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
     p.add_argument("--full", action="store_true",
                    help="full compaction: every bucket into one sorted run on the highest level")
@@ -1288,6 +1296,192 @@ def cmd_files(args: argparse.Namespace) -> int:
     table = _catalog(args).get_table(args.table)
     numeric = ("bucket", "level", "rows", "min_seq", "max_seq", "size", "schema_id", "delete_rows")
     _print_records(file_records(table, args.snapshot), FILE_KEYS, args.format, numeric)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# compact, levels
+# ---------------------------------------------------------------------------------------------
+
+def partition_filter(table: FileStoreTable, pairs: Sequence[tuple[str, str]]
+                     ) -> dict[str, Any] | list[tuple[Any, ...]] | None:
+    """`--partition KEY=VALUE` pairs -> a {column: value} mapping (None: no filter).
+
+    Each value is parsed with its column's type: the string is cast as a one-element Arrow array.
+    The table's partition default name stands for null (then `(column, op[, value])` terms).
+    """
+    if not pairs:
+        return None
+    schema = table.schema
+    keys = list(schema.partition_keys)
+    if not keys:
+        raise CliError(f"table {table.identifier} is not partitioned: --partition cannot be used")
+    default_name = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
+    values: dict[str, Any] = {}
+    for key, text in pairs:
+        if key not in keys:
+            raise CliError(f"--partition {key}={text}: {key!r} is not a partition column of "
+                           f"{table.identifier} (partition keys: {', '.join(keys)})")
+        if key in values:
+            raise UsageError(f"--partition {key}=... is given more than once")
+        if text == default_name:
+            values[key] = None
+            continue
+        t = schema.field(key).type
+        try:
+            values[key] = pa.array([text], pa.string()).cast(to_arrow_type(t))[0].as_py()
+        except _ARROW_ERRORS as e:
+            raise CliError(f"--partition {key}={text}: not a {t.sql()} value ({e})") from None
+    if any(v is None for v in values.values()):
+        return [(k, "is_null") if v is None else (k, "=", v) for k, v in values.items()]
+    return values
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    table = _catalog(args).get_table(args.table)
+    partition = partition_filter(table, args.partition)
+    result = compact_table(table, full=args.full, partition=partition)
+    if result.snapshot_id is None:
+        _out(f"nothing to compact in {args.table}")
+        return 0
+    before, after = _plural(result.files_before, "file"), _plural(result.files_after, "file")
+    _out(f"compacted {args.table} in snapshot {result.snapshot_id}: {before} -> {after} "
+         f"in {_plural(len(result.messages), 'bucket')}")
+    return 0
+
+
+def human_size(n: int) -> str:
+    """Bytes for people: 845 B, 12.3 KB, 1.2 MB (units of 1024)."""
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KB", "MB", "GB"):
+        value /= 1024
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1024:.1f} TB"
+
+
+class _JsonValues:
+    """Python values of given column types (key or partition tuples) in their JSON form, as `lake scan`."""
+
+    def __init__(self, types: Sequence[AnyType]) -> None:
+        self.arrow_types = [to_arrow_type(t) for t in types]
+
+    def __call__(self, values: Sequence[Any]) -> list[Any]:
+        out: list[Any] = []
+        for v, t in zip(values, self.arrow_types, strict=True):
+            try:
+                out.append(json_values(pa.array([v], type=t))[0])
+            except _ARROW_ERRORS:
+                out.append(str(v))
+        return out
+
+
+BucketLevels = tuple[str, int, Levels]  # (partition, bucket, levels)
+
+
+def bucket_levels(table: FileStoreTable, snapshot_id: int | None = None) -> list[BucketLevels]:
+    """The levels of every bucket of a snapshot (default: the latest), by partition and bucket.
+
+    The partition is `key=value/...` with the values as `lake scan` prints them (a DATE as
+    2024-01-31, null as the partition default name): the form `lake compact --partition` takes.
+    """
+    snapshot = table.require_snapshot(snapshot_id) if snapshot_id is not None else table.latest_snapshot()
+    if snapshot is None:
+        return []
+    schema = table.schema
+    keys = list(schema.partition_keys)
+    as_json = _JsonValues(schema.types_of(keys))
+    default_name = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
+    out = []
+    for split in table.new_scan(None, snapshot).plan():
+        shown = [default_name if v is None else _cell(v) for v in as_json(split.partition_values)]
+        name = "/".join(f"{k}={v}" for k, v in zip(keys, shown, strict=True))
+        out.append((name, split.bucket, restore_levels(table, split)))
+    out.sort(key=lambda b: (b[0], b[1]))
+    return out
+
+
+def _bucket_records(table: FileStoreTable, bucket: BucketLevels) -> list[dict[str, Any]]:
+    """One record per file of a bucket, run by run, newest run first (level-0 files one by one, then
+    levels 1, 2, ...), the files of a run in key order."""
+    partition, number, levels = bucket
+    keyed = table.schema.is_primary_key_table
+    as_json = _JsonValues(table.schema.types_of(table.schema.trimmed_primary_keys))
+    out = []
+    for run, r in enumerate(levels.level_sorted_runs(), start=1):
+        for f in r.run.files:
+            lo, hi = levels.keys.range(f) if keyed else ((), ())
+            out.append({"partition": partition, "bucket": number, "level": r.level, "run": run,
+                        "file": f.file_name, "size": f.file_size, "rows": f.row_count,
+                        "min_key": as_json(lo), "max_key": as_json(hi),
+                        "min_seq": f.min_sequence_number, "max_seq": f.max_sequence_number})
+    return out
+
+
+def level_records(table: FileStoreTable, buckets: Sequence[BucketLevels]) -> list[dict[str, Any]]:
+    return [r for b in buckets for r in _bucket_records(table, b)]
+
+
+def _key_text(key: Sequence[Any]) -> str:
+    cells = [_cell(v) for v in key]
+    return cells[0] if len(cells) == 1 else "(" + ", ".join(cells) + ")"
+
+
+def print_levels(table: FileStoreTable, buckets: Sequence[BucketLevels], out: IO[str]) -> None:
+    """The text picture of `lake levels`: per bucket a header, then a line per file, aligned throughout."""
+    if not buckets:
+        out.write("no data files\n")
+        return
+    keyed = table.schema.is_primary_key_table
+    stop_trigger = table.options.stop_trigger()
+    blocks: list[tuple[list[str], list[list[str]]]] = []
+    for bucket in buckets:
+        partition, number, levels = bucket
+        runs = levels.number_of_sorted_runs()
+        where = f"{partition} bucket {number}" if partition else f"bucket {number}"
+        counted = _plural(runs, "sorted run") if keyed else _plural(len(levels.all_files()), "file")
+        header = [f"{where}: {counted}, highest level {levels.non_empty_highest_level()} "
+                  f"(max {levels.max_level}), {human_size(levels.total_size())}"]
+        if keyed and runs > stop_trigger:
+            header.append(f"  STALL: {runs} sorted runs > stop trigger {stop_trigger}; "
+                          "writers wait for compaction (run `lake compact`)")
+        # cells: level, run, file, size, rows, [keys,] seq
+        rows: list[list[str]] = []
+        last_level = last_run = None
+        for r in _bucket_records(table, bucket):
+            cells = [f"L{r['level']}" if r["level"] != last_level else "",
+                     f"run {r['run']}:" if r["run"] != last_run else "",
+                     r["file"], human_size(r["size"]), _plural(r["rows"], "row")]
+            if keyed:
+                cells.append(f"keys [{_key_text(r['min_key'])} .. {_key_text(r['max_key'])}]")
+            cells.append(f"seq {r['min_seq']}-{r['max_seq']}")
+            rows.append(cells)
+            last_level, last_run = r["level"], r["run"]
+        blocks.append((header, rows))
+    all_rows = [r for _, rows in blocks for r in rows]
+    widths = [max(len(r[i]) for r in all_rows) for i in range(len(all_rows[0]) if all_rows else 0)]
+    for header, rows in blocks:
+        for h in header:
+            out.write(h + "\n")
+        for r in rows:
+            cells = [c.rjust(w) if i in (3, 4) else c.ljust(w)  # size and rows to the right
+                     for i, (c, w) in enumerate(zip(r, widths, strict=True))]
+            out.write(f"  {cells[0]}  {cells[1]} {'  '.join(cells[2:])}".rstrip() + "\n")
+
+
+def cmd_levels(args: argparse.Namespace) -> int:
+    table = _catalog(args).get_table(args.table)
+    buckets = bucket_levels(table, args.snapshot)
+    if args.format == "jsonl":
+        _print_records(level_records(table, buckets), LEVEL_KEYS, "jsonl")
+    else:
+        print_levels(table, buckets, sys.stdout)
     return 0
 
 

@@ -232,3 +232,29 @@ def test_compacting_a_table_pypaimon_wrote(tmp_path) -> None:
     c.commit(w.prepare_commit())
     model[(1, "y")], model[(2, "x")] = "new1", "new2"
     assert ours() == model == theirs()
+
+
+def test_early_full_compaction_schedule_lives_in_the_snapshots(tmp_path) -> None:
+    from lsmlake.compaction.table_compact import FULL_COMPACTION_PROPERTY, compaction_history
+
+    t = _pk_table(tmp_path, 1, **{"full-compaction.delta-commits": "3", "num-sorted-run.compaction-trigger": "10"})
+    kinds = []
+    for i in range(7):
+        _write(t, [(i, "a", i, "+I")])
+        res = compact_table(t)  # a fresh call each time: the counter must come from the snapshots
+        kinds.append(res.snapshot_id is not None)
+    assert kinds == [False, False, True, False, False, True, False]
+    full = [s for s in t.snapshots.snapshots() if (s.properties or {}).get(FULL_COMPACTION_PROPERTY) == "true"]
+    assert len(full) == 2
+    assert compaction_history(t).commits_since_full == 1
+
+
+def test_optimization_interval_triggers_a_full_compaction(tmp_path) -> None:
+    from lsmlake.compaction.table_compact import compaction_history, full_compaction_due
+
+    t = _pk_table(tmp_path, 1, **{"compaction.optimization-interval": "1 h"})
+    _write(t, [(1, "a", 1, "+I")])
+    h = compaction_history(t)
+    first = t.snapshots.snapshot(1).time_millis
+    assert not full_compaction_due(t, h, now_ms=first + 1000)
+    assert full_compaction_due(t, h, now_ms=first + 3_600_001)

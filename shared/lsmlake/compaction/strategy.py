@@ -20,7 +20,7 @@ class CompactStrategy(Protocol):
     def pick(self, num_levels: int, runs: Sequence[LevelSortedRun]) -> CompactUnit | None: ...
 
 
-def universal_from_options(o: TableOptions, clock: Callable[[], float] = time.monotonic) -> UniversalCompaction:
+def universal_from_options(o: TableOptions, clock: Callable[[], float] = time.time) -> UniversalCompaction:
     return UniversalCompaction(
         max_size_amp=o.require(opts.COMPACTION_MAX_SIZE_AMPLIFICATION_PERCENT),
         size_ratio=o.require(opts.COMPACTION_SIZE_RATIO),
@@ -34,6 +34,6 @@ def needs_force_up_level0(o: TableOptions) -> bool:
     return bool(o.get(opts.DELETION_VECTORS_ENABLED)) or o.get(opts.CHANGELOG_PRODUCER) == "lookup"
 
 
-def strategy_from_options(o: TableOptions, clock: Callable[[], float] = time.monotonic) -> CompactStrategy:
+def strategy_from_options(o: TableOptions, clock: Callable[[], float] = time.time) -> CompactStrategy:
     universal = universal_from_options(o, clock)
     return ForceUpLevel0Compaction(universal) if needs_force_up_level0(o) else universal

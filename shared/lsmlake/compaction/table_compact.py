@@ -15,7 +15,7 @@ from .. import features
 from .. import options as opts
 from ..commit import CommitResult
 from ..data_file_writer import bucket_dir
-from ..errors import CommitStateUnknownError
+from ..errors import CommitStateUnknownError, NotFoundError
 from ..partition import partition_path
 from ..predicate import Predicate
 from ..scan import Split
@@ -61,21 +61,66 @@ def restore_levels(table: FileStoreTable, split: Split) -> Levels:
     return Levels(keys, split.files, table.options.num_levels())
 
 
-def merge_tree_manager(table: FileStoreTable, split: Split,
-                       clock: Callable[[], float] = time.monotonic) -> MergeTreeCompactManager:
-    """The compaction manager of a primary-key bucket, restored from a split."""
+FULL_COMPACTION_PROPERTY = "lsmlake.full-compaction"
+
+
+@dataclass(frozen=True)
+class CompactionHistory:
+    """What the snapshots tell about full compactions: commits since the last one, and when it was."""
+
+    commits_since_full: int
+    last_full_ms: float | None
+
+
+def compaction_history(table: FileStoreTable, lookback: int = 1000) -> CompactionHistory:
+    """Walk back from the latest snapshot to the last full compaction (at most `lookback` snapshots).
+
+    The early-full-compaction counter and the optimisation-interval clock live in the table's history,
+    so a compactor restarted on another machine keeps the same schedule.
+    """
+    sm = table.snapshots
+    latest, earliest = sm.latest_id(), sm.earliest_id()
+    commits = 0
+    if latest is None or earliest is None:
+        return CompactionHistory(0, None)
+    for sid in range(latest, max(earliest, latest - lookback) - 1, -1):
+        try:
+            s = sm.snapshot(sid)
+        except NotFoundError:
+            break
+        if s.commit_kind == COMPACT and (s.properties or {}).get(FULL_COMPACTION_PROPERTY) == "true":
+            return CompactionHistory(commits, s.time_millis)
+        if s.commit_kind != COMPACT:
+            commits += 1
+    return CompactionHistory(commits, None)
+
+
+def merge_tree_manager(table: FileStoreTable, split: Split, clock: Callable[[], float] = time.time,
+                       history: CompactionHistory | None = None) -> MergeTreeCompactManager:
+    """The compaction manager of a primary-key bucket, restored from a split and the table's history."""
     o = table.options
+    history = history or compaction_history(table)
+    strategy = strategy_from_options(o, clock)
+    universal = getattr(strategy, "universal", strategy)
+    # without a full compaction on record, the interval counts from the table's first snapshot
+    first = table.snapshots.earliest_id()
+    start_ms = history.last_full_ms
+    if start_ms is None and first is not None:
+        start_ms = table.snapshots.snapshot(first).time_millis
+    universal.last_optimized_ms = start_ms
+    early = EarlyFullCompaction(o.get(opts.FULL_COMPACTION_DELTA_COMMITS))
+    early.commits_since_full = history.commits_since_full
     return MergeTreeCompactManager(
-        restore_levels(table, split), strategy_from_options(o, clock),
+        restore_levels(table, split), strategy,
         MergeTreeCompactRewriter(table.io, table.schema, split_dir(table, split)),
-        min_file_size=o.compaction_file_size(True), stop_trigger=o.stop_trigger(),
-        early_full=EarlyFullCompaction(o.get(opts.FULL_COMPACTION_DELTA_COMMITS)))
+        min_file_size=o.compaction_file_size(True), stop_trigger=o.stop_trigger(), early_full=early)
 
 
-def compact_split(table: FileStoreTable, split: Split, full: bool = False) -> CommitMessage | None:
+def compact_split(table: FileStoreTable, split: Split, full: bool = False,
+                  history: CompactionHistory | None = None) -> CommitMessage | None:
     """Compact one bucket (one unit); None when nothing is due."""
     if table.schema.is_primary_key_table:
-        result = merge_tree_manager(table, split).compact(full)
+        result = merge_tree_manager(table, split, history=history).compact(full)
     else:
         result = AppendCompactManager(table, split, split_dir(table, split)).compact(full)
     if result is None or result.is_empty():
@@ -93,8 +138,10 @@ def compact_buckets(table: FileStoreTable, full: bool = False,
     if snapshot is None:
         return None, []
     messages = []
+    history = compaction_history(table)
+    full = full or full_compaction_due(table, history)
     for split in table.new_scan(partition, snapshot).plan():
-        msg = compact_split(table, split, full)
+        msg = compact_split(table, split, full, history)
         if msg is not None:
             messages.append(msg)
     return snapshot.id, messages
@@ -131,8 +178,29 @@ def commit_compaction(table: FileStoreTable, messages: Sequence[CommitMessage],
 def compact_table(table: FileStoreTable, full: bool = False,
                   partition: Predicate | Mapping[str, Any] | Sequence[Any] | None = None) -> TableCompactResult:
     """Compact every bucket that is due (or all, with `full`) and commit the result."""
+    full = full or full_compaction_due(table, compaction_history(table))
     _, messages = compact_buckets(table, full, partition)
     if not messages:
         return TableCompactResult()
-    result = commit_compaction(table, messages)
+    # A full compaction of the whole table resets the early-full and optimisation schedules.
+    whole = full and partition is None
+    result = commit_compaction(table, messages, properties={FULL_COMPACTION_PROPERTY: "true"} if whole else None)
     return TableCompactResult(result.snapshot_id, messages)
+
+
+
+def full_compaction_due(table: FileStoreTable, history: CompactionHistory, now_ms: float | None = None) -> bool:
+    """Whether `full-compaction.delta-commits` or `compaction.optimization-interval` asks for a full compaction."""
+    o = table.options
+    delta = o.get(opts.FULL_COMPACTION_DELTA_COMMITS)
+    if delta is not None and history.commits_since_full >= delta:
+        return True
+    interval = o.get(opts.COMPACTION_OPTIMIZATION_INTERVAL)
+    if interval is None:
+        return False
+    start = history.last_full_ms
+    first = table.snapshots.earliest_id()
+    if start is None and first is not None:
+        start = table.snapshots.snapshot(first).time_millis
+    now = now_ms if now_ms is not None else time.time() * 1000
+    return start is not None and now - start > interval

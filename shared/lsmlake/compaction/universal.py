@@ -22,7 +22,7 @@ class UniversalCompaction:
 
     def __init__(self, max_size_amp: int = 200, size_ratio: int = 1, num_run_trigger: int = 5,
                  optimization_interval_ms: int | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         self.max_size_amp = max_size_amp
         self.size_ratio = size_ratio
         self.num_run_trigger = num_run_trigger
