@@ -54,7 +54,7 @@ class AppendCompactManager:
         return []
 
     def compact(self, full: bool = False) -> CompactResult | None:
-        picked = self.pick(full)
+        picked = [f for f in self.pick(full) if f.row_count > 0] if full else self.pick(full)
         if len(picked) < 2:
             return None
         schema = self.table.schema
@@ -62,8 +62,10 @@ class AppendCompactManager:
                   for f in picked]
         rows = pa.concat_tables(tables)
         seq = np.concatenate([np.full(f.row_count, f.min_sequence_number, np.int64) for f in picked])
-        ends = np.cumsum([f.row_count for f in picked]) - 1
-        seq[ends[ends >= 0]] = [f.max_sequence_number for f in picked if f.row_count > 0]
+        counts = np.array([f.row_count for f in picked], np.int64)
+        nonempty = counts > 0
+        ends = np.cumsum(counts)[nonempty] - 1
+        seq[ends] = np.array([f.max_sequence_number for f in picked], np.int64)[nonempty]
         after = DataFileWriter(self.table.io, schema).write(self.bucket_dir, rows, seq, None, level=0,
                                                              file_source=FILE_SOURCE_COMPACT)
         return CompactResult(before=list(picked), after=after)

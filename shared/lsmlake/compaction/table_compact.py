@@ -15,7 +15,7 @@ from .. import features
 from .. import options as opts
 from ..commit import CommitResult
 from ..data_file_writer import bucket_dir
-from ..errors import CommitStateUnknownError, NotFoundError
+from ..errors import CommitStateUnknownError, InvalidInputError, NotFoundError
 from ..partition import partition_path
 from ..predicate import Predicate
 from ..scan import Split
@@ -134,13 +134,18 @@ def compact_buckets(table: FileStoreTable, full: bool = False,
                     snapshot_id: int | None = None) -> tuple[int | None, list[CommitMessage]]:
     """Run the due compaction of every bucket (of the matching partitions); nothing is committed."""
     features.check(table.schema, table.identifier, for_write=True)
+    pred = Predicate.of(partition)
+    outside = sorted(pred.columns() - set(table.schema.partition_keys))
+    if outside:
+        # a key filter would restore a bucket's levels from only some of its files
+        raise InvalidInputError(f"compaction can be restricted by partition columns only "
+                                f"{list(table.schema.partition_keys)}, not {outside}")
     snapshot = table.snapshot(snapshot_id)
     if snapshot is None:
         return None, []
     messages = []
     history = compaction_history(table)
-    full = full or full_compaction_due(table, history)
-    for split in table.new_scan(partition, snapshot).plan():
+    for split in table.new_scan(pred, snapshot).plan():
         msg = compact_split(table, split, full, history)
         if msg is not None:
             messages.append(msg)
