@@ -1242,7 +1242,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     names = projection if projection is not None else schema.field_names
     out_schema = pa.schema([schema.arrow_schema.field(n) for n in names])
     snapshot = table.require_snapshot(args.snapshot) if args.snapshot is not None else table.latest_snapshot()
-    splits = table.new_scan(None, snapshot).plan() if snapshot is not None else []
+    splits = table.new_scan(None, snapshot, all_levels=True).plan() if snapshot is not None else []
     tables = _limited(table.new_read(projection).read_batches(splits), args.limit)
     if args.output:
         with _output_file(args.output, binary=args.format == "parquet") as f:
@@ -1399,7 +1399,7 @@ def bucket_levels(table: FileStoreTable, snapshot_id: int | None = None) -> list
     as_json = _JsonValues(schema.types_of(keys))
     default_name = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
     out = []
-    for split in table.new_scan(None, snapshot).plan():
+    for split in table.new_scan(None, snapshot, all_levels=True).plan():
         shown = [default_name if v is None else _cell(v) for v in as_json(split.partition_values)]
         name = "/".join(f"{k}={v}" for k, v in zip(keys, shown, strict=True))
         out.append((name, split.bucket, restore_levels(table, split)))

@@ -23,11 +23,12 @@ def unsupported(schema: TableSchema, for_write: bool) -> list[str]:
     if _truthy(schema, opts.DELETION_VECTORS_ENABLED.key):
         reasons.append("deletion-vectors.enabled=true (deletion vectors are not supported yet)")
     if schema.is_primary_key_table:
-        engine = o.get(opts.MERGE_ENGINE)
-        if engine != "deduplicate":
-            reasons.append(f"merge-engine={engine} (only deduplicate is supported yet)")
-        if o.get(opts.SEQUENCE_FIELD):
-            reasons.append("sequence.field (not supported yet)")
+        from .merge.factory import merge_function_for
+
+        try:
+            merge_function_for(schema)
+        except InvalidInputError as e:
+            reasons.append(str(e))
     bucket = o.bucket()
     if bucket < -1 or bucket == 0:
         reasons.append(f"bucket={bucket} (postpone buckets are not supported)")

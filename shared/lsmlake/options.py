@@ -113,11 +113,30 @@ SNAPSHOT_EXPIRE_LIMIT = _opt("snapshot.expire.limit", _parse_int, 50,
 COMMIT_MAX_RETRIES = _opt("commit.max-retries", _parse_int, 10,
                           "Attempts of a commit that keeps losing the snapshot-id race.")
 MERGE_ENGINE = _opt("merge-engine", str, "deduplicate",
-                    "How rows of one key merge: deduplicate (others come in a later release).")
+                    "How rows of one key merge: deduplicate, partial-update, aggregation or first-row.")
 IGNORE_DELETE = _opt("ignore-delete", _parse_bool, False, "Drop -D and -U rows on write.")
-SEQUENCE_FIELD = _opt("sequence.field", str, None, "Field(s) that order rows of a key (not supported yet).")
+SEQUENCE_FIELD = _opt("sequence.field", str, None,
+                      "Field(s) (comma-separated) that order the rows of a key before the sequence number.")
 ROWKIND_FIELD = _opt("rowkind.field", str, None,
                      "A STRING column whose values (+I, -U, +U, -D) give each row's kind.")
+SEQUENCE_FIELD_SORT_ORDER = _opt("sequence.field.sort-order", str, "ascending",
+                                 "ascending: the largest sequence.field wins; descending: the smallest.")
+FIRST_ROW_IGNORE_DELETE = _opt("first-row.ignore-delete", _parse_bool, False, "first-row: drop -U/-D rows.")
+DEDUPLICATE_IGNORE_DELETE = _opt("deduplicate.ignore-delete", _parse_bool, False,
+                                 "deduplicate: drop -U/-D rows.")
+PARTIAL_UPDATE_IGNORE_DELETE = _opt("partial-update.ignore-delete", _parse_bool, False,
+                                    "partial-update: drop -U/-D rows.")
+PARTIAL_UPDATE_REMOVE_RECORD_ON_DELETE = _opt(
+    "partial-update.remove-record-on-delete", _parse_bool, False,
+    "partial-update: a -D row removes the whole row (later rows start afresh).")
+PARTIAL_UPDATE_REMOVE_RECORD_ON_SEQUENCE_GROUP = _opt(
+    "partial-update.remove-record-on-sequence-group", str, None,
+    "partial-update: sequence fields whose group's winning retraction removes the whole row.")
+AGGREGATION_REMOVE_RECORD_ON_DELETE = _opt("aggregation.remove-record-on-delete", _parse_bool, False,
+                                           "aggregation: a -D row removes the whole row.")
+FIELDS_DEFAULT_AGGREGATE_FUNCTION = _opt("fields.default-aggregate-function", str, None,
+                                         "Aggregate function of fields that name none.",
+                                         "last_non_null_value for the aggregation engine")
 DELETION_VECTORS_ENABLED = _opt("deletion-vectors.enabled", _parse_bool, False,
                                 "Merge-on-write with deletion vectors (not supported yet).")
 CHANGELOG_PRODUCER = _opt("changelog-producer", str, "none", "none, input, lookup or full-compaction.")
@@ -151,7 +170,9 @@ PATH = _opt("path", str, None, "Table location (set by the catalog).")
 TYPE = _opt("type", str, "table", "Table type.")
 COMMENT = _opt("comment", str, None, "Table comment.")
 
-PREFIX_OPTIONS[r"fields\.[^.]+\.[a-z.-]+"] = "Per-field options (aggregate functions, sequence groups)."
+PREFIX_OPTIONS[r"fields\.[^.]+\.(aggregate-function|sequence-group|ignore-retract|list-agg-delimiter|distinct|nested-key)"] = (
+    "Per-field options: aggregate-function, sequence-group, ignore-retract, list-agg-delimiter, distinct, "
+    "nested-key.")
 
 
 def is_known(key: str) -> bool:
@@ -218,6 +239,10 @@ def docs_table() -> str:
     for key in sorted(REGISTRY):
         o = REGISTRY[key]
         lines.append(f"| `{key}` | {o.doc_default()} | {o.description} |")
-    for pattern, desc in PREFIX_OPTIONS.items():
-        lines.append(f"| `{pattern}` (pattern) | | {desc} |")
+    for _pattern, desc in PREFIX_OPTIONS.items():
+        lines.append(f"| `fields.<field>.<option>` | | {desc} |")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(docs_table())

@@ -9,6 +9,7 @@ from typing import Any
 from .binary_row import deserialize_row
 from .data_file_meta import DataFileMeta
 from .manifest import ManifestEntry, ManifestStore
+from .merge.factory import skips_level0
 from .predicate import Predicate
 from .schema import TableSchema
 from .snapshot import Snapshot
@@ -42,14 +43,17 @@ def is_raw_convertible(schema: TableSchema, files: Sequence[DataFileMeta]) -> bo
         return True
     if any(f.level == 0 or (f.delete_row_count or 0) > 0 for f in files):
         return False
-    return len(files) == 1 or len({f.level for f in files}) == 1
+    # first-row tables keep every key on one level: compaction is always full (see compaction)
+    return len(files) == 1 or len({f.level for f in files}) == 1 or skips_level0(schema)
 
 
 class TableScan:
     """Plans the splits of one snapshot of a table."""
 
     def __init__(self, schema: TableSchema, manifests: ManifestStore, snapshot: Snapshot | None,
-                 predicate: Predicate | None = None) -> None:
+                 predicate: Predicate | None = None, all_levels: bool = False) -> None:
+        """`all_levels`: plan level-0 files even where batch reads skip them (compaction needs them)."""
+        self.all_levels = all_levels
         self.schema = schema
         self.manifests = manifests
         self.snapshot = snapshot
@@ -66,7 +70,10 @@ class TableScan:
         key_pred = self.predicate.only(key_cols)
         part_values: dict[bytes, tuple[Any, ...] | None] = {}
         groups: dict[tuple[bytes, int], list[ManifestEntry]] = {}
+        skip_level0 = skips_level0(schema) and not self.all_levels
         for e in live_entries(self.manifests, self.snapshot):
+            if skip_level0 and e.file.level == 0:
+                continue  # invisible to batch reads until compaction moves it up, as in Paimon
             if e.partition not in part_values:
                 values = tuple(deserialize_row(e.partition, part_types))
                 ok = part_pred.test(dict(zip(schema.partition_keys, values, strict=True)))

@@ -202,19 +202,23 @@ def new_table_schema(fields: tuple[DataField, ...], partition_keys: list[str] | 
                 raise InvalidInputError(f"bucket-key {k!r} is not a column; columns are {names}")
             if primary_keys and k not in primary_keys:
                 raise InvalidInputError(f"bucket-key {k!r} must be part of the primary key {list(primary_keys)}")
-    if table_opts.get(opts.MERGE_ENGINE) not in ("deduplicate",):
-        raise InvalidInputError(f"merge-engine {table_opts.get(opts.MERGE_ENGINE)!r} is not supported yet")
-    for unsupported in (opts.SEQUENCE_FIELD, opts.DELETION_VECTORS_ENABLED):
-        if table_opts.get(unsupported):
-            raise InvalidInputError(f"option {unsupported.key!r} is not supported yet")
+    if table_opts.get(opts.DELETION_VECTORS_ENABLED):
+        raise InvalidInputError(f"option {opts.DELETION_VECTORS_ENABLED.key!r} is not supported yet")
     if table_opts.get(opts.CHANGELOG_PRODUCER) != "none":
         raise InvalidInputError("option 'changelog-producer' other than none is not supported yet")
     rk = table_opts.get(opts.ROWKIND_FIELD)
     if rk and rk not in names:
         raise InvalidInputError(f"rowkind.field {rk!r} is not a column")
-    return TableSchema(id=0, fields=fields, partition_keys=partition_keys, primary_keys=primary_keys,
-                       options=options, comment=comment, time_millis=int(time.time() * 1000),
-                       highest_field_id=max_field_id(fields))
+    schema = TableSchema(id=0, fields=fields, partition_keys=partition_keys, primary_keys=primary_keys,
+                         options=options, comment=comment, time_millis=int(time.time() * 1000),
+                         highest_field_id=max_field_id(fields))
+    if primary_keys:
+        from .merge.factory import merge_function_for
+
+        merge_function_for(schema)  # validates merge-engine, sequence fields, aggregate functions
+    elif table_opts.get(opts.MERGE_ENGINE) != "deduplicate":
+        raise InvalidInputError("merge-engine applies to primary-key tables only")
+    return schema
 
 
 class SchemaManager:

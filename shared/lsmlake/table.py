@@ -122,7 +122,7 @@ class FileStoreTable:
         elif partition is not None:
             pred = Predicate.of(partition)
             latest = self.snapshots.latest()
-            parts = sorted({s.partition for s in self.new_scan(predicate=pred, snapshot=latest).plan()}
+            parts = sorted({s.partition for s in self.new_scan(predicate=pred, snapshot=latest, all_levels=True).plan()}
                            | {m.partition for m in messages})
         else:
             parts = None
@@ -131,11 +131,11 @@ class FileStoreTable:
     # -- read ----------------------------------------------------------------------------------
 
     def new_scan(self, predicate: Predicate | Mapping[str, Any] | Sequence[Any] | None = None,
-                 snapshot: Snapshot | int | None = None) -> TableScan:
+                 snapshot: Snapshot | int | None = None, all_levels: bool = False) -> TableScan:
         snap = snapshot if isinstance(snapshot, Snapshot) or snapshot is None else self.snapshots.snapshot(snapshot)
         if snapshot is None:
             snap = self.snapshots.latest()
-        return TableScan(self.schema, self.manifests, snap, Predicate.of(predicate))
+        return TableScan(self.schema, self.manifests, snap, Predicate.of(predicate), all_levels)
 
     def new_read(self, projection: Sequence[str] | None = None,
                  predicate: Predicate | Mapping[str, Any] | Sequence[Any] | None = None) -> TableRead:
@@ -149,8 +149,9 @@ class FileStoreTable:
         splits = self.new_scan(pred, snapshot_id).plan()
         return self.new_read(projection, pred).read(splits)
 
-    def plan(self, snapshot_id: int | None = None) -> list[Split]:
-        return self.new_scan(None, snapshot_id).plan()
+    def plan(self, snapshot_id: int | None = None, all_levels: bool = True) -> list[Split]:
+        """Every live file of a snapshot, by (partition, bucket) (level 0 included unless asked otherwise)."""
+        return self.new_scan(None, snapshot_id, all_levels).plan()
 
     def partition_values(self, partition: bytes) -> list[Any]:
         return deserialize_row(partition, self.schema.types_of(self.schema.partition_keys))

@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 
 from . import options as opts
 from .data_file_writer import bucket_dir
-from .dedupe import newest_per_key
 from .errors import InvalidInputError
 from .fileio import FileIO
+from .merge.factory import merge_function_for
 from .partition import partition_path
 from .predicate import Predicate
 from .row_kind import is_retract
@@ -40,6 +40,7 @@ class TableRead:
         self.projection = names
         self.default_partition = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
         self.part_types = schema.types_of(schema.partition_keys)
+        self.merge_function = merge_function_for(schema) if schema.is_primary_key_table else None
 
     def read(self, splits: Sequence[Split]) -> pa.Table:
         """All rows of the splits, merged, filtered and projected."""
@@ -68,19 +69,19 @@ class TableRead:
         directory = bucket_dir(self.table_path, partition_path(
             list(split.partition_values), list(schema.partition_keys), self.part_types, self.default_partition),
             split.bucket)
-        needed = list(dict.fromkeys(self.projection + sorted(self.predicate.columns())
-                                    + list(schema.trimmed_primary_keys)))
+        wanted = list(dict.fromkeys(self.projection + sorted(self.predicate.columns())))
         merge = schema.is_primary_key_table and not split.raw_convertible
-        system = [SEQUENCE_NUMBER, VALUE_KIND] if merge else []
+        if merge:
+            needed = self.merge_function.required_columns(wanted)
+            system = [SEQUENCE_NUMBER, VALUE_KIND]
+        else:
+            needed, system = wanted, []
         tables = [read_data_file(self.io, f"{directory}/{f.file_name}", schema, needed, system)
                   for f in split.files]
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         if merge:
-            seq = table.column(SEQUENCE_NUMBER).to_numpy()
-            keep = newest_per_key([table.column(k) for k in schema.trimmed_primary_keys], seq)
-            kinds = table.column(VALUE_KIND).to_numpy()[keep]
-            keep = keep[~is_retract(kinds)]
-            table = table.take(pa.array(keep, pa.int64()))
+            table = self.merge_function.merge(table)
+            table = table.filter(pa.array(~is_retract(table.column(VALUE_KIND).to_numpy())))
         expr = self.predicate.expression()
         if expr is not None:
             table = table.filter(expr)

@@ -18,12 +18,16 @@ from . import options as opts
 from .binary_row import serialize_row
 from .bucket import bucket_ids
 from .data_file_meta import DataFileMeta
-from .dedupe import newest_per_key
 from .data_file_writer import DataFileWriter, bucket_dir
+from .dedupe import group_ends, sort_and_group
 from .fileio import FileIO
+from .merge.factory import merge_function_for
 from .input_rows import conform
 from .partition import partition_path
-from .schema import TableSchema
+from .row_kind import is_retract
+from .schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
+
+_GROUP = "__lsmlake_group"  # carried through the merge to regroup rows by (partition, bucket)
 
 
 @dataclass
@@ -65,6 +69,7 @@ class TableWrite:
         self.partition_types = schema.types_of(schema.partition_keys)
         self.default_partition = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
         self._next_seq: dict[tuple[bytes, int], int] = {}
+        self.merge_function = merge_function_for(schema) if schema.is_primary_key_table else None
         self.messages: dict[tuple[bytes, int], CommitMessage] = {}
         self._written: list[str] = []  # every file written, for abort
 
@@ -112,12 +117,15 @@ class TableWrite:
         seq = np.empty(n, np.int64)
         seq[order] = np.repeat(base, run_len) + rank_sorted
         if schema.is_primary_key_table:
-            plan = newest_per_key([rows.column(k) for k in schema.trimmed_primary_keys], seq, g)
+            rows, g, seq, kinds, layer = self._fold(rows, g, seq, kinds)
         else:
-            plan = order
-        rows = rows.take(pa.array(plan))
-        g, seq, kinds = g[plan], seq[plan], kinds[plan]
-        bounds = np.flatnonzero(np.r_[True, g[1:] != g[:-1], True])
+            rows = rows.take(pa.array(order))
+            g, seq, kinds = g[order], seq[order], kinds[order]
+            layer = np.zeros(len(g), np.int64)
+        if len(g) == 0:
+            return  # everything folded away (for example only ignored deletes)
+        split_at = (g[1:] != g[:-1]) | (layer[1:] != layer[:-1])
+        bounds = np.flatnonzero(np.r_[True, split_at, True])
         jobs = []
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
             pid, bucket = divmod(int(g[a]), span)
@@ -137,6 +145,49 @@ class TableWrite:
         for pbytes, bucket, files in results:
             msg = self.messages.setdefault((pbytes, bucket), CommitMessage(pbytes, bucket, num_buckets))
             msg.new_files.extend(files)
+
+    def _fold(self, rows: pa.Table, g: np.ndarray, seq: np.ndarray,
+              kinds: np.ndarray) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Merge rows of the same key inside the batch with the table's merge engine.
+
+        Returns rows, group, sequence, kind and layer. Each (group, layer) becomes its own file, so keys
+        stay unique per file. Where the engine's retractions are not associative (partial-update,
+        aggregation), keys holding a retraction are not folded: their rows go to successive layers and
+        are merged later, with the whole history at hand.
+        """
+        self.merge_function.check_retractions(kinds)
+        extra = pa.table({SEQUENCE_NUMBER: pa.array(seq, pa.int64()), VALUE_KIND: pa.array(kinds, pa.int8()),
+                          _GROUP: pa.array(g, pa.int64())})
+        full = pa.Table.from_arrays(rows.columns + extra.columns, names=rows.column_names + extra.column_names)
+        keys = list(self.schema.primary_keys)
+        retract = is_retract(kinds)
+        if getattr(self.merge_function, "retractions_need_history", False) and retract.any():
+            idx, starts = sort_and_group([full.column(k) for k in keys], [(seq, "ascending")])
+            ends = group_ends(starts, len(idx))
+            key_has_retract = np.maximum.reduceat(retract[idx].astype(np.int8), starts).astype(bool)
+            row_key_retract = np.repeat(key_has_retract, ends - starts)
+            rank = np.arange(len(idx)) - np.repeat(starts, ends - starts)
+            foldable = full.take(pa.array(idx[~row_key_retract], pa.int64()))
+            held = full.take(pa.array(idx[row_key_retract], pa.int64()))
+            merged = self.merge_function.merge(foldable) if foldable.num_rows else foldable
+            layer = np.r_[np.zeros(merged.num_rows, np.int64), rank[row_key_retract]]
+            merged = pa.concat_tables([merged, held])
+            needs_sort = True  # the held rows are not in key order with the folded ones
+        else:
+            merged = self.merge_function.merge(full) if full.num_rows else full
+            layer = np.zeros(merged.num_rows, np.int64)
+            needs_sort = False
+        mg = merged.column(_GROUP).to_numpy()
+        if needs_sort:
+            order = pc.sort_indices(pa.table([pa.array(mg), pa.array(layer)] + [merged.column(k) for k in keys],
+                                             names=["g", "l"] + [f"k{i}" for i in range(len(keys))]),
+                                    sort_keys=[("g", "ascending"), ("l", "ascending")]
+                                    + [(f"k{i}", "ascending") for i in range(len(keys))]).to_numpy()
+        else:
+            order = np.argsort(mg, kind="stable")  # merged rows are in key order; keep it inside each group
+        merged = merged.take(pa.array(order))
+        return (merged.select(rows.column_names), mg[order], merged.column(SEQUENCE_NUMBER).to_numpy(),
+                merged.column(VALUE_KIND).to_numpy().astype(np.int8), layer[order])
 
     def prepare_commit(self) -> list[CommitMessage]:
         """The commit messages of everything written so far (and forget them)."""

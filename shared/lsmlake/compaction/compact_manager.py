@@ -57,6 +57,10 @@ class MergeTreeCompactManager:
         unit = self.pick(full)
         if unit is None:
             return None
+        if (not self.drop_delete(unit) and self.rewriter.merge_function.retractions_need_history
+                and any((f.delete_row_count or 0) > 0 for f in unit.files)):
+            # retractions of partial-update/aggregation merge exactly only with the whole history
+            unit = pick_full_compaction(self.levels.num_levels, self.levels.level_sorted_runs()) or unit
         task = MergeTreeCompactTask(self.levels.keys, self.rewriter, unit, self.levels.max_level,
                                     self.min_file_size, self.drop_delete(unit))
         result = task.run()

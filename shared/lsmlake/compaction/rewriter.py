@@ -14,8 +14,8 @@ import pyarrow as pa
 
 from ..data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
 from ..data_file_writer import DataFileWriter
-from ..dedupe import newest_per_key
 from ..fileio import FileIO
+from ..merge.factory import merge_function_for
 from ..row_kind import is_retract
 from ..schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 from ..table_read import read_data_file
@@ -31,6 +31,7 @@ class MergeTreeCompactRewriter:
         self.schema = schema
         self.bucket_dir = bucket_dir
         self.writer = DataFileWriter(fio, schema)
+        self.merge_function = merge_function_for(schema)
 
     def read_section(self, runs: Sequence[SortedRun]) -> pa.Table:
         """All rows of a section's files with their sequence numbers and kinds."""
@@ -40,13 +41,11 @@ class MergeTreeCompactRewriter:
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
     def merge(self, rows: pa.Table, drop_delete: bool) -> pa.Table:
-        """The newest row of every key, in key order; retractions dropped when `drop_delete`."""
-        keys = [rows.column(k) for k in self.schema.trimmed_primary_keys]
-        keep = newest_per_key(keys, rows.column(SEQUENCE_NUMBER).to_numpy())
+        """One row per key, in key order, by the table's merge engine; retractions dropped when `drop_delete`."""
+        merged = self.merge_function.merge(rows)
         if drop_delete:
-            kinds = rows.column(VALUE_KIND).to_numpy()[keep]
-            keep = keep[~is_retract(kinds)]
-        return rows.take(pa.array(keep, pa.int64()))
+            merged = merged.filter(pa.array(~is_retract(merged.column(VALUE_KIND).to_numpy())))
+        return merged
 
     def rewrite(self, output_level: int, drop_delete: bool, sections: Sequence[Sequence[SortedRun]]) -> CompactResult:
         before = [f for section in sections for r in section for f in r.files]

@@ -15,6 +15,7 @@ from .. import features
 from .. import options as opts
 from ..commit import CommitResult
 from ..data_file_writer import bucket_dir
+from ..merge.factory import skips_level0
 from ..errors import CommitStateUnknownError, InvalidInputError, NotFoundError
 from ..partition import partition_path
 from ..predicate import Predicate
@@ -145,7 +146,10 @@ def compact_buckets(table: FileStoreTable, full: bool = False,
         return None, []
     messages = []
     history = compaction_history(table)
-    for split in table.new_scan(pred, snapshot).plan():
+    # first-row keeps the oldest row of a key and reads raw from levels >= 1; without a lookup into the
+    # lower levels, only a full compaction can guarantee one row per key.
+    full = full or skips_level0(table.schema)
+    for split in table.new_scan(pred, snapshot, all_levels=True).plan():
         msg = compact_split(table, split, full, history)
         if msg is not None:
             messages.append(msg)

@@ -1,0 +1,1 @@
+"""Merge engines of primary-key tables: folding all rows of one key into the row a reader sees."""

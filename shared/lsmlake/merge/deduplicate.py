@@ -1,0 +1,35 @@
+"""`deduplicate` (Paimon's default merge engine): the newest row of a key wins, whatever its kind."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ..row_kind import is_retract
+from ..schema import VALUE_KIND
+from .merge_function import Ordering, group
+
+
+class Deduplicate:
+    """Keeps the last row of each key by (sequence.field, sequence number); `ignore-delete` drops retractions."""
+
+    retractions_need_history = False  # merging any subset of a key's rows is exact
+
+    def __init__(self, keys: Sequence[str], ordering: Ordering = Ordering(), ignore_delete: bool = False) -> None:
+        self.keys = list(keys)
+        self.ordering = ordering
+        self.ignore_delete = ignore_delete
+
+    def check_retractions(self, kinds: np.ndarray) -> None:
+        """Every retraction has a meaning here (or is refused by `merge` itself)."""
+
+    def required_columns(self, projection: Sequence[str]) -> list[str]:
+        return list(dict.fromkeys(list(projection) + self.keys + self.ordering.columns()))
+
+    def merge(self, rows: pa.Table) -> pa.Table:
+        if self.ignore_delete:
+            rows = rows.filter(pa.array(~is_retract(rows.column(VALUE_KIND).to_numpy())))
+        g = group(rows, self.keys, self.ordering)
+        return g.rows.take(pa.array(g.last, pa.int64()))
