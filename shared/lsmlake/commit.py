@@ -56,7 +56,10 @@ class FileStoreCommit:
                 for m in messages for f in m.new_files]
         if kind is None:
             kind = COMPACT if deletes else APPEND
-        return self._commit(deletes + adds, kind, identifier, properties, overwrite_partitions=None)
+        changelog = [ManifestEntry(ADD, m.partition, m.bucket, m.total_buckets, f)
+                     for m in messages for f in m.changelog_files]
+        return self._commit(deletes + adds, kind, identifier, properties, overwrite_partitions=None,
+                            changelog=changelog)
 
     def overwrite(self, messages: Sequence[CommitMessage], partitions: Sequence[bytes] | None,
                   identifier: int = BATCH_COMMIT_IDENTIFIER,
@@ -70,10 +73,18 @@ class FileStoreCommit:
     # -- the protocol --------------------------------------------------------------------------
 
     def _commit(self, changes: list[ManifestEntry], kind: str, identifier: int,
-                properties: dict[str, str] | None, overwrite_partitions: set[bytes] | None) -> CommitResult:
+                properties: dict[str, str] | None, overwrite_partitions: set[bytes] | None,
+                changelog: list[ManifestEntry] | None = None) -> CommitResult:
         overwrite = kind == OVERWRITE
         delta_meta: ManifestFileMeta | None = None
         written: list[str] = []
+        changelog_list: tuple[str, int] | None = None
+        changelog_rows = sum(e.file.row_count for e in changelog or [])
+        if changelog:
+            # the changelog does not depend on the previous snapshot: written once for all attempts
+            cl_meta = self.manifests.write_manifest(changelog, self.schema_id)
+            changelog_list = self.manifests.write_list([cl_meta])
+            written += [cl_meta.file_name, changelog_list[0]]
         for _attempt in range(self.max_retries + 1):
             latest = self.snapshots.latest()
             done = self._find_committed(latest, identifier, kind)
@@ -107,6 +118,9 @@ class FileStoreCommit:
                 time_millis=int(time.time() * 1000),
                 total_record_count=(latest.total_record_count if latest else 0) + delta_rows,
                 delta_record_count=delta_rows,
+                changelog_manifest_list=changelog_list[0] if changelog_list else None,
+                changelog_manifest_list_size=changelog_list[1] if changelog_list else None,
+                changelog_record_count=changelog_rows if changelog_list else None,
                 index_manifest=latest.index_manifest if latest else None,
                 watermark=latest.watermark if latest else None,
                 next_row_id=latest.next_row_id if latest else None,

@@ -140,6 +140,12 @@ def expire_snapshots(table: FileStoreTable, now_ms: int | None = None,
         for e in delta:
             if e.kind == DELETE and (e.partition, e.bucket, e.file.file_name) not in re_added:
                 doomed_data.extend(paths.data_files(e))
+    # Changelog files live as long as the snapshot that added them.
+    for s in expired:
+        if s.changelog_manifest_list:
+            for m in table.manifests.read_list(s.changelog_manifest_list):
+                for e in table.manifests.read_manifest(m.file_name):
+                    doomed_data.extend(paths.data_files(e))
     # 2. Metadata only expired snapshots reference.
     keep_meta: set[str] = set()
     keep_index: set[str] = set()

@@ -35,8 +35,9 @@ def unsupported(schema: TableSchema, for_write: bool) -> list[str]:
     if for_write:
         if schema.is_primary_key_table and bucket == -1:
             reasons.append("bucket=-1 on a primary-key table (dynamic buckets are not supported yet for writes)")
-        if (o.get(opts.CHANGELOG_PRODUCER) or "none") != "none":
-            reasons.append(f"changelog-producer={o.get(opts.CHANGELOG_PRODUCER)} (not supported yet for writes)")
+        producer = o.get(opts.CHANGELOG_PRODUCER) or "none"
+        if producer not in opts.CHANGELOG_PRODUCERS:
+            reasons.append(f"changelog-producer={producer} (use one of {', '.join(opts.CHANGELOG_PRODUCERS)})")
         for key in ("row-tracking.enabled", "data-evolution.enabled"):
             if _truthy(schema, key):
                 reasons.append(f"{key}=true (not supported yet for writes)")

@@ -139,7 +139,11 @@ FIELDS_DEFAULT_AGGREGATE_FUNCTION = _opt("fields.default-aggregate-function", st
                                          "last_non_null_value for the aggregation engine")
 DELETION_VECTORS_ENABLED = _opt("deletion-vectors.enabled", _parse_bool, False,
                                 "Merge-on-write with deletion vectors (not supported yet).")
-CHANGELOG_PRODUCER = _opt("changelog-producer", str, "none", "none, input, lookup or full-compaction.")
+CHANGELOG_PRODUCERS = ("none", "input", "full-compaction", "lookup")
+CHANGELOG_PRODUCER = _opt("changelog-producer", str, "none",
+                          "Changelog files for streaming readers: none, input (the written rows), "
+                          "full-compaction (the change made by each full compaction) or lookup (the change "
+                          "made when level-0 files are compacted up).")
 NUM_SORTED_RUN_COMPACTION_TRIGGER = _opt("num-sorted-run.compaction-trigger", _parse_int, 5,
                                          "Sorted runs that trigger a compaction.")
 NUM_LEVELS = _opt("num-levels", _parse_int, None, "LSM levels.",

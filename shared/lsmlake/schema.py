@@ -204,8 +204,12 @@ def new_table_schema(fields: tuple[DataField, ...], partition_keys: list[str] | 
                 raise InvalidInputError(f"bucket-key {k!r} must be part of the primary key {list(primary_keys)}")
     if table_opts.get(opts.DELETION_VECTORS_ENABLED):
         raise InvalidInputError(f"option {opts.DELETION_VECTORS_ENABLED.key!r} is not supported yet")
-    if table_opts.get(opts.CHANGELOG_PRODUCER) != "none":
-        raise InvalidInputError("option 'changelog-producer' other than none is not supported yet")
+    producer = table_opts.get(opts.CHANGELOG_PRODUCER) or "none"
+    if producer not in opts.CHANGELOG_PRODUCERS:
+        raise InvalidInputError(f"changelog-producer must be one of {', '.join(opts.CHANGELOG_PRODUCERS)}, "
+                                f"not {producer!r}")
+    if producer != "none" and not primary_keys:
+        raise InvalidInputError("changelog-producer applies to primary-key tables only")
     rk = table_opts.get(opts.ROWKIND_FIELD)
     if rk and rk not in names:
         raise InvalidInputError(f"rowkind.field {rk!r} is not a column")

@@ -39,6 +39,7 @@ class CommitMessage:
     total_buckets: int
     new_files: list[DataFileMeta] = field(default_factory=list)
     deleted_files: list[DataFileMeta] = field(default_factory=list)
+    changelog_files: list[DataFileMeta] = field(default_factory=list)
 
 
 def group_ids(columns: list[pa.ChunkedArray | pa.Array], n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -70,6 +71,7 @@ class TableWrite:
         self.default_partition = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
         self._next_seq: dict[tuple[bytes, int], int] = {}
         self.merge_function = merge_function_for(schema) if schema.is_primary_key_table else None
+        self.changelog_input = schema.table_options.get(opts.CHANGELOG_PRODUCER) == "input"
         self.messages: dict[tuple[bytes, int], CommitMessage] = {}
         self._written: list[str] = []  # every file written, for abort
 
@@ -116,6 +118,22 @@ class TableWrite:
             self._next_seq[key] += int(run_len[i])
         seq = np.empty(n, np.int64)
         seq[order] = np.repeat(base, run_len) + rank_sorted
+        changelog: list[tuple[bytes, int, str, pa.Table, np.ndarray, np.ndarray]] = []
+        if schema.is_primary_key_table and self.changelog_input:
+            # the written rows themselves, unmerged, in key order: Paimon's `input` changelog
+            if getattr(self.merge_function, "ignore_delete", False):
+                keep_rows = ~is_retract(kinds)
+            else:
+                keep_rows = np.ones(n, dtype=bool)
+            idx, _ = sort_and_group([rows.column(k) for k in schema.trimmed_primary_keys], [(seq, "ascending")], g)
+            idx = idx[keep_rows[idx]]
+            cg = g[idx]
+            cut = np.flatnonzero(np.r_[True, cg[1:] != cg[:-1], True])
+            for a, b in zip(cut[:-1].tolist(), cut[1:].tolist(), strict=True):
+                pid, bucket = divmod(int(cg[a]), span)
+                sel = pa.array(idx[a:b], pa.int64())
+                changelog.append((partitions[pid][0], bucket, partitions[pid][1], rows.take(sel), seq[idx[a:b]],
+                                  kinds[idx[a:b]]))
         if schema.is_primary_key_table:
             rows, g, seq, kinds, layer = self._fold(rows, g, seq, kinds)
         else:
@@ -145,6 +163,12 @@ class TableWrite:
         for pbytes, bucket, files in results:
             msg = self.messages.setdefault((pbytes, bucket), CommitMessage(pbytes, bucket, num_buckets))
             msg.new_files.extend(files)
+        for pbytes, bucket, ppath, cl_rows, cl_seq, cl_kinds in changelog:
+            directory = bucket_dir(self.table_path, ppath, bucket)
+            files = self.file_writer.write(directory, cl_rows, cl_seq, cl_kinds, prefix="changelog-")
+            self._written.extend(f"{directory}/{f.file_name}" for f in files)
+            msg = self.messages.setdefault((pbytes, bucket), CommitMessage(pbytes, bucket, num_buckets))
+            msg.changelog_files.extend(files)
 
     def _fold(self, rows: pa.Table, g: np.ndarray, seq: np.ndarray,
               kinds: np.ndarray) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

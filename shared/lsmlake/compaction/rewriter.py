@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
+from .. import changelog
 from ..data_file_writer import DataFileWriter
 from ..fileio import FileIO
 from ..merge.factory import merge_function_for
@@ -21,6 +22,8 @@ from ..schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 from ..table_read import read_data_file
 from .sorted_run import SortedRun
 from .unit import CompactResult
+
+_LEVEL = "__lsmlake_level"
 
 
 class MergeTreeCompactRewriter:
@@ -33,11 +36,16 @@ class MergeTreeCompactRewriter:
         self.writer = DataFileWriter(fio, schema)
         self.merge_function = merge_function_for(schema)
 
-    def read_section(self, runs: Sequence[SortedRun]) -> pa.Table:
-        """All rows of a section's files with their sequence numbers and kinds."""
-        tables = [read_data_file(self.io, f"{self.bucket_dir}/{f.file_name}", self.schema,
-                                 self.schema.field_names, [SEQUENCE_NUMBER, VALUE_KIND])
-                  for r in runs for f in r.files]
+    def read_section(self, runs: Sequence[SortedRun], with_level: bool = False) -> pa.Table:
+        """All rows of a section's files with their sequence numbers and kinds (and file level)."""
+        tables = []
+        for r in runs:
+            for f in r.files:
+                t = read_data_file(self.io, f"{self.bucket_dir}/{f.file_name}", self.schema,
+                                   self.schema.field_names, [SEQUENCE_NUMBER, VALUE_KIND])
+                if with_level:
+                    t = t.append_column(_LEVEL, pa.array(np.full(t.num_rows, f.level, np.int32)))
+                tables.append(t)
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
     def merge(self, rows: pa.Table, drop_delete: bool) -> pa.Table:
@@ -47,17 +55,48 @@ class MergeTreeCompactRewriter:
             merged = merged.filter(pa.array(~is_retract(merged.column(VALUE_KIND).to_numpy())))
         return merged
 
-    def rewrite(self, output_level: int, drop_delete: bool, sections: Sequence[Sequence[SortedRun]]) -> CompactResult:
+    def rewrite(self, output_level: int, drop_delete: bool, sections: Sequence[Sequence[SortedRun]],
+                full_changelog_level: int | None = None) -> CompactResult:
+        """Merge each section and write the result at `output_level`.
+
+        With `full_changelog_level` (changelog-producer = full-compaction), also write the changelog
+        from the rows that were on that (max) level before to the merged result.
+        """
         before = [f for section in sections for r in section for f in r.files]
         if not before:
             return CompactResult()
-        merged = [self.merge(self.read_section(section), drop_delete) for section in sections]
+        merged = []
+        changes = []
+        for section in sections:
+            rows = self.read_section(section, with_level=full_changelog_level is not None)
+            if full_changelog_level is not None:
+                levels = rows.column(_LEVEL).to_numpy()
+                rows = rows.drop_columns([_LEVEL])
+                out = self.merge(rows, drop_delete)
+                old = self.merge_function.merge(rows.filter(pa.array(levels == full_changelog_level)))
+                changes.append(changelog.diff(old, out, self.schema.primary_keys, self._value_fields))
+            else:
+                out = self.merge(rows, drop_delete)
+            merged.append(out)
         rows = pa.concat_tables(merged) if len(merged) > 1 else merged[0]
         seq = rows.column(SEQUENCE_NUMBER).to_numpy()
         kinds = rows.column(VALUE_KIND).to_numpy().astype(np.int8)
         after = self.writer.write(self.bucket_dir, rows.select(self.schema.field_names), seq, kinds,
                                   level=output_level, file_source=FILE_SOURCE_COMPACT)
-        return CompactResult(before=before, after=after)
+        return CompactResult(before=before, after=after, changelog=self.write_changelog(changes))
+
+    def write_changelog(self, parts: Sequence[pa.Table]) -> list[DataFileMeta]:
+        parts = [p for p in parts if p.num_rows]
+        if not parts:
+            return []
+        rows = pa.concat_tables(parts)
+        return self.writer.write(self.bucket_dir, rows.select(self.schema.field_names),
+                                 rows.column(SEQUENCE_NUMBER).to_numpy(),
+                                 rows.column(VALUE_KIND).to_numpy().astype(np.int8), prefix="changelog-")
+
+    @property
+    def _value_fields(self) -> list[str]:
+        return [f for f in self.schema.field_names if f not in self.schema.primary_keys]
 
     @staticmethod
     def upgrade(output_level: int, f: DataFileMeta) -> CompactResult:

@@ -33,6 +33,7 @@ class CompactResult:
 
     before: list[DataFileMeta] = field(default_factory=list)
     after: list[DataFileMeta] = field(default_factory=list)
+    changelog: list[DataFileMeta] = field(default_factory=list)
 
     def is_empty(self) -> bool:
         return not self.before and not self.after
@@ -40,3 +41,4 @@ class CompactResult:
     def merge(self, other: CompactResult) -> None:
         self.before.extend(other.before)
         self.after.extend(other.after)
+        self.changelog.extend(other.changelog)

@@ -60,9 +60,10 @@ class Aggregation:
         if self.remove_record_on_delete:
             deletes = g.kinds == DELETE
             last_delete = np.maximum.reduceat(np.where(deletes, pos, -1), g.starts)
-            last_add = np.maximum.reduceat(np.where(~g.retract, pos, -1), g.starts)
+            # any row after the last -D (a retraction too) brings the key back, as in Paimon
+            last_other = np.maximum.reduceat(np.where(~deletes, pos, -1), g.starts)
             selected = (pos > last_delete[gid]) & ~deletes
-            removed = (last_delete >= 0) & (last_add < last_delete)
+            removed = (last_delete >= 0) & (last_other < last_delete)
         result = g.rows.take(pa.array(g.last, pa.int64()))
         for name, agg in self.aggregations.items():
             if name not in g.rows.column_names:

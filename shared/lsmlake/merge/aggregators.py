@@ -11,9 +11,10 @@ as null, +I/+U rows go through `agg`, -U/-D rows through `retract`:
 - sum / product: nulls are skipped; integer overflow is an error (Java's `addExact`/`multiplyExact`);
   retraction subtracts (from a null accumulator: the negated value) / divides (Java integer division,
   truncating; a null accumulator stays null). DECIMAL keeps its exact value (products and quotients
-  are rounded HALF_UP to the column scale after every step, as `Decimal.fromBigDecimal` does); a
-  DECIMAL that overflows its precision, an integer division by zero and a non-terminating DECIMAL
-  quotient are errors here (Java turns the first into a silent null and throws on the others).
+  are rounded HALF_UP to the column scale after every step, as `Decimal.fromBigDecimal` does). A
+  DECIMAL that outgrows its precision is an error here (Java's `DecimalUtils.add` keeps an
+  out-of-precision value up to precision 18 and turns it into null above); so are an integer
+  division by zero and a non-terminating DECIMAL quotient (Java throws ArithmeticException).
 - count (Paimon's old `FieldCountAgg`; the current docs replace it with sum): counts non-null values,
   retraction counts down. Its first row sets 0 or 1, so a key whose values are all null gets 0.
 - min / max: nulls skipped; FLOAT/DOUBLE ordered like Java's `Double.compare` (-0.0 < 0.0, NaN last).
@@ -75,8 +76,10 @@ writes (pypaimon leaves rbm64 out for that reason). Read from RoaringBitmap-Java
   last first/second-level indices i32, i32. `rbm64_serialize` writes what Java writes for a bitmap
   built by adding its values in ascending order (the path-compressed trie, containers in key order,
   the array grown as `Containers.grow` grows it, a container's kind picked as `runOptimize` picks
-  it); `rbm64_deserialize` reads any tree Java writes. rbm32 uses the portable RoaringBitmap format
-  (`RoaringBitmap.serialize`, identical to pyroaring's `BitMap.serialize`).
+  it; checked against the Java source, not against a JVM); `rbm64_deserialize` reads any tree Java
+  writes. A union computed by Java keeps its accumulator's container order and kinds, so its bytes
+  can differ from ours for the same set; either side reads the other's. rbm32 uses the portable
+  RoaringBitmap format (`RoaringBitmap.serialize`, identical to pyroaring's `BitMap.serialize`).
 """
 
 from __future__ import annotations
