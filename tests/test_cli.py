@@ -672,3 +672,18 @@ def test_console_script(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "lsmlake.cli", "--warehouse", str(wh), "table", "list", "shop"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout == "orders\n"
+
+
+def test_changelog_command(lake: Lake, tmp_path: Path) -> None:
+    lake.ok("table", "create", "shop.events", "--schema", "k INT NOT NULL, v STRING", "--primary-key", "k",
+            "--option", "bucket=1", "--option", "changelog-producer=lookup")
+    lake.ok("write", "shop.events", write_text(tmp_path / "a.csv", "k,v,_row_kind\n1,a,+I\n2,b,+I\n"))
+    lake.ok("compact", "shop.events")
+    lake.ok("write", "shop.events", write_text(tmp_path / "b.csv", "k,v,_row_kind\n1,a2,+U\n2,,-D\n"))
+    lake.ok("compact", "shop.events")
+    rows = [json.loads(line) for line in lake.ok("changelog", "shop.events").splitlines()]
+    assert [(r["snapshot_id"], r["row_kind"], r["k"], r["v"]) for r in rows] == [
+        (2, "+I", 1, "a"), (2, "+I", 2, "b"), (4, "-U", 1, "a"), (4, "+U", 1, "a2"), (4, "-D", 2, "b")]
+    later = [json.loads(line) for line in lake.ok("changelog", "shop.events", "--from-snapshot", "3").splitlines()]
+    assert {r["snapshot_id"] for r in later} == {4}
+    assert "does not exist" in lake.fails("changelog", "shop.nope")

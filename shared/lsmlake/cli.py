@@ -194,6 +194,16 @@ output formats:
 The rows are those of the latest snapshot, or of --snapshot N (time travel).
 """
 
+_CHANGELOG_EPILOG = """\
+Tables with a changelog producer (option changelog-producer = input, full-compaction or lookup)
+record what changed with each snapshot; streaming readers consume it. Each row carries the
+snapshot that committed it and its row kind (+I, -U, +U, -D), then the table's columns.
+
+examples:
+  lake --warehouse wh changelog db.t
+  lake --warehouse wh changelog db.t --from-snapshot 5 --format table
+"""
+
 _SNAPSHOTS_EPILOG = """\
 examples:
   lake snapshots shop.orders
@@ -382,6 +392,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("table", metavar="DB.TABLE")
     p.add_argument("--format", choices=("jsonl", "table"), default="jsonl", help="default: jsonl")
     p.set_defaults(func=cmd_snapshots)
+
+    p = sub(commands, "changelog", "print the changelog rows committed by a range of snapshots", _CHANGELOG_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--from-snapshot", type=_non_negative, default=1, metavar="N",
+                   help="first snapshot (default: 1, or the earliest retained one)")
+    p.add_argument("--to-snapshot", type=_non_negative, metavar="M", help="last snapshot (default: the latest)")
+    p.add_argument("--format", choices=("jsonl", "csv", "table"), default="jsonl", help="default: jsonl")
+    p.set_defaults(func=cmd_changelog)
 
     p = sub(commands, "files", "list the live data files of a table", _FILES_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
@@ -1242,7 +1260,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
     names = projection if projection is not None else schema.field_names
     out_schema = pa.schema([schema.arrow_schema.field(n) for n in names])
     snapshot = table.require_snapshot(args.snapshot) if args.snapshot is not None else table.latest_snapshot()
-    splits = table.new_scan(None, snapshot, all_levels=True).plan() if snapshot is not None else []
+    splits = table.new_scan(None, snapshot).plan() if snapshot is not None else []
     tables = _limited(table.new_read(projection).read_batches(splits), args.limit)
     if args.output:
         with _output_file(args.output, binary=args.format == "parquet") as f:
@@ -1265,6 +1283,15 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
     numeric = ("id", "schema_id", "time_millis", "total_record_count", "delta_record_count",
                "commit_identifier")
     _print_records(snapshot_records(table), SNAPSHOT_KEYS, args.format, numeric)
+    return 0
+
+
+def cmd_changelog(args: argparse.Namespace) -> int:
+    from .changelog import read_changelog
+
+    table = _catalog(args).get_table(args.table)
+    rows = read_changelog(table, args.from_snapshot, args.to_snapshot)
+    _write_rows(iter([rows]), rows.schema, args.format, sys.stdout)
     return 0
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
+
+from .. import changelog
 from ..data_file_meta import DataFileMeta
 from .compact_task import MergeTreeCompactTask
 from .full import EarlyFullCompaction, pick_full_compaction
 from .levels import Levels
 from .rewriter import MergeTreeCompactRewriter
 from .strategy import CompactStrategy
+from .sorted_run import SortedRun
 from .unit import CompactResult, CompactUnit
 
 
@@ -15,7 +20,9 @@ class MergeTreeCompactManager:
     """Keeps one bucket's LSM tree in shape."""
 
     def __init__(self, levels: Levels, strategy: CompactStrategy, rewriter: MergeTreeCompactRewriter,
-                 min_file_size: int, stop_trigger: int, early_full: EarlyFullCompaction | None = None) -> None:
+                 min_file_size: int, stop_trigger: int, early_full: EarlyFullCompaction | None = None,
+                 changelog_producer: str = "none") -> None:
+        self.changelog_producer = changelog_producer
         self.levels = levels
         self.strategy = strategy
         self.rewriter = rewriter
@@ -61,8 +68,46 @@ class MergeTreeCompactManager:
                 and any((f.delete_row_count or 0) > 0 for f in unit.files)):
             # retractions of partial-update/aggregation merge exactly only with the whole history
             unit = pick_full_compaction(self.levels.num_levels, self.levels.level_sorted_runs()) or unit
+        lookup_changelog = self._lookup_changelog(unit) if self.changelog_producer == "lookup" else []
         task = MergeTreeCompactTask(self.levels.keys, self.rewriter, unit, self.levels.max_level,
-                                    self.min_file_size, self.drop_delete(unit))
+                                    self.min_file_size, self.drop_delete(unit),
+                                    full_changelog=self.changelog_producer == "full-compaction")
         result = task.run()
+        result.changelog.extend(lookup_changelog)
         self.levels.update(result.before, result.after)
         return result
+
+    def _lookup_changelog(self, unit: CompactUnit) -> list[DataFileMeta]:
+        """Changelog of the keys in the unit's level-0 files: their value on levels >= 1 before, and after.
+
+        Levels >= 1 are what readers of lookup tables see; moving level-0 files up changes exactly these keys.
+        """
+        level0 = [f for f in unit.files if f.level == 0]
+        if not level0:
+            return []
+        upper = [f for f in self.levels.all_files() if f.level > 0]
+        keys = list(self.rewriter.schema.primary_keys)
+        new_rows = self.rewriter.read_section([SortedRun((f,)) for f in level0])
+        touched = pa.table([new_rows.column(k) for k in keys], names=keys)
+        if upper:
+            old_rows = self.rewriter.read_section([SortedRun((f,)) for f in upper])
+            old_rows = old_rows.filter(_in_keys(old_rows, touched, keys))
+            before = self.rewriter.merge_function.merge(old_rows)
+            after = self.rewriter.merge_function.merge(pa.concat_tables([old_rows, new_rows]))
+        else:
+            before = new_rows.schema.empty_table()
+            after = self.rewriter.merge_function.merge(new_rows)
+        values = [f for f in self.rewriter.schema.field_names if f not in keys]
+        return self.rewriter.write_changelog([changelog.diff(before, after, keys, values)])
+
+
+def _in_keys(rows: pa.Table, keys_table: pa.Table, keys: list[str]) -> pa.Array:
+    """Mask of rows whose key appears in `keys_table` (a semi-join, vectorised)."""
+    probe = keys_table.group_by(keys).aggregate([])
+    probe = probe.append_column("__hit", pa.array(np.ones(probe.num_rows, dtype=bool)))
+    idx = pa.table([rows.column(k) for k in keys] + [pa.array(np.arange(rows.num_rows), pa.int64())],
+                   names=keys + ["__row"])
+    joined = idx.join(probe, keys=keys, join_type="inner")
+    hit = np.zeros(rows.num_rows, dtype=bool)
+    hit[joined.column("__row").to_numpy()] = True
+    return pa.array(hit)

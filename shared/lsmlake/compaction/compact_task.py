@@ -20,7 +20,9 @@ class MergeTreeCompactTask:
     """
 
     def __init__(self, keys: FileKeys, rewriter: MergeTreeCompactRewriter, unit: CompactUnit, max_level: int,
-                 min_file_size: int, drop_delete: bool) -> None:
+                 min_file_size: int, drop_delete: bool, full_changelog: bool = False) -> None:
+        """`full_changelog`: changelog-producer full-compaction; a compaction into the max level then
+        writes the change it makes to that level, so nothing may reach it without a rewrite."""
         self.keys = keys
         self.rewriter = rewriter
         self.unit = unit
@@ -28,6 +30,7 @@ class MergeTreeCompactTask:
         self.max_level = max_level
         self.min_file_size = min_file_size
         self.drop_delete = drop_delete
+        self.changelog_level = max_level if full_changelog and unit.output_level == max_level else None
         self.upgraded = 0
         self.rewritten = 0
 
@@ -56,7 +59,7 @@ class MergeTreeCompactTask:
             return
         # Retractions must not reach the max level unmerged. pypaimon records `_DELETE_ROW_COUNT` = 0
         # even for level-0 files holding -D rows, so only a compacted file's count is trusted.
-        trusted_clean = f.level > 0 and (f.delete_row_count or 0) == 0
+        trusted_clean = f.level > 0 and (f.delete_row_count or 0) == 0 and self.changelog_level is None
         if self.output_level != self.max_level or trusted_clean:
             result.merge(self.rewriter.upgrade(self.output_level, f))
             self.upgraded += 1
@@ -71,5 +74,5 @@ class MergeTreeCompactTask:
             for f in candidate[0][0].files:
                 self._upgrade(f, result)
             return
-        result.merge(self.rewriter.rewrite(self.output_level, self.drop_delete, candidate))
+        result.merge(self.rewriter.rewrite(self.output_level, self.drop_delete, candidate, self.changelog_level))
         self.rewritten += sum(len(r.files) for s in candidate for r in s)

@@ -114,7 +114,8 @@ def merge_tree_manager(table: FileStoreTable, split: Split, clock: Callable[[], 
     return MergeTreeCompactManager(
         restore_levels(table, split), strategy,
         MergeTreeCompactRewriter(table.io, table.schema, split_dir(table, split)),
-        min_file_size=o.compaction_file_size(True), stop_trigger=o.stop_trigger(), early_full=early)
+        min_file_size=o.compaction_file_size(True), stop_trigger=o.stop_trigger(), early_full=early,
+        changelog_producer=o.get(opts.CHANGELOG_PRODUCER) or "none")
 
 
 def compact_split(table: FileStoreTable, split: Split, full: bool = False,
@@ -127,7 +128,8 @@ def compact_split(table: FileStoreTable, split: Split, full: bool = False,
     if result is None or result.is_empty():
         return None
     return CommitMessage(split.partition, split.bucket, split.total_buckets,
-                         new_files=list(result.after), deleted_files=list(result.before))
+                         new_files=list(result.after), deleted_files=list(result.before),
+                         changelog_files=list(result.changelog))
 
 
 def compact_buckets(table: FileStoreTable, full: bool = False,
@@ -164,6 +166,7 @@ def written_files(table: FileStoreTable, messages: Sequence[CommitMessage]) -> l
         split = Split(m.partition, tuple(table.partition_values(m.partition)), m.bucket, m.total_buckets, (), 0)
         directory = split_dir(table, split)
         paths.extend(f"{directory}/{f.file_name}" for f in m.new_files if f.file_name not in old)
+        paths.extend(f"{directory}/{f.file_name}" for f in m.changelog_files)
     return paths
 
 
