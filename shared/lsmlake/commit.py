@@ -17,12 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import CommitConflictError, CommitRetryExhaustedError, CommitStateUnknownError, NotFoundError
+from .index_manifest import IndexEntry, IndexManifestStore
 from .manifest import ADD, DELETE, ManifestEntry, ManifestFileMeta, ManifestStore
 from .snapshot import APPEND, BATCH_COMMIT_IDENTIFIER, COMPACT, OVERWRITE, Snapshot, SnapshotManager
 from .table_write import CommitMessage
 
 # Merge the base manifests into fresh ones once a list holds this many small manifests.
 _MANIFEST_ENTRIES_PER_FILE = 100_000
+_KEEP: set[bytes] = set()  # marker: an OVERWRITE commit that replaces no partition
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,9 @@ class FileStoreCommit:
     """Commits file changes of one table."""
 
     def __init__(self, snapshots: SnapshotManager, manifests: ManifestStore, schema_id: int,
-                 commit_user: str, max_retries: int = 10, merge_min_count: int = 30) -> None:
+                 commit_user: str, max_retries: int = 10, merge_min_count: int = 30,
+                 indexes: IndexManifestStore | None = None) -> None:
+        self.indexes = indexes
         self.snapshots = snapshots
         self.manifests = manifests
         self.schema_id = schema_id
@@ -58,8 +62,10 @@ class FileStoreCommit:
             kind = COMPACT if deletes else APPEND
         changelog = [ManifestEntry(ADD, m.partition, m.bucket, m.total_buckets, f)
                      for m in messages for f in m.changelog_files]
+        index_changes = ([e for m in messages for e in m.new_index_files],
+                         [e for m in messages for e in m.deleted_index_files])
         return self._commit(deletes + adds, kind, identifier, properties, overwrite_partitions=None,
-                            changelog=changelog)
+                            changelog=changelog, index_changes=index_changes)
 
     def overwrite(self, messages: Sequence[CommitMessage], partitions: Sequence[bytes] | None,
                   identifier: int = BATCH_COMMIT_IDENTIFIER,
@@ -74,8 +80,10 @@ class FileStoreCommit:
 
     def _commit(self, changes: list[ManifestEntry], kind: str, identifier: int,
                 properties: dict[str, str] | None, overwrite_partitions: set[bytes] | None,
-                changelog: list[ManifestEntry] | None = None) -> CommitResult:
-        overwrite = kind == OVERWRITE
+                changelog: list[ManifestEntry] | None = None,
+                index_changes: tuple[list[IndexEntry], list[IndexEntry]] = ([], [])) -> CommitResult:
+        # replacing partitions is what `overwrite()` asks for; a deletion-vector delete is OVERWRITE too
+        overwrite = kind == OVERWRITE and overwrite_partitions is not _KEEP
         delta_meta: ManifestFileMeta | None = None
         written: list[str] = []
         changelog_list: tuple[str, int] | None = None
@@ -104,8 +112,13 @@ class FileStoreCommit:
                     self.manifests.io.delete_quietly(self.manifests.path(delta_meta.file_name))
                 delta_meta = self.manifests.write_manifest(entries, self.schema_id)
                 written.append(delta_meta.file_name)
+            index_manifest = latest.index_manifest if latest else None
+            if index_changes[0] or index_changes[1]:
+                index_manifest = self._index_manifest(latest, *index_changes)
             base_metas, merged_files = self._base_manifests(latest)
             attempt_files = list(merged_files)
+            if index_manifest and (index_changes[0] or index_changes[1]):
+                attempt_files.append(index_manifest)
             base_name, base_size = self.manifests.write_list(base_metas)
             delta_name, delta_size = self.manifests.write_list([delta_meta])
             attempt_files += [base_name, delta_name]
@@ -121,7 +134,7 @@ class FileStoreCommit:
                 changelog_manifest_list=changelog_list[0] if changelog_list else None,
                 changelog_manifest_list_size=changelog_list[1] if changelog_list else None,
                 changelog_record_count=changelog_rows if changelog_list else None,
-                index_manifest=latest.index_manifest if latest else None,
+                index_manifest=index_manifest,
                 watermark=latest.watermark if latest else None,
                 next_row_id=latest.next_row_id if latest else None,
                 properties=dict(properties) if properties else None, uuid=str(uuid.uuid4()))
@@ -139,6 +152,18 @@ class FileStoreCommit:
             self.manifests.io.delete_quietly(self.manifests.path(name))
         raise CommitRetryExhaustedError(
             f"commit of {len(changes)} file change(s) lost the snapshot race {self.max_retries + 1} times")
+
+    def _index_manifest(self, latest: Snapshot | None, added: list[IndexEntry], removed: list[IndexEntry]) -> str:
+        """The new complete index manifest: the previous one's entries, less the replaced ones, plus the new."""
+        assert self.indexes is not None
+        current = self.indexes.read(latest.index_manifest if latest else None)
+        names = {e.file_name for e in current}
+        gone = [e.file_name for e in removed if e.file_name not in names]
+        if gone:
+            raise CommitConflictError(f"index file(s) {gone} are no longer live: another commit changed the "
+                                      "deletion vectors of this bucket; this commit was not applied")
+        drop = {e.file_name for e in removed}
+        return self.indexes.write([e for e in current if e.file_name not in drop] + list(added))
 
     def _landed(self, snap: Snapshot) -> bool:
         try:

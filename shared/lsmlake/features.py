@@ -20,8 +20,8 @@ def unsupported(schema: TableSchema, for_write: bool) -> list[str]:
     """Reasons the table cannot be read (or written, when `for_write`) correctly by lsmlake."""
     o = schema.table_options
     reasons = []
-    if _truthy(schema, opts.DELETION_VECTORS_ENABLED.key):
-        reasons.append("deletion-vectors.enabled=true (deletion vectors are not supported yet)")
+    if _truthy(schema, opts.DELETION_VECTORS_ENABLED.key) and _truthy(schema, "deletion-vectors.bitmap64"):
+        reasons.append("deletion-vectors.bitmap64=true (64-bit deletion vectors are not supported)")
     if schema.is_primary_key_table:
         from .merge.factory import merge_function_for
 

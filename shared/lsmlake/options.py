@@ -138,7 +138,8 @@ FIELDS_DEFAULT_AGGREGATE_FUNCTION = _opt("fields.default-aggregate-function", st
                                          "Aggregate function of fields that name none.",
                                          "last_non_null_value for the aggregation engine")
 DELETION_VECTORS_ENABLED = _opt("deletion-vectors.enabled", _parse_bool, False,
-                                "Merge-on-write with deletion vectors (not supported yet).")
+                                "Deletion vectors: readers skip older row versions without merging; level-0 "
+                                "files become visible once compacted (writes compact unless write-only).")
 CHANGELOG_PRODUCERS = ("none", "input", "full-compaction", "lookup")
 CHANGELOG_PRODUCER = _opt("changelog-producer", str, "none",
                           "Changelog files for streaming readers: none, input (the written rows), "

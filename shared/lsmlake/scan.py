@@ -9,7 +9,8 @@ from typing import Any
 from .binary_row import deserialize_row
 from .data_file_meta import DataFileMeta
 from .manifest import ManifestEntry, ManifestStore
-from .merge.factory import skips_level0
+from .index_manifest import DELETION_VECTORS, IndexEntry, IndexManifestStore
+from .merge.factory import dv_enabled, skips_level0
 from .predicate import Predicate
 from .schema import TableSchema
 from .snapshot import Snapshot
@@ -26,6 +27,7 @@ class Split:
     files: tuple[DataFileMeta, ...]
     snapshot_id: int
     raw_convertible: bool = field(default=False)
+    dv_index: IndexEntry | None = None  # the bucket's deletion-vector index file, if any
 
     @property
     def row_count(self) -> int:
@@ -39,8 +41,8 @@ def live_entries(manifests: ManifestStore, snapshot: Snapshot) -> list[ManifestE
 
 def is_raw_convertible(schema: TableSchema, files: Sequence[DataFileMeta]) -> bool:
     """Whether a split reads correctly without merging: no level-0 file, no retract row, one sorted run."""
-    if not schema.is_primary_key_table:
-        return True
+    if not schema.is_primary_key_table or dv_enabled(schema):
+        return True  # with deletion vectors every older version of a key is marked deleted
     if any(f.level == 0 or (f.delete_row_count or 0) > 0 for f in files):
         return False
     # first-row tables keep every key on one level: compaction is always full (see compaction)
@@ -51,8 +53,10 @@ class TableScan:
     """Plans the splits of one snapshot of a table."""
 
     def __init__(self, schema: TableSchema, manifests: ManifestStore, snapshot: Snapshot | None,
-                 predicate: Predicate | None = None, all_levels: bool = False) -> None:
+                 predicate: Predicate | None = None, all_levels: bool = False,
+                 index_store: IndexManifestStore | None = None) -> None:
         """`all_levels`: plan level-0 files even where batch reads skip them (compaction needs them)."""
+        self.index_store = index_store
         self.all_levels = all_levels
         self.schema = schema
         self.manifests = manifests
@@ -83,13 +87,15 @@ class TableScan:
             if key_pred.terms and not self._file_may_match(e.file, key_cols, key_types, key_pred):
                 continue
             groups.setdefault((e.partition, e.bucket), []).append(e)
+        dvs = {(e.partition, e.bucket): e for e in self.index_store.read(self.snapshot.index_manifest)
+               if e.index_type == DELETION_VECTORS} if self.index_store is not None and dv_enabled(schema) else {}
         splits = []
         for (partition, bucket), entries in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
             files = tuple(sorted((e.file for e in entries), key=lambda f: (f.level, f.min_sequence_number)))
             values = part_values[partition]
             assert values is not None
             splits.append(Split(partition, values, bucket, entries[0].total_buckets, files, self.snapshot.id,
-                                is_raw_convertible(schema, files)))
+                                is_raw_convertible(schema, files), dvs.get((partition, bucket))))
         return splits
 
     @staticmethod

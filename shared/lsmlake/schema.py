@@ -202,8 +202,6 @@ def new_table_schema(fields: tuple[DataField, ...], partition_keys: list[str] | 
                 raise InvalidInputError(f"bucket-key {k!r} is not a column; columns are {names}")
             if primary_keys and k not in primary_keys:
                 raise InvalidInputError(f"bucket-key {k!r} must be part of the primary key {list(primary_keys)}")
-    if table_opts.get(opts.DELETION_VECTORS_ENABLED):
-        raise InvalidInputError(f"option {opts.DELETION_VECTORS_ENABLED.key!r} is not supported yet")
     producer = table_opts.get(opts.CHANGELOG_PRODUCER) or "none"
     if producer not in opts.CHANGELOG_PRODUCERS:
         raise InvalidInputError(f"changelog-producer must be one of {', '.join(opts.CHANGELOG_PRODUCERS)}, "

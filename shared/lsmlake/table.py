@@ -14,6 +14,7 @@ from .binary_row import deserialize_row
 from .commit import CommitResult, FileStoreCommit
 from .errors import CommitStateUnknownError, NotFoundError
 from .fileio import FileIO
+from .index_manifest import IndexManifestStore
 from .manifest import ManifestStore
 from .predicate import Predicate
 from .scan import Split, TableScan
@@ -36,6 +37,7 @@ class FileStoreTable:
         self.snapshots = SnapshotManager(fio, path)
         self.manifests = ManifestStore(fio, path, schema.types_of(schema.partition_keys),
                                        self.options.get(opts.MANIFEST_COMPRESSION) or "zstd")
+        self.indexes = IndexManifestStore(fio, path, self.options.get(opts.MANIFEST_COMPRESSION) or "zstd")
 
     # -- snapshots -----------------------------------------------------------------------------
 
@@ -73,6 +75,7 @@ class FileStoreTable:
 
     def new_commit(self, commit_user: str | None = None) -> FileStoreCommit:
         return FileStoreCommit(self.snapshots, self.manifests, self.schema.id, commit_user or str(uuid.uuid4()),
+                               indexes=self.indexes,
                                max_retries=self.options.require(opts.COMMIT_MAX_RETRIES),
                                merge_min_count=self.options.require(opts.MANIFEST_MERGE_MIN_COUNT))
 
@@ -91,12 +94,22 @@ class FileStoreTable:
             messages = w.prepare_commit()
             if not messages:
                 return None
-            return self.new_commit(commit_user).commit(messages, identifier=identifier, properties=properties)
+            result = self.new_commit(commit_user).commit(messages, identifier=identifier, properties=properties)
         except CommitStateUnknownError:
             raise
         except BaseException:
             w.abort()
             raise
+        self._compact_after_write()
+        return result
+
+    def _compact_after_write(self) -> None:
+        """Deletion-vector tables hide level 0 from readers: move it up now, unless a compactor owns that."""
+        if (self.schema.is_primary_key_table and self.options.get(opts.DELETION_VECTORS_ENABLED)
+                and not self.options.get(opts.WRITE_ONLY)):
+            from .compaction.table_compact import compact_table
+
+            compact_table(self)
 
     def commit_messages(self, messages: Sequence[CommitMessage], commit_user: str | None = None,
                         properties: dict[str, str] | None = None) -> CommitResult:
@@ -135,7 +148,7 @@ class FileStoreTable:
         snap = snapshot if isinstance(snapshot, Snapshot) or snapshot is None else self.snapshots.snapshot(snapshot)
         if snapshot is None:
             snap = self.snapshots.latest()
-        return TableScan(self.schema, self.manifests, snap, Predicate.of(predicate), all_levels)
+        return TableScan(self.schema, self.manifests, snap, Predicate.of(predicate), all_levels, self.indexes)
 
     def new_read(self, projection: Sequence[str] | None = None,
                  predicate: Predicate | Mapping[str, Any] | Sequence[Any] | None = None) -> TableRead:

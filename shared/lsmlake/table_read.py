@@ -10,13 +10,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyroaring import BitMap
 
+from . import deletion_vector
 from . import options as opts
 from .data_file_writer import bucket_dir
 from .errors import InvalidInputError
 from .fileio import FileIO
+from .index_manifest import IndexEntry
 from .merge.factory import merge_function_for
 from .partition import partition_path
 from .predicate import Predicate
@@ -76,7 +80,9 @@ class TableRead:
             system = [SEQUENCE_NUMBER, VALUE_KIND]
         else:
             needed, system = wanted, []
-        tables = [read_data_file(self.io, f"{directory}/{f.file_name}", schema, needed, system)
+        vectors = load_vectors(self.io, self.table_path, split.dv_index)
+        tables = [read_data_file(self.io, f"{directory}/{f.file_name}", schema, needed, system,
+                                 vectors.get(f.file_name))
                   for f in split.files]
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         if merge:
@@ -88,12 +94,34 @@ class TableRead:
         return table.select(self.projection)
 
 
-def read_data_file(fio: FileIO, path: str, schema: TableSchema, columns: list[str], system: list[str]) -> pa.Table:
-    """Read table columns (by name, cast to the current schema; absent ones as nulls) plus system columns."""
+def load_vectors(fio: FileIO, table_path: str, entry: IndexEntry | None) -> dict[str, BitMap]:
+    """The deletion vectors of a bucket, by data file name."""
+    if entry is None or not entry.dv_ranges:
+        return {}
+    data = fio.read_bytes(f"{table_path}/index/{entry.file_name}")
+    return deletion_vector.deserialize(data, list(entry.dv_ranges))
+
+
+def read_data_file(fio: FileIO, path: str, schema: TableSchema, columns: list[str], system: list[str],
+                   deleted: BitMap | None = None, positions: bool = False) -> pa.Table:
+    """Read table columns (by name, cast to the current schema; absent ones as nulls) plus system columns.
+
+    Rows whose position is in `deleted` (the file's deletion vector) are skipped; with `positions`, a
+    `_ROW_POSITION` column gives each row's position in the file.
+    """
     with fio.open_input(path) as f:
         pf = pq.ParquetFile(f)
         present = set(pf.schema_arrow.names)
         t = pf.read(columns=[c for c in columns + system if c in present])
+    pos = None
+    if deleted is not None and len(deleted):
+        keep = np.ones(t.num_rows, dtype=bool)
+        gone = np.fromiter(deleted, dtype=np.int64, count=len(deleted))
+        keep[gone[gone < t.num_rows]] = False
+        pos = np.flatnonzero(keep)
+        t = t.filter(pa.array(keep))
+    if positions and pos is None:
+        pos = np.arange(t.num_rows, dtype=np.int64)
     arrays = []
     fields = []
     for c in columns:
@@ -112,4 +140,11 @@ def read_data_file(fio: FileIO, path: str, schema: TableSchema, columns: list[st
     for c in system:
         arrays.append(t.column(c))
         fields.append(pa.field(c, t.schema.field(c).type))
+    if positions:
+        assert pos is not None
+        arrays.append(pa.array(pos, pa.int64()))
+        fields.append(pa.field(ROW_POSITION, pa.int64()))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+ROW_POSITION = "_ROW_POSITION"

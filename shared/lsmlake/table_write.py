@@ -22,6 +22,7 @@ from .data_file_writer import DataFileWriter, bucket_dir
 from .dedupe import group_ends, sort_and_group
 from .fileio import FileIO
 from .merge.factory import merge_function_for
+from .index_manifest import IndexEntry
 from .input_rows import conform
 from .partition import partition_path
 from .row_kind import is_retract
@@ -40,6 +41,8 @@ class CommitMessage:
     new_files: list[DataFileMeta] = field(default_factory=list)
     deleted_files: list[DataFileMeta] = field(default_factory=list)
     changelog_files: list[DataFileMeta] = field(default_factory=list)
+    new_index_files: list[IndexEntry] = field(default_factory=list)
+    deleted_index_files: list[IndexEntry] = field(default_factory=list)
 
 
 def group_ids(columns: list[pa.ChunkedArray | pa.Array], n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+from pyroaring import BitMap
 
 from .. import changelog
 from ..data_file_meta import DataFileMeta
@@ -12,6 +13,7 @@ from .full import EarlyFullCompaction, pick_full_compaction
 from .levels import Levels
 from .rewriter import MergeTreeCompactRewriter
 from .strategy import CompactStrategy
+from .lookup_compaction import LookupCompaction
 from .sorted_run import SortedRun
 from .unit import CompactResult, CompactUnit
 
@@ -21,8 +23,10 @@ class MergeTreeCompactManager:
 
     def __init__(self, levels: Levels, strategy: CompactStrategy, rewriter: MergeTreeCompactRewriter,
                  min_file_size: int, stop_trigger: int, early_full: EarlyFullCompaction | None = None,
-                 changelog_producer: str = "none") -> None:
+                 changelog_producer: str = "none", vectors: dict[str, BitMap] | None = None) -> None:
+        """`vectors`: the bucket's deletion vectors, for tables with deletion vectors (None otherwise)."""
         self.changelog_producer = changelog_producer
+        self.vectors = vectors
         self.levels = levels
         self.strategy = strategy
         self.rewriter = rewriter
@@ -68,6 +72,12 @@ class MergeTreeCompactManager:
                 and any((f.delete_row_count or 0) > 0 for f in unit.files)):
             # retractions of partial-update/aggregation merge exactly only with the whole history
             unit = pick_full_compaction(self.levels.num_levels, self.levels.level_sorted_runs()) or unit
+        if self.vectors is not None:
+            dv_result = LookupCompaction(self.rewriter, self.vectors, self.levels.all_files(),
+                                         self.changelog_producer).run(unit)
+            self.levels.update(dv_result.before, dv_result.after)
+            self.vectors = dv_result.vectors
+            return dv_result
         lookup_changelog = self._lookup_changelog(unit) if self.changelog_producer == "lookup" else []
         task = MergeTreeCompactTask(self.levels.keys, self.rewriter, unit, self.levels.max_level,
                                     self.min_file_size, self.drop_delete(unit),

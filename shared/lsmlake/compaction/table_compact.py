@@ -15,7 +15,13 @@ from .. import features
 from .. import options as opts
 from ..commit import CommitResult
 from ..data_file_writer import bucket_dir
-from ..merge.factory import skips_level0
+from pyroaring import BitMap
+
+from .. import deletion_vector
+from ..index_manifest import DELETION_VECTORS, IndexEntry
+from ..merge.factory import dv_enabled, skips_level0
+from ..table_read import load_vectors
+from .lookup_compaction import DvCompactResult
 from ..errors import CommitStateUnknownError, InvalidInputError, NotFoundError
 from ..partition import partition_path
 from ..predicate import Predicate
@@ -115,7 +121,8 @@ def merge_tree_manager(table: FileStoreTable, split: Split, clock: Callable[[], 
         restore_levels(table, split), strategy,
         MergeTreeCompactRewriter(table.io, table.schema, split_dir(table, split)),
         min_file_size=o.compaction_file_size(True), stop_trigger=o.stop_trigger(), early_full=early,
-        changelog_producer=o.get(opts.CHANGELOG_PRODUCER) or "none")
+        changelog_producer=o.get(opts.CHANGELOG_PRODUCER) or "none",
+        vectors=load_vectors(table.io, table.path, split.dv_index) if dv_enabled(table.schema) else None)
 
 
 def compact_split(table: FileStoreTable, split: Split, full: bool = False,
@@ -127,9 +134,25 @@ def compact_split(table: FileStoreTable, split: Split, full: bool = False,
         result = AppendCompactManager(table, split, split_dir(table, split)).compact(full)
     if result is None or result.is_empty():
         return None
-    return CommitMessage(split.partition, split.bucket, split.total_buckets,
-                         new_files=list(result.after), deleted_files=list(result.before),
-                         changelog_files=list(result.changelog))
+    msg = CommitMessage(split.partition, split.bucket, split.total_buckets,
+                        new_files=list(result.after), deleted_files=list(result.before),
+                        changelog_files=list(result.changelog))
+    if isinstance(result, DvCompactResult):
+        msg.new_index_files, msg.deleted_index_files = dv_index_change(table, split, result.vectors)
+    return msg
+
+
+def dv_index_change(table: FileStoreTable, split: Split,
+                    vectors: dict[str, BitMap]) -> tuple[list[IndexEntry], list[IndexEntry]]:
+    """(added, removed) index entries replacing the bucket's deletion-vector file."""
+    removed = [split.dv_index] if split.dv_index is not None else []
+    live = {name: bm for name, bm in vectors.items() if len(bm)}
+    if not live:
+        return [], removed
+    data, ranges = deletion_vector.serialize(live)
+    name = table.indexes.write_index_file(data)
+    entry = IndexEntry(split.partition, split.bucket, DELETION_VECTORS, name, len(data), len(ranges), tuple(ranges))
+    return [entry], removed
 
 
 def compact_buckets(table: FileStoreTable, full: bool = False,
@@ -148,9 +171,9 @@ def compact_buckets(table: FileStoreTable, full: bool = False,
         return None, []
     messages = []
     history = compaction_history(table)
-    # first-row keeps the oldest row of a key and reads raw from levels >= 1; without a lookup into the
-    # lower levels, only a full compaction can guarantee one row per key.
-    full = full or skips_level0(table.schema)
+    # first-row keeps the oldest row of a key and reads raw from levels >= 1; without deletion vectors
+    # (whose lookup marks the older rows), only a full compaction can guarantee one row per key.
+    full = full or (skips_level0(table.schema) and not dv_enabled(table.schema))
     for split in table.new_scan(pred, snapshot, all_levels=True).plan():
         msg = compact_split(table, split, full, history)
         if msg is not None:
@@ -167,6 +190,7 @@ def written_files(table: FileStoreTable, messages: Sequence[CommitMessage]) -> l
         directory = split_dir(table, split)
         paths.extend(f"{directory}/{f.file_name}" for f in m.new_files if f.file_name not in old)
         paths.extend(f"{directory}/{f.file_name}" for f in m.changelog_files)
+        paths.extend(table.indexes.index_path(e.file_name) for e in m.new_index_files)
     return paths
 
 

@@ -129,6 +129,11 @@ def merge_function_for(schema: TableSchema) -> MergeFunction:
                        remove_record_on_delete=bool(o.get(opts.AGGREGATION_REMOVE_RECORD_ON_DELETE)))
 
 
+def dv_enabled(schema: TableSchema) -> bool:
+    return bool(schema.table_options.get(opts.DELETION_VECTORS_ENABLED))
+
+
 def skips_level0(schema: TableSchema) -> bool:
-    """Batch reads skip level-0 files (as Paimon's readers do) for first-row tables."""
-    return schema.is_primary_key_table and (schema.table_options.get(opts.MERGE_ENGINE) == "first-row")
+    """Batch reads skip level-0 files (as Paimon's readers do) of first-row and deletion-vector tables."""
+    return schema.is_primary_key_table and (schema.table_options.get(opts.MERGE_ENGINE) == "first-row"
+                                            or dv_enabled(schema))
