@@ -687,3 +687,18 @@ def test_changelog_command(lake: Lake, tmp_path: Path) -> None:
     later = [json.loads(line) for line in lake.ok("changelog", "shop.events", "--from-snapshot", "3").splitlines()]
     assert {r["snapshot_id"] for r in later} == {4}
     assert "does not exist" in lake.fails("changelog", "shop.nope")
+
+
+def test_delete_command_and_deletion_counts_in_files(lake: Lake, tmp_path: Path) -> None:
+    lake.ok("table", "create", "shop.log", "--schema", "id BIGINT, day DATE, msg STRING",
+            "--option", "deletion-vectors.enabled=true")
+    lake.ok("write", "shop.log", write_text(tmp_path / "a.csv",
+                                            "id,day,msg\n1,2024-01-01,a\n2,2024-01-01,b\n3,2024-01-02,c\n"))
+    out = lake.ok("delete", "shop.log", "--where", "day=2024-01-01", "--where", "id=2")
+    assert "deleted" in out
+    assert sorted(json.loads(x)["id"] for x in lake.ok("scan", "shop.log").splitlines()) == [1, 3]
+    files = [json.loads(x) for x in lake.ok("files", "shop.log").splitlines()]
+    assert sum(f["dv_deleted"] for f in files) == 1
+    assert "nothing deleted" in lake.ok("delete", "shop.log", "--where", "id=2")
+    assert "not a DATE" in lake.fails("delete", "shop.log", "--where", "day=someday")
+    assert "unknown column" in lake.fails("delete", "shop.log", "--where", "nope=1")

@@ -151,3 +151,35 @@ def test_whole_row_lookup_engines(tmp_path, engine) -> None:
     _write(t, [(k, k + 1, "+U") for k in range(0, 10, 2)])
     expected = {k: (k + 1 if k % 2 == 0 else k) for k in range(10)}
     assert _rows(t.to_arrow()) == expected == _pypaimon(t)
+
+
+def test_append_table_delete_where_through_deletion_vectors(tmp_path) -> None:
+    from pypaimon import CatalogFactory
+
+    from lsmlake.errors import InvalidInputError
+
+    cat = FileSystemCatalog(str(tmp_path / "wh"))
+    cat.create_database("db")
+    t = cat.create_table("db.a", "id BIGINT, dt STRING, v DOUBLE", partition_keys=["dt"],
+                         options={"deletion-vectors.enabled": "true"})
+    t.write_arrow(pa.table({"id": pa.array(range(100), pa.int64()), "dt": ["a", "b"] * 50,
+                            "v": [float(i) for i in range(100)]}))
+    t.write_arrow(pa.table({"id": pa.array(range(100, 150), pa.int64()), "dt": ["a"] * 50,
+                            "v": [float(i) for i in range(100, 150)]}))
+    files_before = {f.file_name for s in t.plan() for f in s.files}
+    res = t.delete_where([("v", ">=", 90.0), ("dt", "=", "a")])
+    assert res is not None and t.snapshots.snapshot(res.snapshot_id).commit_kind == "OVERWRITE"
+    expected = sorted(i for i in range(150) if not (i >= 90 and (i >= 100 or i % 2 == 0)))
+    assert sorted(t.to_arrow().column("id").to_pylist()) == expected
+    assert {f.file_name for s in t.plan() for f in s.files} == files_before, "no data file rewritten"
+    # a second delete adds to the existing vectors
+    assert t.delete_where({"id": 1}) is not None
+    expected.remove(1)
+    assert sorted(t.to_arrow().column("id").to_pylist()) == expected
+    assert t.delete_where({"id": 1}) is None  # nothing left to delete
+    rb = CatalogFactory.create({"warehouse": str(tmp_path / "wh")}).get_table("db.a").new_read_builder()
+    assert sorted(rb.new_read().to_arrow(rb.new_scan().plan().splits()).column("id").to_pylist()) == expected
+    with pytest.raises(InvalidInputError):
+        t.delete_where([])
+    with pytest.raises(InvalidInputError):
+        t.delete_where({"nope": 1})

@@ -54,7 +54,7 @@ ENV_DEBUG = "LAKE_DEBUG"  # set to 1 to see the traceback of an unexpected error
 SNAPSHOT_KEYS = ("id", "schema_id", "commit_kind", "time_millis", "total_record_count",
                  "delta_record_count", "commit_user", "commit_identifier")
 FILE_KEYS = ("partition", "bucket", "file", "level", "rows", "min_seq", "max_seq", "size", "schema_id",
-             "delete_rows")
+             "delete_rows", "dv_deleted")
 LEVEL_KEYS = ("partition", "bucket", "level", "run", "file", "size", "rows", "min_key", "max_key", "min_seq",
               "max_seq")
 
@@ -192,6 +192,15 @@ output formats:
   parquet  the table's Arrow schema (needs --output).
   table    an aligned text table for people.
 The rows are those of the latest snapshot, or of --snapshot N (time travel).
+"""
+
+_DELETE_EPILOG = """\
+Append tables with deletion-vectors.enabled = true delete rows without rewriting files: the
+positions of the matching rows go into the bucket's deletion vectors, committed as one OVERWRITE
+snapshot. (Primary-key tables delete by writing -D rows: `lake write` with a _row_kind column.)
+
+examples:
+  lake --warehouse wh delete db.events --where dt=2026-11-21 --where user_id=42
 """
 
 _CHANGELOG_EPILOG = """\
@@ -392,6 +401,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("table", metavar="DB.TABLE")
     p.add_argument("--format", choices=("jsonl", "table"), default="jsonl", help="default: jsonl")
     p.set_defaults(func=cmd_snapshots)
+
+    p = sub(commands, "delete", "delete rows of an append table through deletion vectors", _DELETE_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--where", action="append", type=_key_value, default=[], metavar="COLUMN=VALUE",
+                   required=True, help="delete rows where COLUMN equals VALUE (repeatable: all must hold)")
+    p.set_defaults(func=cmd_delete)
 
     p = sub(commands, "changelog", "print the changelog rows committed by a range of snapshots", _CHANGELOG_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
@@ -1286,6 +1301,24 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_delete(args: argparse.Namespace) -> int:
+    table = _catalog(args).get_table(args.table)
+    terms = []
+    for key, text in args.where:
+        t = table.schema.field(key).type
+        try:
+            value = pa.array([text], pa.string()).cast(to_arrow_type(t))[0].as_py()
+        except _ARROW_ERRORS as e:
+            raise CliError(f"--where {key}={text}: not a {t.sql()} value ({e})") from None
+        terms.append((key, "=", value))
+    result = table.delete_where(terms)
+    if result is None:
+        _out(f"no row of {args.table} matched: nothing deleted")
+    else:
+        _out(f"deleted the matching rows of {args.table} in snapshot {result.snapshot_id}")
+    return 0
+
+
 def cmd_changelog(args: argparse.Namespace) -> int:
     from .changelog import read_changelog
 
@@ -1305,6 +1338,10 @@ def file_records(table: FileStoreTable, snapshot_id: int | None = None) -> list[
     types = schema.types_of(keys)
     default_name = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
     paths: dict[bytes, str] = {}
+    deleted: dict[tuple[bytes, int, str], int] = {}
+    for ie in table.indexes.read(snapshot.index_manifest):
+        for r in ie.dv_ranges or ():
+            deleted[(ie.partition, ie.bucket, r.file_name)] = r.cardinality or 0
     out = []
     for e in table.manifests.live(snapshot.base_manifest_list, snapshot.delta_manifest_list).values():
         if e.partition not in paths:
@@ -1314,14 +1351,15 @@ def file_records(table: FileStoreTable, snapshot_id: int | None = None) -> list[
         out.append({"partition": paths[e.partition], "bucket": e.bucket, "file": f.file_name,
                     "level": f.level, "rows": f.row_count, "min_seq": f.min_sequence_number,
                     "max_seq": f.max_sequence_number, "size": f.file_size,
-                    "schema_id": f.schema_id, "delete_rows": f.delete_row_count})
+                    "schema_id": f.schema_id, "delete_rows": f.delete_row_count,
+                    "dv_deleted": deleted.get((e.partition, e.bucket, f.file_name), 0)})
     out.sort(key=lambda r: (r["partition"], r["bucket"], r["level"], r["min_seq"], r["file"]))
     return out
 
 
 def cmd_files(args: argparse.Namespace) -> int:
     table = _catalog(args).get_table(args.table)
-    numeric = ("bucket", "level", "rows", "min_seq", "max_seq", "size", "schema_id", "delete_rows")
+    numeric = ("bucket", "level", "rows", "min_seq", "max_seq", "size", "schema_id", "delete_rows", "dv_deleted")
     _print_records(file_records(table, args.snapshot), FILE_KEYS, args.format, numeric)
     return 0
 

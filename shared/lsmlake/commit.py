@@ -64,7 +64,7 @@ class FileStoreCommit:
                      for m in messages for f in m.changelog_files]
         index_changes = ([e for m in messages for e in m.new_index_files],
                          [e for m in messages for e in m.deleted_index_files])
-        return self._commit(deletes + adds, kind, identifier, properties, overwrite_partitions=None,
+        return self._commit(deletes + adds, kind, identifier, properties, overwrite_partitions=_KEEP,
                             changelog=changelog, index_changes=index_changes)
 
     def overwrite(self, messages: Sequence[CommitMessage], partitions: Sequence[bytes] | None,

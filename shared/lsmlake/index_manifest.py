@@ -6,15 +6,20 @@ import io
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastavro
+from pyroaring import BitMap
 
 from .avro_schemas import CODECS
+from . import deletion_vector
 from .deletion_vector import DvRange
 from .fileio import FileIO
 
 DELETION_VECTORS = "DELETION_VECTORS"
+
+if TYPE_CHECKING:
+    from .scan import Split
 
 INDEX_MANIFEST_ENTRY = fastavro.parse_schema({"type": "record", "name": "IndexManifestEntry", "fields": [
     {"name": "_VERSION", "type": "int"},
@@ -104,3 +109,16 @@ class IndexManifestStore:
         name = f"index-{uuid.uuid4()}-0"
         self.io.write_bytes(self.index_path(name), data)
         return name
+
+
+def dv_index_change(indexes: IndexManifestStore, split: Split,
+                    vectors: dict[str, BitMap]) -> tuple[list[IndexEntry], list[IndexEntry]]:
+    """(added, removed) index entries that replace a bucket's deletion-vector file by `vectors`."""
+    removed = [split.dv_index] if split.dv_index is not None else []
+    live = {name: bm for name, bm in vectors.items() if len(bm)}
+    if not live:
+        return [], removed
+    data, ranges = deletion_vector.serialize(live)
+    name = indexes.write_index_file(data)
+    entry = IndexEntry(split.partition, split.bucket, DELETION_VECTORS, name, len(data), len(ranges), tuple(ranges))
+    return [entry], removed

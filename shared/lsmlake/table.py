@@ -6,20 +6,22 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+from pyroaring import BitMap
 
 from . import features
 from . import options as opts
 from .binary_row import deserialize_row
 from .commit import CommitResult, FileStoreCommit
-from .errors import CommitStateUnknownError, NotFoundError
+from .errors import CommitStateUnknownError, InvalidInputError, NotFoundError
 from .fileio import FileIO
 from .index_manifest import IndexManifestStore
 from .manifest import ManifestStore
 from .predicate import Predicate
 from .scan import Split, TableScan
 from .schema import SchemaManager, TableSchema
-from .snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot, SnapshotManager
+from .snapshot import BATCH_COMMIT_IDENTIFIER, OVERWRITE, Snapshot, SnapshotManager
 from .table_read import TableRead
 from .table_write import CommitMessage, TableWrite
 
@@ -140,6 +142,62 @@ class FileStoreTable:
         else:
             parts = None
         return parts
+
+    def delete_where(self, predicate: Predicate | Mapping[str, Any] | Sequence[Any],
+                     commit_user: str | None = None) -> CommitResult | None:
+        """Delete the rows of an append table matching `predicate` by deletion vectors (no file is rewritten).
+
+        1. find, file by file, the positions of the matching rows still live;
+        2. add them to the bucket's deletion vectors and write a new deletion-vector index file;
+        3. commit the index change as an OVERWRITE snapshot (as Paimon does), which conflicts cleanly if
+           another commit changed the same bucket's vectors meanwhile.
+        Returns None when no row matched.
+        """
+        from .index_manifest import dv_index_change
+        from .table_read import ROW_POSITION, load_vectors, read_data_file
+
+        if self.schema.is_primary_key_table:
+            raise InvalidInputError("delete_where is for append tables; write -D rows to a primary-key table")
+        if not self.options.get(opts.DELETION_VECTORS_ENABLED):
+            raise InvalidInputError(f"table {self.identifier} needs 'deletion-vectors.enabled' = 'true' "
+                                    "for deletes")
+        features.check(self.schema, self.identifier, for_write=True)
+        pred = Predicate.of(predicate)
+        if not pred.terms:
+            raise InvalidInputError("delete_where needs a predicate (to empty a table, overwrite it)")
+        expr = pred.expression()
+        columns = sorted(pred.columns())
+        for c in columns:
+            self.schema.field(c)
+        messages = []
+        for split in self.new_scan(pred, all_levels=True).plan():
+            vectors = load_vectors(self.io, self.path, split.dv_index)
+            from .compaction.table_compact import split_dir
+
+            directory = split_dir(self, split)
+            changed = False
+            for f in split.files:
+                rows = read_data_file(self.io, f"{directory}/{f.file_name}", self.schema, columns, [],
+                                      vectors.get(f.file_name), positions=True)
+                hit = rows.filter(expr).column(ROW_POSITION).to_numpy()
+                if len(hit):
+                    vectors.setdefault(f.file_name, BitMap()).update(hit.astype(np.uint32))
+                    changed = True
+            if changed:
+                added, removed = dv_index_change(self.indexes, split, vectors)
+                messages.append(CommitMessage(split.partition, split.bucket, split.total_buckets,
+                                              new_index_files=added, deleted_index_files=removed))
+        if not messages:
+            return None
+        try:
+            return self.new_commit(commit_user).commit(messages, kind=OVERWRITE)
+        except CommitStateUnknownError:
+            raise
+        except BaseException:
+            for m in messages:
+                for e in m.new_index_files:
+                    self.io.delete_quietly(self.indexes.index_path(e.file_name))
+            raise
 
     # -- read ----------------------------------------------------------------------------------
 

@@ -15,25 +15,22 @@ from .. import features
 from .. import options as opts
 from ..commit import CommitResult
 from ..data_file_writer import bucket_dir
-from pyroaring import BitMap
-
-from .. import deletion_vector
-from ..index_manifest import DELETION_VECTORS, IndexEntry
-from ..merge.factory import dv_enabled, skips_level0
-from ..table_read import load_vectors
-from .lookup_compaction import DvCompactResult
 from ..errors import CommitStateUnknownError, InvalidInputError, NotFoundError
+from ..index_manifest import dv_index_change
+from ..merge.factory import dv_enabled, skips_level0
 from ..partition import partition_path
 from ..predicate import Predicate
 from ..scan import Split
 from ..snapshot import COMPACT
 from ..table import FileStoreTable
+from ..table_read import load_vectors
 from ..table_write import CommitMessage
 from .append_compaction import AppendCompactManager
 from .compact_manager import MergeTreeCompactManager
 from .file_keys import FileKeys
 from .full import EarlyFullCompaction
 from .levels import Levels
+from .lookup_compaction import DvCompactResult
 from .rewriter import MergeTreeCompactRewriter
 from .strategy import strategy_from_options
 
@@ -138,21 +135,8 @@ def compact_split(table: FileStoreTable, split: Split, full: bool = False,
                         new_files=list(result.after), deleted_files=list(result.before),
                         changelog_files=list(result.changelog))
     if isinstance(result, DvCompactResult):
-        msg.new_index_files, msg.deleted_index_files = dv_index_change(table, split, result.vectors)
+        msg.new_index_files, msg.deleted_index_files = dv_index_change(table.indexes, split, result.vectors)
     return msg
-
-
-def dv_index_change(table: FileStoreTable, split: Split,
-                    vectors: dict[str, BitMap]) -> tuple[list[IndexEntry], list[IndexEntry]]:
-    """(added, removed) index entries replacing the bucket's deletion-vector file."""
-    removed = [split.dv_index] if split.dv_index is not None else []
-    live = {name: bm for name, bm in vectors.items() if len(bm)}
-    if not live:
-        return [], removed
-    data, ranges = deletion_vector.serialize(live)
-    name = table.indexes.write_index_file(data)
-    entry = IndexEntry(split.partition, split.bucket, DELETION_VECTORS, name, len(data), len(ranges), tuple(ranges))
-    return [entry], removed
 
 
 def compact_buckets(table: FileStoreTable, full: bool = False,
