@@ -165,6 +165,9 @@ COMPACTION_MIN_FILE_NUM = _opt("compaction.min.file-num", _parse_int, 5,
                                "Append tables: small files needed before they are compacted.")
 COMPACTION_MAX_FILE_NUM = _opt("compaction.max.file-num", _parse_int, 50,
                                "Append tables: small files that force a compaction.")
+LOOKUP_CACHE_MAX_MEMORY_SIZE = _opt("lookup.cache-max-memory-size", parse_memory, 256 << 20,
+                                    "Memory of the lookup cache of file keys used by deletion-vector compaction; "
+                                    "evicted entries spill to local disk.")
 WRITE_ONLY = _opt("write-only", _parse_bool, False, "Writers never compact (a dedicated compactor does).")
 WRITE_BUFFER_SIZE = _opt("write-buffer-size", parse_memory, 256 << 20, "Memory of a write buffer.")
 METADATA_STATS_MODE = _opt("metadata.stats-mode", str, "full",

@@ -7,6 +7,8 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from .. import changelog
+from .. import options as opts
+from ..lookup_cache import process_cache
 from ..data_file_meta import DataFileMeta
 from .compact_task import MergeTreeCompactTask
 from .full import EarlyFullCompaction, pick_full_compaction
@@ -73,8 +75,9 @@ class MergeTreeCompactManager:
             # retractions of partial-update/aggregation merge exactly only with the whole history
             unit = pick_full_compaction(self.levels.num_levels, self.levels.level_sorted_runs()) or unit
         if self.vectors is not None:
+            cache = process_cache(self.rewriter.schema.table_options.require(opts.LOOKUP_CACHE_MAX_MEMORY_SIZE))
             dv_result = LookupCompaction(self.rewriter, self.vectors, self.levels.all_files(),
-                                         self.changelog_producer).run(unit)
+                                         self.changelog_producer, cache).run(unit)
             self.levels.update(dv_result.before, dv_result.after)
             self.vectors = dv_result.vectors
             return dv_result

@@ -19,6 +19,7 @@ from pyroaring import BitMap
 
 from .. import changelog
 from ..data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
+from ..lookup_cache import LookupCache
 from ..row_kind import is_retract
 from ..schema import SEQUENCE_NUMBER, VALUE_KIND
 from ..table_read import ROW_POSITION, read_data_file
@@ -51,7 +52,8 @@ class LookupCompaction:
     """Runs one unit of a deletion-vector bucket."""
 
     def __init__(self, rewriter: MergeTreeCompactRewriter, vectors: dict[str, BitMap], all_files: list[DataFileMeta],
-                 changelog_producer: str) -> None:
+                 changelog_producer: str, cache: LookupCache | None = None) -> None:
+        self.cache = cache
         self.rewriter = rewriter
         self.schema = rewriter.schema
         self.vectors = vectors
@@ -60,6 +62,17 @@ class LookupCompaction:
         mf = rewriter.merge_function
         self.key_only = (type(mf).__name__ == "Deduplicate" and not mf.ordering.sequence_fields  # type: ignore
                          and changelog_producer == "none")
+
+    def _cached_keys(self, f: DataFileMeta, keys: list[str]) -> pa.Table:
+        """Keys and positions of a file from the lookup cache, with the file's deletion vector applied."""
+        assert self.cache is not None
+        table = self.cache.get(f.file_name, lambda: read_data_file(
+            self.rewriter.io, f"{self.rewriter.bucket_dir}/{f.file_name}", self.schema, keys, [], None, True))
+        deleted = self.vectors.get(f.file_name)
+        if deleted is None or not len(deleted):
+            return table
+        gone = np.fromiter(deleted, dtype=np.int64, count=len(deleted))
+        return table.filter(pa.array(~np.isin(table.column(ROW_POSITION).to_numpy(), gone)))
 
     def _read(self, f: DataFileMeta, columns: list[str], system: list[str], positions: bool = False) -> pa.Table:
         return read_data_file(self.rewriter.io, f"{self.rewriter.bucket_dir}/{f.file_name}", self.schema, columns,
@@ -80,7 +93,10 @@ class LookupCompaction:
         marks: dict[str, list[np.ndarray]] = {}
         matched_parts = []
         for f in older:
-            t = self._read(f, keys if self.key_only else cols, [] if self.key_only else system, positions=True)
+            if self.key_only and self.cache is not None:
+                t = self._cached_keys(f, keys)
+            else:
+                t = self._read(f, keys if self.key_only else cols, [] if self.key_only else system, positions=True)
             hit = semi_join(t, unit_rows, keys)
             if hit.any():
                 marks.setdefault(f.file_name, []).append(t.column(ROW_POSITION).to_numpy()[hit])
@@ -103,6 +119,8 @@ class LookupCompaction:
             for p in parts:
                 bm.update(p.astype(np.uint32))
         result = DvCompactResult(before=list(unit.files), after=after, vectors=vectors)
+        if self.cache is not None:
+            self.cache.forget([f.file_name for f in unit.files])
         if self.changelog_producer == "lookup" and l0.any():
             new_keys = all_rows.filter(pa.array(l0))
             before = all_rows.filter(pa.array(~l0))
