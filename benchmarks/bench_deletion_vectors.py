@@ -1,11 +1,13 @@
-"""Full-table read of a 1-bucket primary-key table with deletion vectors, beside merge-on-read of the same data
-without them, in the same run. Both tables hold 1,000,000 distinct keys in higher levels (one write, then a full
-compaction) and 100,000 updates of existing keys on top:
-  A: `deletion-vectors.enabled=true` (loaded with `write-only=true`); one lookup compaction moves the updates up
-     and marks the old rows in deletion vectors (timed and printed, not part of the ratio); A then reads raw;
+"""Full-table read of a 1-bucket primary-key table with deletion vectors, beside merge-on-read of the
+same data without them, in the same run. Both tables hold 1,000,000 distinct keys in higher levels
+(one write, then a full compaction) and 100,000 updates of existing keys on top:
+  A: `deletion-vectors.enabled=true` (loaded with `write-only=true`); one lookup compaction moves the
+     updates up and marks the old rows in deletion vectors (timed and printed, not part of the ratio);
+     A then reads raw;
   B: no deletion vectors; the updates stay in level 0 and every read merges.
-Target: lsmlake's read of A at least 3x lsmlake's merge-on-read of B (rows/s). pypaimon 2.1.0 reads both too.
-All four reads must return the same 1,000,000 rows (sorted ids and a key-weighted checksum of v)."""
+Target: lsmlake's read of A at least 3x lsmlake's merge-on-read of B (rows/s). pypaimon 2.1.0 reads
+both too. All four reads must return the same 1,000,000 rows (sorted ids and a key-weighted checksum
+of v)."""
 
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ DT = "2026-11-21"
 
 def rows(ids: np.ndarray, v: np.ndarray, d: np.ndarray) -> pa.Table:
     s = pc.binary_join_element_wise("val-", pc.utf8_lpad(pa.array(ids).cast(pa.string()), 12, "0"), "")
-    return pa.table({"id": ids, "dt": pa.array([DT] * len(ids)), "v": v, "s": s, "d": d}, schema=common.SCHEMA)
+    return pa.table({"id": ids, "dt": pa.array([DT] * len(ids)), "v": v, "s": s, "d": d},
+                    schema=common.SCHEMA)
 
 
 def data() -> tuple[pa.Table, pa.Table, np.ndarray]:
@@ -128,8 +131,8 @@ def main() -> None:
         print(f"{'pypaimon 2.1.0: DV read / merge-on-read':45s} {pp:7.2f} x")
         print(f"{'lsmlake DV read / pypaimon DV read':45s} "
               f"{ours / figures['pypaimon 2.1.0: A read + DV']:7.2f} x")
-        common.result("dv_read_1m_rows_100k_updates", ours, "lsmlake merge-on-read (no deletion vectors)", anchor,
-                      ">= 3x")
+        common.result("dv_read_1m_rows_100k_updates", ours, "lsmlake merge-on-read (no deletion vectors)",
+                      anchor, ">= 3x")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -90,6 +90,11 @@ class FileIO:
             raise NotFoundError(f"file not found: {path}") from None
 
     def open_input(self, path: str) -> pa.NativeFile:
+        if self.local:
+            try:
+                return pa.memory_map(path, "r")  # zero-copy reads of local Parquet files
+            except FileNotFoundError:
+                raise NotFoundError(f"file not found: {path}") from None
         return self.fs.open_input_file(path)
 
     # -- writes --------------------------------------------------------------------------------

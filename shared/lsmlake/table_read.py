@@ -20,6 +20,7 @@ from . import options as opts
 from .data_file_writer import bucket_dir
 from .errors import InvalidInputError
 from .fileio import FileIO
+from .data_file_meta import DataFileMeta
 from .index_manifest import IndexEntry
 from .merge.factory import merge_function_for
 from .partition import partition_path
@@ -81,9 +82,16 @@ class TableRead:
         else:
             needed, system = wanted, []
         vectors = load_vectors(self.io, self.table_path, split.dv_index)
-        tables = [read_data_file(self.io, f"{directory}/{f.file_name}", schema, needed, system,
-                                 vectors.get(f.file_name))
-                  for f in split.files]
+
+        def read(f: DataFileMeta) -> pa.Table:
+            return read_data_file(self.io, f"{directory}/{f.file_name}", schema, needed, system,
+                                  vectors.get(f.file_name))
+
+        if len(split.files) > 1 and not merge:
+            with ThreadPoolExecutor(max_workers=2) as pool:  # raw files decode independently
+                tables = list(pool.map(read, split.files))
+        else:
+            tables = [read(f) for f in split.files]
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         if merge:
             table = self.merge_function.merge(table)
@@ -116,10 +124,10 @@ def read_data_file(fio: FileIO, path: str, schema: TableSchema, columns: list[st
     pos = None
     if deleted is not None and len(deleted):
         keep = np.ones(t.num_rows, dtype=bool)
-        gone = np.fromiter(deleted, dtype=np.int64, count=len(deleted))
+        gone = np.frombuffer(deleted.to_array(), dtype=np.uint32)
         keep[gone[gone < t.num_rows]] = False
         pos = np.flatnonzero(keep)
-        t = t.filter(pa.array(keep))
+        t = t.take(pa.array(pos))
     if positions and pos is None:
         pos = np.arange(t.num_rows, dtype=np.int64)
     arrays = []
