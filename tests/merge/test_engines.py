@@ -277,3 +277,25 @@ def test_aggregation_refuses_a_retraction_its_function_cannot_undo(tmp_path) -> 
 def test_bad_engine_options_are_refused_at_creation(tmp_path, options, message) -> None:
     with pytest.raises(InvalidInputError, match=message):
         _table(tmp_path, options)
+
+
+def model_partial_update_with_sum(history):
+    """partial-update with ignore-delete; a is summed over the key's rows, b and s take the newest non-null."""
+    out = {}
+    for k, rows in _by_key(history):
+        rows = [r for r in rows if r[4] in ADD]
+        if not rows:
+            continue
+        a_values = [r[1] for r in rows if r[1] is not None]
+        b_values = [r[2] for r in rows if r[2] is not None]
+        s_values = [r[3] for r in rows if r[3] is not None]
+        out[k] = (sum(a_values) if a_values else None, b_values[-1] if b_values else None,
+                  s_values[-1] if s_values else None)
+    return out
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=steps)
+def test_partial_update_with_a_field_aggregate(tmp_path, steps) -> None:
+    _run(tmp_path, {"merge-engine": "partial-update", "ignore-delete": "true", "fields.a.aggregate-function": "sum"},
+         steps, model_partial_update_with_sum)
