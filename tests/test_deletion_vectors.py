@@ -183,3 +183,47 @@ def test_append_table_delete_where_through_deletion_vectors(tmp_path) -> None:
         t.delete_where([])
     with pytest.raises(InvalidInputError):
         t.delete_where({"nope": 1})
+
+
+def test_append_compaction_keeps_deleted_rows_deleted(tmp_path) -> None:
+    cat = FileSystemCatalog(str(tmp_path / "wh"))
+    cat.create_database("db")
+    t = cat.create_table("db.t", "k INT NOT NULL, v INT", options={"deletion-vectors.enabled": "true"})
+    for i in range(3):
+        t.write_arrow(pa.table({"k": pa.array([i * 2, i * 2 + 1], pa.int32()), "v": pa.array([1, 2], pa.int32())}))
+    t.delete_where({"k": 1})
+    assert compact_table(t, full=True).snapshot_id is not None
+    assert sorted(r["k"] for r in t.to_arrow().to_pylist()) == [0, 2, 3, 4, 5]
+    snap = t.latest_snapshot()
+    assert snap is not None and not t.indexes.read(snap.index_manifest), "vectors of compacted files are dropped"
+
+
+def test_concurrent_deletes_of_one_bucket_conflict_instead_of_losing_one(tmp_path) -> None:
+    from lsmlake.errors import CommitConflictError
+    from lsmlake.index_manifest import dv_index_change
+    from lsmlake.table_write import CommitMessage
+
+    cat = FileSystemCatalog(str(tmp_path / "wh"))
+    cat.create_database("db")
+    t = cat.create_table("db.t", "k INT NOT NULL", options={"deletion-vectors.enabled": "true"})
+    t.write_arrow(pa.table({"k": pa.array(range(5), pa.int32())}))
+    (split,) = t.plan()
+    from pyroaring import BitMap
+
+    # two deleters planned against the same snapshot (neither saw the other's vector)
+    first = [CommitMessage(split.partition, split.bucket, split.total_buckets)]
+    second = [CommitMessage(split.partition, split.bucket, split.total_buckets)]
+    name = split.files[0].file_name
+    first[0].new_index_files, first[0].deleted_index_files = dv_index_change(t.indexes, split, {name: BitMap([1])})
+    second[0].new_index_files, second[0].deleted_index_files = dv_index_change(t.indexes, split, {name: BitMap([2])})
+    t.new_commit().commit(first, kind="OVERWRITE")
+    with pytest.raises(CommitConflictError, match="index file"):
+        t.new_commit().commit(second, kind="OVERWRITE")
+    assert sorted(r["k"] for r in t.to_arrow().to_pylist()) == [0, 2, 3, 4]
+
+
+def test_overwrite_of_a_dv_table_is_visible(tmp_path) -> None:
+    t = _table(tmp_path)
+    _write(t, [(1, 1, "+I"), (2, 2, "+I")])
+    t.overwrite_arrow(pa.table({"k": pa.array([3], pa.int32()), "v": pa.array([3], pa.int32())}))
+    assert _rows(t.to_arrow()) == {3: 3} == _pypaimon(t)

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import CommitConflictError, CommitRetryExhaustedError, CommitStateUnknownError, NotFoundError
-from .index_manifest import IndexEntry, IndexManifestStore
-from .manifest import ADD, DELETE, ManifestEntry, ManifestFileMeta, ManifestStore
+from .index_manifest import DELETION_VECTORS, IndexEntry, IndexManifestStore
+from .manifest import ADD, DELETE, ManifestEntry, ManifestFileMeta, ManifestStore, merge_entries
 from .snapshot import APPEND, BATCH_COMMIT_IDENTIFIER, COMPACT, OVERWRITE, Snapshot, SnapshotManager
 from .table_write import CommitMessage
 
@@ -82,10 +82,22 @@ class FileStoreCommit:
                 properties: dict[str, str] | None, overwrite_partitions: set[bytes] | None,
                 changelog: list[ManifestEntry] | None = None,
                 index_changes: tuple[list[IndexEntry], list[IndexEntry]] = ([], [])) -> CommitResult:
+        written: list[str] = []  # metadata this commit wrote; deleted when it definitely failed
+        try:
+            return self._attempts(changes, kind, identifier, properties, overwrite_partitions, changelog,
+                                  index_changes, written)
+        except CommitConflictError:
+            for name in written:
+                self.manifests.io.delete_quietly(self.manifests.path(name))
+            raise
+
+    def _attempts(self, changes: list[ManifestEntry], kind: str, identifier: int,
+                  properties: dict[str, str] | None, overwrite_partitions: set[bytes] | None,
+                  changelog: list[ManifestEntry] | None, index_changes: tuple[list[IndexEntry], list[IndexEntry]],
+                  written: list[str]) -> CommitResult:
         # replacing partitions is what `overwrite()` asks for; a deletion-vector delete is OVERWRITE too
         overwrite = kind == OVERWRITE and overwrite_partitions is not _KEEP
         delta_meta: ManifestFileMeta | None = None
-        written: list[str] = []
         changelog_list: tuple[str, int] | None = None
         changelog_rows = sum(e.file.row_count for e in changelog or [])
         if changelog:
@@ -99,7 +111,7 @@ class FileStoreCommit:
             if done is not None:
                 return CommitResult(done, already_committed=True)
             # Plain appends never conflict, so they skip reading the live file set.
-            needs_live = overwrite or any(e.kind == DELETE for e in changes)
+            needs_live = overwrite or any(e.kind == DELETE for e in changes) or bool(index_changes[0])
             live = self.live_entries(latest) if needs_live else {}
             if overwrite:
                 entries = [e.as_delete() for e in live.values()
@@ -113,11 +125,17 @@ class FileStoreCommit:
                 delta_meta = self.manifests.write_manifest(entries, self.schema_id)
                 written.append(delta_meta.file_name)
             index_manifest = latest.index_manifest if latest else None
-            if index_changes[0] or index_changes[1]:
-                index_manifest = self._index_manifest(latest, *index_changes)
+            added_idx, removed_idx = index_changes
+            if overwrite and self.indexes is not None and index_manifest:
+                # index files of replaced partitions describe files that are gone
+                removed_idx = removed_idx + [e for e in self.indexes.read(index_manifest)
+                                             if overwrite_partitions is None or e.partition in overwrite_partitions]
+            if added_idx or removed_idx:
+                live_after = merge_entries(list(live.values()) + entries) if live or entries else {}
+                index_manifest = self._index_manifest(latest, added_idx, removed_idx, live_after)
             base_metas, merged_files = self._base_manifests(latest)
             attempt_files = list(merged_files)
-            if index_manifest and (index_changes[0] or index_changes[1]):
+            if index_manifest and (added_idx or removed_idx):
                 attempt_files.append(index_manifest)
             base_name, base_size = self.manifests.write_list(base_metas)
             delta_name, delta_size = self.manifests.write_list([delta_meta])
@@ -148,13 +166,16 @@ class FileStoreCommit:
                 return CommitResult(snap.id)
             for name in attempt_files:  # lost the race: these were never referenced
                 self.manifests.io.delete_quietly(self.manifests.path(name))
-        for name in written:
-            self.manifests.io.delete_quietly(self.manifests.path(name))
         raise CommitRetryExhaustedError(
             f"commit of {len(changes)} file change(s) lost the snapshot race {self.max_retries + 1} times")
 
-    def _index_manifest(self, latest: Snapshot | None, added: list[IndexEntry], removed: list[IndexEntry]) -> str:
-        """The new complete index manifest: the previous one's entries, less the replaced ones, plus the new."""
+    def _index_manifest(self, latest: Snapshot | None, added: list[IndexEntry], removed: list[IndexEntry],
+                        live: dict[tuple[object, ...], ManifestEntry]) -> str:
+        """The new complete index manifest: the previous one's entries, less the replaced ones, plus the new.
+
+        Conflicts (nothing applied) when a replaced index file is gone, when a bucket would end up with
+        two deletion-vector (or hash) files, or when a vector marks rows of a data file that is not live.
+        """
         assert self.indexes is not None
         current = self.indexes.read(latest.index_manifest if latest else None)
         names = {e.file_name for e in current}
@@ -163,7 +184,18 @@ class FileStoreCommit:
             raise CommitConflictError(f"index file(s) {gone} are no longer live: another commit changed the "
                                       "deletion vectors of this bucket; this commit was not applied")
         drop = {e.file_name for e in removed}
-        return self.indexes.write([e for e in current if e.file_name not in drop] + list(added))
+        kept = [e for e in current if e.file_name not in drop]
+        taken = {(e.partition, e.bucket, e.index_type) for e in kept if e.index_type in (DELETION_VECTORS, "HASH")}
+        live_files = {(e.partition, e.bucket, e.file.file_name) for e in live.values()}
+        for e in added:
+            if (e.partition, e.bucket, e.index_type) in taken:
+                raise CommitConflictError(f"bucket {e.bucket} already has a {e.index_type} index file written by "
+                                          "another commit; this commit was not applied")
+            for r in e.dv_ranges or ():
+                if (e.partition, e.bucket, r.file_name) not in live_files:
+                    raise CommitConflictError(f"a deletion vector marks rows of {r.file_name}, which is no longer "
+                                              "live; this commit was not applied")
+        return self.indexes.write(kept + list(added))
 
     def _landed(self, snap: Snapshot) -> bool:
         try:

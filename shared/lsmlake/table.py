@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -14,7 +15,7 @@ from . import features
 from . import options as opts
 from .binary_row import deserialize_row
 from .commit import CommitResult, FileStoreCommit
-from .errors import CommitStateUnknownError, InvalidInputError, NotFoundError
+from .errors import CommitConflictError, CommitStateUnknownError, InvalidInputError, NotFoundError
 from .fileio import FileIO
 from .index_manifest import IndexManifestStore
 from .manifest import ManifestStore
@@ -24,6 +25,9 @@ from .schema import SchemaManager, TableSchema
 from .snapshot import BATCH_COMMIT_IDENTIFIER, OVERWRITE, Snapshot, SnapshotManager
 from .table_read import TableRead
 from .table_write import CommitMessage, TableWrite
+
+
+_log = logging.getLogger(__name__)
 
 
 class FileStoreTable:
@@ -111,7 +115,11 @@ class FileStoreTable:
                 and not self.options.get(opts.WRITE_ONLY)):
             from .compaction.table_compact import compact_table
 
-            compact_table(self)
+            try:
+                compact_table(self)
+            except CommitConflictError as e:
+                # the write is committed; another writer or compactor is moving level 0 up already
+                _log.info("compaction after a write to %s skipped: %s", self.identifier, e)
 
     def commit_messages(self, messages: Sequence[CommitMessage], commit_user: str | None = None,
                         properties: dict[str, str] | None = None) -> CommitResult:
@@ -123,12 +131,14 @@ class FileStoreTable:
         try:
             w.write(data)
             messages = w.prepare_commit()
-            return self.new_commit().overwrite(messages, self._overwritten_partitions(messages, partition))
+            result = self.new_commit().overwrite(messages, self._overwritten_partitions(messages, partition))
         except CommitStateUnknownError:
             raise
         except BaseException:
             w.abort()
             raise
+        self._compact_after_write()
+        return result
 
     def _overwritten_partitions(self, messages: Sequence[CommitMessage],
                                 partition: Mapping[str, Any] | None) -> list[bytes] | None:

@@ -15,7 +15,8 @@ from .. import options as opts
 from ..data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
 from ..data_file_writer import DataFileWriter
 from ..scan import Split
-from ..table_read import read_data_file
+from ..table_read import load_vectors, read_data_file
+from .lookup_compaction import DvCompactResult
 from .unit import CompactResult
 
 if TYPE_CHECKING:
@@ -30,7 +31,9 @@ class AppendCompactManager:
     """Picks and concatenates the small files of one append-only bucket."""
 
     def __init__(self, table: FileStoreTable, split: Split, bucket_dir: str) -> None:
+        """Deleted rows (the split's deletion vectors) are dropped by the rewrite."""
         o = table.options
+        self.vectors = load_vectors(table.io, table.path, split.dv_index)
         self.table = table
         self.files = sorted(split.files, key=_order)
         self.bucket_dir = bucket_dir
@@ -58,14 +61,19 @@ class AppendCompactManager:
         if len(picked) < 2:
             return None
         schema = self.table.schema
-        tables = [read_data_file(self.table.io, f"{self.bucket_dir}/{f.file_name}", schema, schema.field_names, [])
+        tables = [read_data_file(self.table.io, f"{self.bucket_dir}/{f.file_name}", schema, schema.field_names, [],
+                                 self.vectors.get(f.file_name))
                   for f in picked]
         rows = pa.concat_tables(tables)
-        seq = np.concatenate([np.full(f.row_count, f.min_sequence_number, np.int64) for f in picked])
-        counts = np.array([f.row_count for f in picked], np.int64)
+        counts = np.array([t.num_rows for t in tables], np.int64)
+        seq = np.concatenate([np.full(c, f.min_sequence_number, np.int64) for c, f in zip(counts, picked)])
         nonempty = counts > 0
         ends = np.cumsum(counts)[nonempty] - 1
         seq[ends] = np.array([f.max_sequence_number for f in picked], np.int64)[nonempty]
         after = DataFileWriter(self.table.io, schema).write(self.bucket_dir, rows, seq, None, level=0,
                                                              file_source=FILE_SOURCE_COMPACT)
+        if self.vectors:
+            gone = {f.file_name for f in picked}
+            return DvCompactResult(before=list(picked), after=after,
+                                   vectors={n: v for n, v in self.vectors.items() if n not in gone})
         return CompactResult(before=list(picked), after=after)
