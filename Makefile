@@ -22,5 +22,9 @@ demo: venv
 bench: venv
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
+lint: venv
+	$(BIN)/pip install --quiet ruff
+	$(BIN)/ruff check shared tests benchmarks
+
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

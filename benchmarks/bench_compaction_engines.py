@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).parent))
 import common  # noqa: E402
 from bench_compaction import pyarrow_limit  # noqa: E402
-
 from lsmlake.catalog import FileSystemCatalog  # noqa: E402
 from lsmlake.compaction.table_compact import compact_table  # noqa: E402
 

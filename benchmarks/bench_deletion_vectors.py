@@ -25,7 +25,6 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).parent))
 import common  # noqa: E402
-
 from lsmlake.catalog import FileSystemCatalog  # noqa: E402
 from lsmlake.compaction.table_compact import compact_table  # noqa: E402
 

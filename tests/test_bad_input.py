@@ -6,7 +6,6 @@ import os
 
 import pyarrow as pa
 import pytest
-
 from lsmlake.catalog import FileSystemCatalog
 from lsmlake.errors import InvalidInputError, NotFoundError, SchemaMismatchError, UnknownOptionError
 

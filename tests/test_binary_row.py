@@ -4,10 +4,8 @@ rows from the pypaimon-written golden warehouse."""
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import fastavro

@@ -4,7 +4,6 @@ fresh tables that pypaimon itself bucketed."""
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path

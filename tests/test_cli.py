@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 from lsmlake import cli
 from lsmlake.catalog import FileSystemCatalog
-from lsmlake.errors import CommitConflictError
 from lsmlake.commit import FileStoreCommit
+from lsmlake.errors import CommitConflictError
 from lsmlake.table import FileStoreTable
 
 LAKE = Path(sys.executable).parent / "lake"

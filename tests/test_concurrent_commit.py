@@ -7,7 +7,6 @@ import sys
 import textwrap
 
 import pytest
-
 from lsmlake.catalog import FileSystemCatalog
 
 COMMITS = 50
@@ -54,7 +53,7 @@ def test_two_processes_commit_concurrently(tmp_path, primary_key) -> None:
         per_writer[s.commit_user] += 1
         assert s.delta_record_count == ROWS
     assert per_writer == {"writer-0": COMMITS, "writer-1": COMMITS}
-    switches = sum(1 for a, b in zip(snaps, snaps[1:]) if a.commit_user != b.commit_user)
+    switches = sum(1 for a, b in zip(snaps, snaps[1:], strict=False) if a.commit_user != b.commit_user)
     print(f"commit users switched {switches} times in snapshot order")
     rows = t.to_arrow().to_pylist()
     assert len(rows) == 2 * COMMITS * ROWS

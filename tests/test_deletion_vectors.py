@@ -8,7 +8,6 @@ import hypothesis.strategies as st
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
-
 from lsmlake.catalog import FileSystemCatalog
 from lsmlake.compaction.table_compact import compact_table, split_dir
 from lsmlake.table_read import load_vectors
@@ -154,9 +153,8 @@ def test_whole_row_lookup_engines(tmp_path, engine) -> None:
 
 
 def test_append_table_delete_where_through_deletion_vectors(tmp_path) -> None:
-    from pypaimon import CatalogFactory
-
     from lsmlake.errors import InvalidInputError
+    from pypaimon import CatalogFactory
 
     cat = FileSystemCatalog(str(tmp_path / "wh"))
     cat.create_database("db")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pyarrow as pa
-
 from lsmlake.catalog import FileSystemCatalog
 from lsmlake.expire import expire_snapshots, referenced_files, remove_orphan_files
 

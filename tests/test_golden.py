@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import os
 import shutil
 from collections import Counter
 from collections.abc import Sequence
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from pypaimon import CatalogFactory
-
 from lsmlake.bucket import bucket_ids
 from lsmlake.catalog import FileSystemCatalog
 from lsmlake.errors import LakeError
 from lsmlake.table import FileStoreTable
+from pypaimon import CatalogFactory
 
 from .golden import GOLDEN_WAREHOUSE
 
@@ -48,7 +45,7 @@ SUPPORTED = [t for t in ALL_TABLES if t not in UNSUPPORTED]
 # ---------------------------------------------------------------------------------------------
 
 _EPOCH = dt.datetime(1970, 1, 1)
-_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _US = dt.timedelta(microseconds=1)
 
 

@@ -41,19 +41,18 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pypaimon import CatalogFactory, Schema
-from pypaimon.schema.data_types import DataField as PDataField
-from pypaimon.schema.data_types import PyarrowFieldParser
-from pypaimon.write.row_key_extractor import FixedBucketRowKeyExtractor
-
 from lsmlake.bucket import bucket_ids
 from lsmlake.catalog import FileSystemCatalog
 from lsmlake.errors import LakeError
 from lsmlake.table import FileStoreTable
 from lsmlake.types import parse_schema_fields
+from pypaimon import CatalogFactory, Schema
+from pypaimon.schema.data_types import DataField as PDataField
+from pypaimon.schema.data_types import PyarrowFieldParser
+from pypaimon.write.row_key_extractor import FixedBucketRowKeyExtractor
 
 DB = "db"
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 # ---------------------------------------------------------------------------------------------
 # Comparing rows: canonical, hashable forms of whatever the two readers return

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pyarrow as pa
-
 from lsmlake.lookup_cache import LookupCache
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import threading
 
 import pyarrow as pa
-from pyarrow.fs import _MockFileSystem
-
 from lsmlake.catalog import FileSystemCatalog
 from lsmlake.expire import expire_snapshots
+from pyarrow.fs import _MockFileSystem
 
 
 def test_write_read_expire_on_an_object_store() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from lsmlake import options as opts
 from lsmlake.errors import InvalidInputError, UnknownOptionError
 

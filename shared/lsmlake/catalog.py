@@ -10,7 +10,7 @@ import pyarrow.fs as pafs
 
 from .errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from .fileio import FileIO
-from .schema import SchemaManager, TableSchema, new_table_schema
+from .schema import SchemaManager, new_table_schema
 from .table import FileStoreTable
 from .types import DataField, parse_schema_fields
 

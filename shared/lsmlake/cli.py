@@ -39,7 +39,7 @@ from . import options as opts
 from .catalog import FileSystemCatalog, split_identifier
 from .compaction.levels import Levels
 from .compaction.table_compact import compact_table, restore_levels
-from .errors import CommitStateUnknownError, LakeError, NotFoundError
+from .errors import LakeError, NotFoundError
 from .input_rows import conform
 from .partition import partition_path
 from .row_kind import ROW_KIND_COLUMN

@@ -14,7 +14,7 @@ from typing import Any
 FILE_SOURCE_APPEND = 0
 FILE_SOURCE_COMPACT = 1
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class DataFileMeta:
         if ct is None:
             ct_ms = None
         elif isinstance(ct, dt.datetime):
-            aware = ct if ct.tzinfo else ct.replace(tzinfo=dt.timezone.utc)
+            aware = ct if ct.tzinfo else ct.replace(tzinfo=dt.UTC)
             ct_ms = int((aware - _EPOCH) / dt.timedelta(milliseconds=1))
         else:
             ct_ms = int(ct)
@@ -130,4 +130,4 @@ class DataFileMeta:
 def local_now_as_utc_ms() -> int:
     """Paimon's `_CREATION_TIME`: the local wall-clock time, stored as if it were UTC."""
     now = dt.datetime.now()
-    return int((now.replace(tzinfo=dt.timezone.utc) - _EPOCH) / dt.timedelta(milliseconds=1))
+    return int((now.replace(tzinfo=dt.UTC) - _EPOCH) / dt.timedelta(milliseconds=1))

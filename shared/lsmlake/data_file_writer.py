@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -12,7 +13,7 @@ from .binary_row import EMPTY_ROW, serialize_row
 from .data_file_meta import FILE_SOURCE_APPEND, DataFileMeta, local_now_as_utc_ms
 from .fileio import FileIO
 from .row_kind import is_retract
-from .schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
+from .schema import TableSchema
 from .stats import EMPTY_STATS, column_stats
 
 

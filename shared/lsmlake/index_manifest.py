@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import fastavro
 from pyroaring import BitMap
 
-from .avro_schemas import CODECS
 from . import deletion_vector
+from .avro_schemas import CODECS
 from .deletion_vector import DvRange
 from .fileio import FileIO
 

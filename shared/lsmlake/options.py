@@ -178,7 +178,8 @@ PATH = _opt("path", str, None, "Table location (set by the catalog).")
 TYPE = _opt("type", str, "table", "Table type.")
 COMMENT = _opt("comment", str, None, "Table comment.")
 
-PREFIX_OPTIONS[r"fields\.[^.]+\.(aggregate-function|sequence-group|ignore-retract|list-agg-delimiter|distinct|nested-key)"] = (
+_FIELD_OPTIONS = "aggregate-function|sequence-group|ignore-retract|list-agg-delimiter|distinct|nested-key"
+PREFIX_OPTIONS[rf"fields\.[^.]+\.({_FIELD_OPTIONS})"] = (
     "Per-field options: aggregate-function, sequence-group, ignore-retract, list-agg-delimiter, distinct, "
     "nested-key.")
 

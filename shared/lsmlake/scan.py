@@ -8,8 +8,8 @@ from typing import Any
 
 from .binary_row import deserialize_row
 from .data_file_meta import DataFileMeta
-from .manifest import ManifestEntry, ManifestStore
 from .index_manifest import DELETION_VECTORS, IndexEntry, IndexManifestStore
+from .manifest import ManifestEntry, ManifestStore
 from .merge.factory import dv_enabled, skips_level0
 from .predicate import Predicate
 from .schema import TableSchema

@@ -30,7 +30,7 @@ def _nano_timestamp(scalar: pa.Scalar) -> Any:
     nanos = scalar.cast(pa.int64()).as_py()
     base = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=nanos // 1000)
     if scalar.type.tz is not None:
-        base = base.replace(tzinfo=dt.timezone.utc)
+        base = base.replace(tzinfo=dt.UTC)
     return _NanoDatetime.make(base, nanos % 1000)
 
 

@@ -26,7 +26,6 @@ from .snapshot import BATCH_COMMIT_IDENTIFIER, OVERWRITE, Snapshot, SnapshotMana
 from .table_read import TableRead
 from .table_write import CommitMessage, TableWrite
 
-
 _log = logging.getLogger(__name__)
 
 

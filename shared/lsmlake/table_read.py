@@ -17,10 +17,10 @@ from pyroaring import BitMap
 
 from . import deletion_vector
 from . import options as opts
+from .data_file_meta import DataFileMeta
 from .data_file_writer import bucket_dir
 from .errors import InvalidInputError
 from .fileio import FileIO
-from .data_file_meta import DataFileMeta
 from .index_manifest import IndexEntry
 from .merge.factory import merge_function_for
 from .partition import partition_path

@@ -21,9 +21,9 @@ from .data_file_meta import DataFileMeta
 from .data_file_writer import DataFileWriter, bucket_dir
 from .dedupe import group_ends, sort_and_group
 from .fileio import FileIO
-from .merge.factory import merge_function_for
 from .index_manifest import IndexEntry
 from .input_rows import conform
+from .merge.factory import merge_function_for
 from .partition import partition_path
 from .row_kind import is_retract
 from .schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema

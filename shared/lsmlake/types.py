@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Union
+from typing import Any
 
 import pyarrow as pa
 
@@ -172,7 +172,7 @@ class RowType:
         return "ROW"
 
 
-AnyType = Union[DataType, ArrayType, MapType, RowType]
+AnyType = DataType | ArrayType | MapType | RowType
 
 
 def string_type(nullable: bool = True) -> DataType:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pyarrow as pa
-
 from lsmlake.catalog import FileSystemCatalog
 from lsmlake.compaction.table_compact import merge_tree_manager
 from lsmlake.compaction.unit import CompactUnit

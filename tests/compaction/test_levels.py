@@ -5,7 +5,6 @@ from __future__ import annotations
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
-
 from lsmlake.compaction.file_keys import FileKeys
 from lsmlake.compaction.interval_partition import interval_partition
 from lsmlake.compaction.levels import Levels
@@ -70,7 +69,7 @@ def test_interval_partition_sections_are_disjoint_and_runs_sorted(ranges) -> Non
         bounds.append((min(KEYS.min(f) for f in fs), max(KEYS.max(f) for f in fs)))
         for r in section:
             SortedRun.of(list(r.files), KEYS)  # raises if a run overlaps itself
-    assert all(a[1] < b[0] for a, b in zip(bounds, bounds[1:])), "sections must not overlap"
+    assert all(a[1] < b[0] for a, b in zip(bounds, bounds[1:], strict=False)), "sections must not overlap"
     # Greedy partition uses as few runs as the maximum number of files covering one key.
     for section in sections:
         fs = [f for r in section for f in r.files]

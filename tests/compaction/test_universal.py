@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from lsmlake.compaction.force_up_level0 import ForceUpLevel0Compaction
 from lsmlake.compaction.full import EarlyFullCompaction, pick_full_compaction
 from lsmlake.compaction.universal import UniversalCompaction

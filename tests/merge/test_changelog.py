@@ -7,7 +7,6 @@ import itertools
 import hypothesis.strategies as st
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
-
 from lsmlake.catalog import FileSystemCatalog
 from lsmlake.changelog import read_changelog
 from lsmlake.compaction.table_compact import compact_table

@@ -13,7 +13,6 @@ import hypothesis.strategies as st
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
-
 from lsmlake.catalog import FileSystemCatalog
 from lsmlake.compaction.table_compact import compact_table
 from lsmlake.errors import InvalidInputError

@@ -6,7 +6,6 @@ import itertools
 
 import pyarrow as pa
 import pytest
-
 from lsmlake.catalog import FileSystemCatalog
 from lsmlake.compaction.table_compact import compact_table
 

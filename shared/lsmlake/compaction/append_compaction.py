@@ -66,7 +66,7 @@ class AppendCompactManager:
                   for f in picked]
         rows = pa.concat_tables(tables)
         counts = np.array([t.num_rows for t in tables], np.int64)
-        seq = np.concatenate([np.full(c, f.min_sequence_number, np.int64) for c, f in zip(counts, picked)])
+        seq = np.concatenate([np.full(c, f.min_sequence_number, np.int64) for c, f in zip(counts, picked, strict=True)])
         nonempty = counts > 0
         ends = np.cumsum(counts)[nonempty] - 1
         seq[ends] = np.array([f.max_sequence_number for f in picked], np.int64)[nonempty]

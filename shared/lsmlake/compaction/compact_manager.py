@@ -8,15 +8,15 @@ from pyroaring import BitMap
 
 from .. import changelog
 from .. import options as opts
-from ..lookup_cache import process_cache
 from ..data_file_meta import DataFileMeta
+from ..lookup_cache import process_cache
 from .compact_task import MergeTreeCompactTask
 from .full import EarlyFullCompaction, pick_full_compaction
 from .levels import Levels
-from .rewriter import MergeTreeCompactRewriter
-from .strategy import CompactStrategy
 from .lookup_compaction import LookupCompaction
+from .rewriter import MergeTreeCompactRewriter
 from .sorted_run import SortedRun
+from .strategy import CompactStrategy
 from .unit import CompactResult, CompactUnit
 
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
 from .. import changelog
+from ..data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
 from ..data_file_writer import DataFileWriter
 from ..fileio import FileIO
 from ..merge.factory import merge_function_for

@@ -20,7 +20,7 @@ class SortedRun:
     def of(files: Sequence[DataFileMeta], keys: FileKeys) -> SortedRun:
         """Sort the files by min key and check that no two overlap."""
         ordered = sorted(files, key=keys.min)
-        for a, b in zip(ordered, ordered[1:]):
+        for a, b in zip(ordered, ordered[1:], strict=False):
             if not keys.max(a) < keys.min(b):
                 raise InvariantError(f"files {a.file_name} and {b.file_name} overlap in key range "
                                           "and cannot form one sorted run")

@@ -17,9 +17,9 @@ class Deduplicate:
 
     retractions_need_history = False  # merging any subset of a key's rows is exact
 
-    def __init__(self, keys: Sequence[str], ordering: Ordering = Ordering(), ignore_delete: bool = False) -> None:
+    def __init__(self, keys: Sequence[str], ordering: Ordering | None = None, ignore_delete: bool = False) -> None:
         self.keys = list(keys)
-        self.ordering = ordering
+        self.ordering = ordering or Ordering()
         self.ignore_delete = ignore_delete
 
     def check_retractions(self, kinds: np.ndarray) -> None:
