@@ -2,16 +2,27 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# protobuf code is generated, never committed: after installing, and again whenever a .proto changes
+PROTOS := $(shell find proto -name '*.proto' 2>/dev/null)
+PROTO_GEN := shared/lsmlake/proto_gen/__init__.py
 
-.PHONY: venv test demo bench lint clean
+.PHONY: venv proto test demo bench lint clean
 
-venv: $(STAMP)
+venv: $(STAMP) $(PROTO_GEN)
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+$(PROTO_GEN): $(STAMP) $(PROTOS) scripts/gen_proto.py
+	$(BIN)/python scripts/gen_proto.py
+	touch $(PROTO_GEN)
+
+proto: $(STAMP)
+	$(BIN)/python scripts/gen_proto.py
+	touch $(PROTO_GEN)
 
 test: venv
 	$(BIN)/python -m pytest -q
@@ -24,7 +35,7 @@ bench: venv
 
 lint: venv
 	$(BIN)/pip install --quiet ruff
-	$(BIN)/ruff check shared tests benchmarks
+	$(BIN)/ruff check shared tests benchmarks scripts
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis shared/lsmlake/proto_gen
