@@ -1,0 +1,20 @@
+"""The catalog's metadata store (SQLite embedded, PostgreSQL shared): commit locks and records, outbox, timeline."""
+
+from .errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError, SchemaVersionError
+from .model import (
+    ABANDONED,
+    COMPLETED,
+    INFLIGHT,
+    PENDING_STATES,
+    PLAN_STATES,
+    REQUESTED,
+    CompactionPlan,
+    OutboxEvent,
+)
+from .store import SCHEMA_VERSION, MetaStore, Transaction, now_ms, open_store
+
+__all__ = [
+    "ABANDONED", "COMPLETED", "INFLIGHT", "PENDING_STATES", "PLAN_STATES", "REQUESTED", "SCHEMA_VERSION",
+    "CompactionPlan", "MetaStore", "MetaStoreUnavailableError", "OutboxEvent", "PlanConflictError",
+    "PlanStateError", "SchemaVersionError", "Transaction", "now_ms", "open_store",
+]

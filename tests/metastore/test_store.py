@@ -1,0 +1,404 @@
+"""The metadata store on both backends: commit records, outbox, compaction timeline, and cross-process commit locks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lsmlake.errors import InvalidInputError, InvariantError, NotFoundError
+from lsmlake.metastore import (
+    ABANDONED,
+    COMPLETED,
+    INFLIGHT,
+    PENDING_STATES,
+    REQUESTED,
+    MetaStore,
+    MetaStoreUnavailableError,
+    PlanConflictError,
+    PlanStateError,
+    SchemaVersionError,
+    open_store,
+)
+from lsmlake.snapshot import BATCH_COMMIT_IDENTIFIER
+
+PG_URL = os.environ.get("LSMLAKE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+T = "db.t"
+
+
+def _pg_available() -> str | None:
+    """None when the test PostgreSQL answers, else why not."""
+    try:
+        import psycopg
+        with psycopg.connect(PG_URL, connect_timeout=3):
+            return None
+    except Exception as e:  # not installed, not running, no such database
+        return f"PostgreSQL at {PG_URL} is not available: {e}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh store URL: a SQLite file in tmp_path, or a PostgreSQL schema of its own dropped afterwards."""
+    if request.param == "sqlite":
+        yield f"sqlite://{tmp_path}/meta/catalog.db"
+        return
+    reason = _pg_available()
+    if reason:
+        pytest.skip(reason)
+    import psycopg
+    schema = f"lsmlake_test_{uuid.uuid4().hex[:12]}"
+    try:
+        yield f"{PG_URL}?schema={schema}"
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[MetaStore]:
+    s = open_store(store_url)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+# -- schema ------------------------------------------------------------------------------------------
+
+
+def test_open_is_idempotent_and_versioned(store_url: str) -> None:
+    with open_store(store_url) as a, open_store(store_url) as b:
+        assert a.schema_version() == b.schema_version() == 1
+        with a.commit_lock(T):
+            a.record_commit(T, "u", 1, "APPEND", 1)
+    with open_store(store_url) as c:  # reopening keeps the data
+        assert c.find_commit(T, "u", 1, "APPEND") == 1
+        with c.commit_lock(T) as tx:
+            tx.execute("UPDATE lsmlake_schema_version SET version = 99 WHERE id = 1")
+    with pytest.raises(SchemaVersionError, match="newer"):
+        open_store(store_url)
+
+
+def test_bad_urls() -> None:
+    with pytest.raises(InvalidInputError, match="unsupported"):
+        open_store("mysql://x/y")
+    with pytest.raises(InvalidInputError, match="database file"):
+        open_store("sqlite://:memory:")
+    with pytest.raises(InvalidInputError, match="schema"):
+        open_store("postgresql://127.0.0.1/test?schema=a;drop")
+
+
+# -- commit records ----------------------------------------------------------------------------------
+
+
+def test_commit_records_make_retries_idempotent(store: MetaStore) -> None:
+    assert store.find_commit(T, "writer-1", 7, "APPEND") is None
+    assert store.last_recorded_snapshot(T) is None
+    with store.commit_lock(T):
+        assert store.find_commit(T, "writer-1", 7, "APPEND") is None
+        store.record_commit(T, "writer-1", 7, "APPEND", 1)
+    with store.commit_lock(T):
+        store.record_commit(T, "writer-1", 8, "APPEND", 2)
+        store.record_commit(T, "writer-1", 8, "COMPACT", 3)  # kind is part of the key
+    assert store.find_commit(T, "writer-1", 7, "APPEND") == 1
+    assert store.find_commit(T, "writer-1", 8, "COMPACT") == 3
+    assert store.find_commit(T, "writer-2", 7, "APPEND") is None
+    assert store.find_commit("db.other", "writer-1", 7, "APPEND") is None
+    assert store.last_recorded_snapshot(T) == 3
+    # a retry after a lost reply records the same thing again: nothing changes
+    with store.commit_lock(T):
+        store.record_commit(T, "writer-1", 7, "APPEND", 1)
+    # the same commit as another snapshot, or another commit as the same snapshot: refused
+    with pytest.raises(InvariantError, match="already recorded as snapshot 1"), store.commit_lock(T):
+        store.record_commit(T, "writer-1", 7, "APPEND", 4)
+    with pytest.raises(InvariantError, match="snapshot 2 .* already recorded"), store.commit_lock(T):
+        store.record_commit(T, "writer-2", 1, "APPEND", 2)
+    assert store.last_recorded_snapshot(T) == 3
+
+
+def test_batch_commits_are_never_matched(store: MetaStore) -> None:
+    with store.commit_lock(T):
+        store.record_commit(T, "batch", BATCH_COMMIT_IDENTIFIER, "APPEND", 1)
+    with store.commit_lock(T):
+        store.record_commit(T, "batch", BATCH_COMMIT_IDENTIFIER, "APPEND", 2)
+    assert store.find_commit(T, "batch", BATCH_COMMIT_IDENTIFIER, "APPEND") is None
+    assert store.last_recorded_snapshot(T) == 2
+
+
+def test_bad_commit_records(store: MetaStore) -> None:
+    with pytest.raises(InvalidInputError, match="kind"):
+        store.record_commit(T, "u", 1, "MERGE", 1)
+    with pytest.raises(InvalidInputError, match="snapshot id"):
+        store.record_commit(T, "u", 1, "APPEND", 0)
+    with pytest.raises(InvalidInputError, match="table id"):
+        store.record_commit("", "u", 1, "APPEND", 1)
+
+
+# -- one transaction ---------------------------------------------------------------------------------
+
+
+def test_commit_lock_is_one_transaction(store_url: str, store: MetaStore) -> None:
+    with open_store(store_url) as other:
+        with store.commit_lock(T):
+            store.record_commit(T, "u", 1, "APPEND", 1)
+            store.add_event(T, 1, "data-files", b"k", b"p")
+            assert store.find_commit(T, "u", 1, "APPEND") == 1  # this transaction sees its writes
+            assert other.find_commit(T, "u", 1, "APPEND") is None  # others see them only after commit
+            assert other.pending_events(10) == []
+        assert other.find_commit(T, "u", 1, "APPEND") == 1
+        assert len(other.pending_events(10)) == 1
+
+
+def test_failed_commit_leaves_nothing(store: MetaStore) -> None:
+    plan = store.request_plan(T, b"p", 0, ["a"], 1)
+    store.start_plan(plan, "compactor-1")
+    with pytest.raises(RuntimeError, match="publish failed"), store.commit_lock(T):
+        store.record_commit(T, "u", 1, "COMPACT", 1)
+        store.add_event(T, 1, "compaction-results", b"k", b"p")
+        store.complete_plan(plan, 1)
+        raise RuntimeError("publish failed")
+    assert store.find_commit(T, "u", 1, "COMPACT") is None
+    assert store.pending_events(10) == []
+    assert store.get_plan(plan).state == INFLIGHT
+    # the store still works after the rollback
+    with store.commit_lock(T):
+        store.record_commit(T, "u", 1, "COMPACT", 1)
+        store.complete_plan(plan, 1)
+    assert store.get_plan(plan).state == COMPLETED
+
+
+def test_commit_lock_times_out(store_url: str, store: MetaStore) -> None:
+    with open_store(store_url, busy_timeout=0.3) as other:
+        with store.commit_lock(T):
+            with pytest.raises(MetaStoreUnavailableError), other.commit_lock(T):
+                pass
+            if store_url.startswith("postgresql"):
+                with other.commit_lock("db.other"):  # PostgreSQL locks one table, not the store
+                    other.record_commit("db.other", "u", 1, "APPEND", 1)
+                assert other.find_commit("db.other", "u", 1, "APPEND") == 1
+        with other.commit_lock(T):  # released at the end of the block
+            other.record_commit(T, "u", 1, "APPEND", 1)
+    assert store.find_commit(T, "u", 1, "APPEND") == 1
+
+
+def test_threads_share_one_store(store: MetaStore) -> None:
+    with store.commit_lock(T) as tx:
+        tx.execute("CREATE TABLE test_counter (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
+        tx.execute("INSERT INTO test_counter (id, n) VALUES (1, 0)")
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(25):
+                with store.commit_lock(T) as tx:
+                    ((n,),) = tx.execute("SELECT n FROM test_counter WHERE id = 1")
+                    tx.execute("UPDATE test_counter SET n = ? WHERE id = 1", (n + 1,))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    with store.commit_lock(T) as tx:
+        assert tx.execute("SELECT n FROM test_counter WHERE id = 1") == [(100,)]
+
+
+# -- outbox ------------------------------------------------------------------------------------------
+
+
+def test_outbox_add_pending_mark(store: MetaStore) -> None:
+    assert store.pending_events() == []
+    ids = []
+    for sid in (1, 2, 3):
+        with store.commit_lock(T):
+            store.record_commit(T, "u", sid, "APPEND", sid)
+            ids.append(store.add_event(T, sid, "data-files", f"{T}/p/0".encode(), bytes([sid, 0, 255])))
+    with store.commit_lock("db.u"):
+        ids.append(store.add_event("db.u", 1, "compaction-results", b"", b""))
+    assert ids == sorted(ids) and len(set(ids)) == 4
+    pending = store.pending_events(10)
+    assert [e.event_id for e in pending] == ids
+    first = pending[0]
+    assert (first.table_id, first.snapshot_id, first.topic, first.key, first.payload) == (
+        T, 1, "data-files", b"db.t/p/0", b"\x01\x00\xff")
+    assert first.delivered_ms is None and first.created_ms > 0
+    assert [e.event_id for e in store.pending_events(2)] == ids[:2]
+    # at least once: until marked, a relay that crashed sees the same events again
+    assert [e.event_id for e in store.pending_events(2)] == ids[:2]
+    assert store.mark_delivered(ids[:2]) == 2
+    assert store.mark_delivered(ids[:2] + [10_000]) == 0  # again, or unknown: ignored
+    assert [e.event_id for e in store.pending_events(10)] == ids[2:]
+    assert store.mark_delivered([]) == 0
+    assert store.mark_delivered(ids) == 2
+    assert store.pending_events(10) == []
+    assert store.purge_delivered(0) == 0
+    assert store.purge_delivered(2**62) == 4
+
+
+def test_outbox_bad_input(store: MetaStore) -> None:
+    with pytest.raises(InvalidInputError, match="bytes"):
+        store.add_event(T, 1, "t", "text", b"")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="limit"):
+        store.pending_events(0)
+
+
+# -- compaction timeline -----------------------------------------------------------------------------
+
+
+def test_timeline_lifecycle(store: MetaStore) -> None:
+    p = store.request_plan(T, b"\x00part", 3, ["f1", "f2"], 5)
+    plan = store.get_plan(p)
+    assert (plan.state, plan.partition, plan.bucket, plan.input_files, plan.output_level) == (
+        REQUESTED, b"\x00part", 3, ("f1", "f2"), 5)
+    assert plan.attempts == 0 and plan.owner is None and plan.created_ms == plan.updated_ms
+    started = store.start_plan(p, "compactor-1")
+    assert (started.state, started.owner, started.attempts) == (INFLIGHT, "compactor-1", 1)
+    assert started.updated_ms >= started.created_ms
+    # the compactor died: the next owner rolls the plan back and runs it again
+    back = store.rollback_plan(p)
+    assert (back.state, back.owner, back.attempts) == (REQUESTED, None, 1)
+    assert store.start_plan(p, "compactor-2").attempts == 2
+    done = store.complete_plan(p, 9)
+    assert (done.state, done.snapshot_id, done.owner) == (COMPLETED, 9, "compactor-2")
+    assert store.complete_plan(p, 9) == done  # a retried completion is a no-op
+    # completed plans release their files
+    p2 = store.request_plan(T, b"\x00part", 3, ["f1", "f3"], 5)
+    assert [x.plan_id for x in store.list_plans(T)] == [p, p2]
+    assert [x.plan_id for x in store.list_plans(T, PENDING_STATES)] == [p2]
+    assert [x.plan_id for x in store.list_plans(T, [COMPLETED])] == [p]
+    assert store.list_plans(T, []) == []
+    assert store.list_plans("db.none") == []
+
+
+def test_pending_files_cannot_be_planned_again(store: MetaStore) -> None:
+    p1 = store.request_plan(T, b"", 0, ["a", "b"], 1)
+    with pytest.raises(PlanConflictError, match=r"b \(plan \d+\)") as err:
+        store.request_plan(T, b"", 0, ["c", "b"], 1)
+    assert err.value.conflicts == {"b": p1}
+    store.start_plan(p1, "c1")
+    with pytest.raises(PlanConflictError):  # INFLIGHT holds them too
+        store.request_plan(T, b"", 0, ["a"], 1)
+    assert [x.plan_id for x in store.list_plans(T)] == [p1]  # the refused plans left nothing
+    p_other_table = store.request_plan("db.u", b"", 0, ["a", "b"], 1)  # file names are per table
+    p3 = store.request_plan(T, b"", 0, ["c"], 1)  # "c" was not taken by the refused plan
+    store.rollback_plan(p1)  # back to REQUESTED: still holds its files
+    with pytest.raises(PlanConflictError):
+        store.request_plan(T, b"", 0, ["a"], 1)
+    store.abandon_plan(p1, "input files expired")
+    p4 = store.request_plan(T, b"", 0, ["a", "b"], 1)
+    assert {p_other_table, p3, p4}.isdisjoint({p1})
+
+
+def test_abandon(store: MetaStore) -> None:
+    p = store.request_plan(T, b"", 0, ["a"], 1)
+    gone = store.abandon_plan(p, "inputs are gone")
+    assert (gone.state, gone.reason) == (ABANDONED, "inputs are gone")
+    assert store.abandon_plan(p, "again") == gone  # repeating is a no-op
+    q = store.request_plan(T, b"", 0, ["a"], 1)
+    store.start_plan(q, "c1")
+    assert store.abandon_plan(q, "inputs compacted by another writer").state == ABANDONED
+    with pytest.raises(InvalidInputError, match="reason"):
+        store.abandon_plan(q, "")
+
+
+@pytest.mark.parametrize("setup, action, state", [
+    ([], lambda s, p: s.complete_plan(p, 1), REQUESTED),
+    ([], lambda s, p: s.rollback_plan(p), REQUESTED),
+    (["start"], lambda s, p: s.start_plan(p, "c2"), INFLIGHT),
+    (["start", "complete"], lambda s, p: s.start_plan(p, "c2"), COMPLETED),
+    (["start", "complete"], lambda s, p: s.rollback_plan(p), COMPLETED),
+    (["start", "complete"], lambda s, p: s.abandon_plan(p, "x"), COMPLETED),
+    (["start", "complete"], lambda s, p: s.complete_plan(p, 2), COMPLETED),  # another snapshot
+    (["abandon"], lambda s, p: s.start_plan(p, "c2"), ABANDONED),
+    (["abandon"], lambda s, p: s.complete_plan(p, 1), ABANDONED),
+])
+def test_illegal_transitions(store: MetaStore, setup: list[str], action, state: str) -> None:
+    p = store.request_plan(T, b"", 0, ["a"], 1)
+    steps = {"start": lambda: store.start_plan(p, "c1"), "complete": lambda: store.complete_plan(p, 1),
+             "abandon": lambda: store.abandon_plan(p, "gone")}
+    for step in setup:
+        steps[step]()
+    before = store.get_plan(p)
+    with pytest.raises(PlanStateError, match=f"it is {state}") as err:
+        action(store, p)
+    assert (err.value.plan_id, err.value.state) == (p, state)
+    assert store.get_plan(p) == before  # nothing changed
+
+
+def test_unknown_plan_and_bad_plans(store: MetaStore) -> None:
+    with pytest.raises(NotFoundError, match="plan 404"):
+        store.start_plan(404, "c1")
+    with pytest.raises(NotFoundError):
+        store.get_plan(404)
+    with pytest.raises(InvalidInputError, match="non-empty list"):
+        store.request_plan(T, b"", 0, [], 1)
+    with pytest.raises(InvalidInputError, match="more than once"):
+        store.request_plan(T, b"", 0, ["a", "a"], 1)
+    with pytest.raises(InvalidInputError, match="output level"):
+        store.request_plan(T, b"", 0, ["a"], -1)
+    with pytest.raises(InvalidInputError, match="unknown plan state"):
+        store.list_plans(T, ["RUNNING"])
+    assert store.list_plans(T) == []
+
+
+# -- across processes --------------------------------------------------------------------------------
+
+_WORKER = textwrap.dedent("""
+    import sys
+    from lsmlake.metastore import open_store
+    url, table, worker, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    store = open_store(url)
+    print("ready", flush=True)
+    sys.stdin.readline()  # start together
+    for i in range(1, n + 1):
+        with store.commit_lock(table) as tx:
+            ((count,),) = tx.execute("SELECT n FROM test_counter WHERE id = 1")
+            tx.execute("UPDATE test_counter SET n = ? WHERE id = 1", (count + 1,))
+            # what the catalog does under the lock: the next snapshot id, recorded once
+            store.record_commit(table, worker, i, "APPEND", count + 1)
+    store.close()
+""")
+
+
+@pytest.mark.integration
+def test_commit_lock_serialises_processes(store_url: str, store: MetaStore) -> None:
+    n = 50
+    with store.commit_lock(T) as tx:
+        tx.execute("CREATE TABLE test_counter (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
+        tx.execute("INSERT INTO test_counter (id, n) VALUES (1, 0)")
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, store_url, T, f"w{i}", str(n)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        for p in procs:
+            _, err = p.communicate(timeout=45)
+            assert p.returncode == 0, err
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    with store.commit_lock(T) as tx:
+        assert tx.execute("SELECT n FROM test_counter WHERE id = 1") == [(2 * n,)]
+    assert store.last_recorded_snapshot(T) == 2 * n
+    for w in ("w0", "w1"):
+        got = [store.find_commit(T, w, i, "APPEND") for i in range(1, n + 1)]
+        assert all(s is not None for s in got)
+        assert got == sorted(got)  # each worker's commits in its own order
+    everyone = {store.find_commit(T, w, i, "APPEND") for w in ("w0", "w1") for i in range(1, n + 1)}
+    assert everyone == set(range(1, 2 * n + 1))  # consecutive, each exactly once
