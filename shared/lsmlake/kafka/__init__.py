@@ -1,0 +1,1 @@
+"""Kafka plumbing: an embedded broker for tests and local clusters, and thin kafka-python helpers."""
