@@ -10,7 +10,6 @@ Every table of the warehouse is covered (test_inventory fails when a new one app
 from __future__ import annotations
 
 import datetime as dt
-import math
 import shutil
 from collections import Counter
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from lsmlake.table import FileStoreTable
 from pypaimon import CatalogFactory
 
 from .golden import GOLDEN_WAREHOUSE
+from .values import norm_value
 
 GOLDEN = GOLDEN_WAREHOUSE
 
@@ -43,43 +43,6 @@ SUPPORTED = [t for t in ALL_TABLES if t not in UNSUPPORTED]
 # ---------------------------------------------------------------------------------------------
 # Canonical values (the same rules as test_interop_pypaimon.py)
 # ---------------------------------------------------------------------------------------------
-
-_EPOCH = dt.datetime(1970, 1, 1)
-_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_US = dt.timedelta(microseconds=1)
-
-
-def norm_value(v: Any) -> Any:
-    if v is None:
-        return None
-    if isinstance(v, bool):
-        return ("bool", v)
-    if isinstance(v, int | str):
-        return v
-    if isinstance(v, float):
-        return ("float", "nan" if math.isnan(v) else v)
-    if isinstance(v, Decimal):
-        return ("dec", str(v))
-    if isinstance(v, dt.datetime):
-        if type(v).__name__ == "Timestamp":  # pandas, for nanosecond units
-            return ("ts", int(v.value), v.tzinfo is not None)
-        if v.tzinfo is not None:
-            return ("ts", (v - _EPOCH_UTC) // _US * 1000, True)
-        return ("ts", (v - _EPOCH) // _US * 1000, False)
-    if isinstance(v, dt.date):
-        return ("date", v.toordinal())
-    if isinstance(v, dt.time):
-        return ("time", v.isoformat())
-    if isinstance(v, bytes):
-        return ("bytes", v.hex())
-    if isinstance(v, list):
-        return ("list", tuple(norm_value(x) for x in v))
-    if isinstance(v, tuple):
-        return tuple(norm_value(x) for x in v)
-    if isinstance(v, dict):
-        return ("row", tuple((k, norm_value(x)) for k, x in v.items()))
-    raise TypeError(f"cannot normalise {type(v)}: {v!r}")
-
 
 def norm_type(t: pa.DataType) -> Any:
     """Logical type; timestamp units (pypaimon reads TIMESTAMP(0) as 's'), child names and
