@@ -73,8 +73,13 @@ class FileStoreCommit:
         """Replace every live file of `partitions` (all partitions when None) by the new files."""
         adds = [ManifestEntry(ADD, m.partition, m.bucket, m.total_buckets, f)
                 for m in messages for f in m.new_files]
+        changelog = [ManifestEntry(ADD, m.partition, m.bucket, m.total_buckets, f)
+                     for m in messages for f in m.changelog_files]
+        index_changes = ([e for m in messages for e in m.new_index_files],
+                         [e for m in messages for e in m.deleted_index_files])
         return self._commit(adds, OVERWRITE, identifier, properties,
-                            overwrite_partitions=None if partitions is None else set(partitions))
+                            overwrite_partitions=None if partitions is None else set(partitions),
+                            changelog=changelog, index_changes=index_changes)
 
     # -- the protocol --------------------------------------------------------------------------
 

@@ -108,3 +108,12 @@ def test_pypaimon_sees_the_changelog_manifest(tmp_path) -> None:
     pt = CatalogFactory.create({"warehouse": t.path.rsplit("/db.db", 1)[0]}).get_table("db.t")
     rb = pt.new_read_builder()
     assert rb.new_read().to_arrow(rb.new_scan().plan().splits()).num_rows == 2
+
+
+def test_overwrite_keeps_the_input_changelog(tmp_path) -> None:
+    t = _table(tmp_path, "input")
+    _write(t, [(1, 1, "+I")])
+    res = t.overwrite_arrow(pa.table({"k": pa.array([2], pa.int32()), "v": pa.array([2], pa.int32())}))
+    snap = t.snapshots.snapshot(res.snapshot_id)
+    assert snap.commit_kind == "OVERWRITE" and snap.changelog_record_count == 1
+    assert [(r["k"], r["row_kind"]) for r in read_changelog(t, res.snapshot_id).to_pylist()] == [(2, "+I")]
