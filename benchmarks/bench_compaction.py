@@ -35,12 +35,7 @@ def main() -> None:
     total = common.ROWS * common.BATCHES
     root = tempfile.mkdtemp(prefix="bench-compact-")
     try:
-        paths = []
-        for b, tb in enumerate(data):
-            tb = tb.append_column("_SEQ", pa.array(np.arange(b * common.ROWS, (b + 1) * common.ROWS), pa.int64()))
-            p = f"{root}/l0-{b}.parquet"
-            pq.write_table(tb.sort_by([("id", "ascending")]), p, compression="zstd", compression_level=1)
-            paths.append(p)
+        paths = common.level0_files(data, root)
         lake = common.lake_table(f"{root}/lake")
         common.lake_write(lake, data)
         assert [len(s.files) for s in lake.plan()] == [common.BATCHES]

@@ -10,10 +10,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 sys.path.insert(0, str(Path(__file__).parent))
 import common  # noqa: E402
 from bench_compaction import pyarrow_limit  # noqa: E402
@@ -32,12 +28,7 @@ def main() -> None:
     total = common.ROWS * common.BATCHES
     root = tempfile.mkdtemp(prefix="bench-engines-")
     try:
-        paths = []
-        for b, tb in enumerate(data):
-            tb = tb.append_column("_SEQ", pa.array(np.arange(b * common.ROWS, (b + 1) * common.ROWS), pa.int64()))
-            p = f"{root}/l0-{b}.parquet"
-            pq.write_table(tb.sort_by([("id", "ascending")]), p, compression="zstd", compression_level=1)
-            paths.append(p)
+        paths = common.level0_files(data, root)
         rates = {}
         for name, options in ENGINES.items():
             cat = FileSystemCatalog(f"{root}/{name}")

@@ -90,3 +90,16 @@ def lake_table(root: str) -> Any:
 def lake_write(tbl: Any, data: list[pa.Table]) -> None:
     for tb in data:
         tbl.write_arrow(tb)
+
+
+def level0_files(data: list[pa.Table], root: str) -> list[str]:
+    """The batches as sorted Parquet files with a `_SEQ` column: the input of the pyarrow-limit merge."""
+    import pyarrow.parquet as pq
+
+    paths = []
+    for b, tb in enumerate(data):
+        tb = tb.append_column("_SEQ", pa.array(np.arange(b * ROWS, (b + 1) * ROWS), pa.int64()))
+        p = f"{root}/l0-{b}.parquet"
+        pq.write_table(tb.sort_by([("id", "ascending")]), p, compression="zstd", compression_level=1)
+        paths.append(p)
+    return paths
