@@ -7,9 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from ..dedupe import group_ends, sort_and_group
 from ..row_kind import is_retract
-from ..schema import VALUE_KIND
-from .merge_function import Ordering, group
+from ..schema import SEQUENCE_NUMBER, VALUE_KIND
+from .merge_function import Ordering
 
 
 class Deduplicate:
@@ -31,5 +32,11 @@ class Deduplicate:
     def merge(self, rows: pa.Table) -> pa.Table:
         if self.ignore_delete:
             rows = rows.filter(pa.array(~is_retract(rows.column(VALUE_KIND).to_numpy())))
-        g = group(rows, self.keys, self.ordering)
-        return g.rows.take(pa.array(g.last, pa.int64()))
+        # only the winners are taken: no need to materialise the sorted rows
+        direction = "descending" if self.ordering.descending else "ascending"
+        order = [(rows.column(f), direction) for f in self.ordering.sequence_fields]
+        order.append((rows.column(SEQUENCE_NUMBER), "ascending"))
+        idx, starts = sort_and_group([rows.column(k) for k in self.keys], order)
+        if len(idx) == 0:
+            return rows
+        return rows.take(pa.array(idx[group_ends(starts, len(idx)) - 1], pa.int64()))
