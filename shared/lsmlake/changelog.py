@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .row_kind import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, is_retract
+from .row_kind import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, without_retractions
 from .schema import VALUE_KIND
 
 _SIDE = "__lsmlake_side"
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def live(rows: pa.Table) -> pa.Table:
     """Rows whose kind is not a retraction."""
-    return rows.filter(pa.array(~is_retract(rows.column(VALUE_KIND).to_numpy())))
+    return without_retractions(rows)
 
 
 def diff(before: pa.Table, after: pa.Table, keys: Sequence[str], values: Sequence[str]) -> pa.Table:

@@ -39,3 +39,9 @@ def parse_kinds(column: pa.Array | pa.ChunkedArray, what: str = ROW_KIND_COLUMN)
 def is_retract(kinds: np.ndarray) -> np.ndarray:
     """Rows that retract a value (-U, -D)."""
     return (kinds == UPDATE_BEFORE) | (kinds == DELETE)
+
+
+def without_retractions(rows: pa.Table, column: str = "_VALUE_KIND") -> pa.Table:
+    """The rows whose kind is not a retraction (the same table when there is none: no copy)."""
+    keep = ~is_retract(rows.column(column).to_numpy())
+    return rows if keep.all() else rows.filter(pa.array(keep))

@@ -25,7 +25,7 @@ from .index_manifest import IndexEntry
 from .merge.factory import merge_function_for
 from .partition import partition_path
 from .predicate import Predicate
-from .row_kind import is_retract
+from .row_kind import without_retractions
 from .scan import Split
 from .schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 
@@ -95,7 +95,7 @@ class TableRead:
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         if merge:
             table = self.merge_function.merge(table)
-            table = table.filter(pa.array(~is_retract(table.column(VALUE_KIND).to_numpy())))
+            table = without_retractions(table)
         expr = self.predicate.expression()
         if expr is not None:
             table = table.filter(expr)

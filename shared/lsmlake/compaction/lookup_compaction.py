@@ -20,7 +20,7 @@ from pyroaring import BitMap
 from .. import changelog
 from ..data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
 from ..lookup_cache import LookupCache
-from ..row_kind import is_retract
+from ..row_kind import without_retractions
 from ..schema import SEQUENCE_NUMBER, VALUE_KIND
 from ..table_read import ROW_POSITION, read_data_file
 from .rewriter import MergeTreeCompactRewriter
@@ -107,7 +107,7 @@ class LookupCompaction:
         l0 = all_rows.column("__l0").to_numpy(zero_copy_only=False).astype(bool)
         all_rows = all_rows.drop_columns(["__l0"])
         merged = self.rewriter.merge_function.merge(all_rows)
-        merged = merged.filter(pa.array(~is_retract(merged.column(VALUE_KIND).to_numpy())))
+        merged = without_retractions(merged)
         after = self.rewriter.writer.write(
             self.rewriter.bucket_dir, merged.select(cols), merged.column(SEQUENCE_NUMBER).to_numpy(),
             merged.column(VALUE_KIND).to_numpy().astype(np.int8), level=unit.output_level,

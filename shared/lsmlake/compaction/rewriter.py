@@ -17,7 +17,7 @@ from ..data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
 from ..data_file_writer import DataFileWriter
 from ..fileio import FileIO
 from ..merge.factory import merge_function_for
-from ..row_kind import is_retract
+from ..row_kind import without_retractions
 from ..schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 from ..table_read import read_data_file
 from .sorted_run import SortedRun
@@ -52,7 +52,7 @@ class MergeTreeCompactRewriter:
         """One row per key, in key order, by the table's merge engine; retractions dropped when `drop_delete`."""
         merged = self.merge_function.merge(rows)
         if drop_delete:
-            merged = merged.filter(pa.array(~is_retract(merged.column(VALUE_KIND).to_numpy())))
+            merged = without_retractions(merged)
         return merged
 
     def rewrite(self, output_level: int, drop_delete: bool, sections: Sequence[Sequence[SortedRun]],
