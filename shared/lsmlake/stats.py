@@ -25,26 +25,18 @@ def scalar_to_py(scalar: pa.Scalar) -> Any:
 
 
 def _nano_timestamp(scalar: pa.Scalar) -> Any:
+    """A nanosecond timestamp as pandas.Timestamp (the encoder reads its `.nanosecond`), else a datetime."""
     import datetime as dt
 
     nanos = scalar.cast(pa.int64()).as_py()
     base = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=nanos // 1000)
     if scalar.type.tz is not None:
         base = base.replace(tzinfo=dt.UTC)
-    return _NanoDatetime.make(base, nanos % 1000)
-
-
-class _NanoDatetime:
-    """A datetime plus the nanoseconds below the microsecond (what pandas.Timestamp offers as `.nanosecond`)."""
-
-    @staticmethod
-    def make(base: Any, nano: int) -> Any:
-        try:
-            import pandas as pd
-
-            return pd.Timestamp(base) + pd.Timedelta(nanoseconds=nano)
-        except ImportError:  # pragma: no cover - pandas is present wherever pypaimon is
-            return base
+    try:
+        import pandas as pd
+    except ImportError:  # pragma: no cover - pandas is present wherever pypaimon is
+        return base
+    return pd.Timestamp(base) + pd.Timedelta(nanoseconds=nanos % 1000)
 
 
 def column_stats(columns: Sequence[pa.Array | pa.ChunkedArray], types: Sequence[AnyType]) -> SimpleStats:
