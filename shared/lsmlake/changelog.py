@@ -92,13 +92,10 @@ def read_changelog(table: FileStoreTable, from_snapshot: int = 1, to_snapshot: i
     Columns: `snapshot_id`, `row_kind` (+I, -U, +U, -D), then the table's columns.
     """
     from .data_file_writer import bucket_dir
-    from .partition import partition_path
     from .row_kind import SHORT_NAMES
     from .table_read import read_data_file
 
     schema = table.schema
-    part_types = schema.types_of(schema.partition_keys)
-    default = schema.options.get("partition.default-name", "__DEFAULT_PARTITION__")
     last = to_snapshot if to_snapshot is not None else (table.snapshots.latest_id() or 0)
     first = max(from_snapshot, table.snapshots.earliest_id() or 1)
     parts = []
@@ -109,8 +106,7 @@ def read_changelog(table: FileStoreTable, from_snapshot: int = 1, to_snapshot: i
         for m in table.manifests.read_list(snap.changelog_manifest_list):
             for e in table.manifests.read_manifest(m.file_name):
                 values = table.partition_values(e.partition)
-                directory = bucket_dir(table.path, partition_path(values, list(schema.partition_keys), part_types,
-                                                                  default), e.bucket)
+                directory = bucket_dir(table.path, schema.partition_dir(values), e.bucket)
                 rows = read_data_file(table.io, f"{directory}/{e.file.file_name}", schema, schema.field_names,
                                       [VALUE_KIND])
                 names = pa.array(np.array(SHORT_NAMES)[rows.column(VALUE_KIND).to_numpy()])

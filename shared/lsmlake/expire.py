@@ -19,7 +19,6 @@ from .binary_row import deserialize_row
 from .data_file_writer import bucket_dir
 from .errors import NotFoundError
 from .manifest import ADD, DELETE, ManifestEntry
-from .partition import partition_path
 from .snapshot import Snapshot
 from .table import FileStoreTable
 
@@ -47,15 +46,13 @@ class _Paths:
         self.table = table
         schema = table.schema
         self.part_types = schema.types_of(schema.partition_keys)
-        self.default = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
         self._dirs: dict[tuple[bytes, int], str] = {}
 
     def data_files(self, e: ManifestEntry) -> list[str]:
         key = (e.partition, e.bucket)
         if key not in self._dirs:
             values = deserialize_row(e.partition, self.part_types)
-            ppath = partition_path(values, list(self.table.schema.partition_keys), self.part_types, self.default)
-            self._dirs[key] = bucket_dir(self.table.path, ppath, e.bucket)
+            self._dirs[key] = bucket_dir(self.table.path, self.table.schema.partition_dir(values), e.bucket)
         d = self._dirs[key]
         if e.file.external_path:
             return [e.file.external_path]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -137,6 +138,15 @@ class TableSchema:
         system = [pa.field(SEQUENCE_NUMBER, pa.int64(), nullable=False),
                   pa.field(VALUE_KIND, pa.int8(), nullable=False)]
         return pa.schema(key_fields + system + list(self.arrow_schema))
+
+    def partition_dir(self, values: Sequence[Any]) -> str:
+        """The partition directory of partition values (`k=v/...`, empty for unpartitioned tables)."""
+        if not self.partition_keys:
+            return ""
+        from .partition import partition_path
+
+        default = self.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
+        return partition_path(list(values), list(self.partition_keys), self.types_of(self.partition_keys), default)
 
     def with_id(self, schema_id: int) -> TableSchema:
         return replace(self, id=schema_id)

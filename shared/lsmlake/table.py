@@ -15,6 +15,7 @@ from . import features
 from . import options as opts
 from .binary_row import deserialize_row
 from .commit import CommitResult, FileStoreCommit
+from .data_file_writer import bucket_dir
 from .errors import CommitConflictError, CommitStateUnknownError, InvalidInputError, NotFoundError
 from .fileio import FileIO
 from .index_manifest import IndexManifestStore
@@ -181,9 +182,7 @@ class FileStoreTable:
         messages = []
         for split in self.new_scan(pred, all_levels=True).plan():
             vectors = load_vectors(self.io, self.path, split.dv_index)
-            from .compaction.table_compact import split_dir
-
-            directory = split_dir(self, split)
+            directory = bucket_dir(self.path, self.schema.partition_dir(split.partition_values), split.bucket)
             changed = False
             for f in split.files:
                 rows = read_data_file(self.io, f"{directory}/{f.file_name}", self.schema, columns, [],

@@ -16,14 +16,12 @@ import pyarrow.parquet as pq
 from pyroaring import BitMap
 
 from . import deletion_vector
-from . import options as opts
 from .data_file_meta import DataFileMeta
 from .data_file_writer import bucket_dir
 from .errors import InvalidInputError
 from .fileio import FileIO
 from .index_manifest import IndexEntry
 from .merge.factory import merge_function_for
-from .partition import partition_path
 from .predicate import Predicate
 from .row_kind import without_retractions
 from .scan import Split
@@ -43,8 +41,6 @@ class TableRead:
         for n in list(names) + sorted(self.predicate.columns()):
             schema.field(n)  # raises on an unknown column
         self.projection = names
-        self.default_partition = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
-        self.part_types = schema.types_of(schema.partition_keys)
         self.merge_function = merge_function_for(schema) if schema.is_primary_key_table else None
 
     def read(self, splits: Sequence[Split]) -> pa.Table:
@@ -71,9 +67,7 @@ class TableRead:
 
     def read_split(self, split: Split) -> pa.Table:
         schema = self.schema
-        directory = bucket_dir(self.table_path, partition_path(
-            list(split.partition_values), list(schema.partition_keys), self.part_types, self.default_partition),
-            split.bucket)
+        directory = bucket_dir(self.table_path, schema.partition_dir(split.partition_values), split.bucket)
         wanted = list(dict.fromkeys(self.projection + sorted(self.predicate.columns())))
         merge = schema.is_primary_key_table and not split.raw_convertible
         if merge:

@@ -12,8 +12,7 @@ from ..data_file_writer import bucket_dir
 from ..deletion_vector import DvRange
 from ..errors import InvalidInputError
 from ..index_manifest import IndexEntry
-from ..options import PARTITION_DEFAULT_NAME
-from ..partition import partition_path, partition_value_string
+from ..partition import partition_value_string
 from ..predicate import Term
 from ..proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
 from ..scan import Split
@@ -186,8 +185,7 @@ def split_to_proto(table: FileStoreTable, s: Split) -> common_pb2.Split:
         text = partition_value_string(v, t)
         if text is not None:
             values[name] = text
-    default = table.options.get(PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
-    ppath = partition_path(list(s.partition_values), names, types, default)
+    ppath = schema.partition_dir(s.partition_values)
     out = common_pb2.Split(
         partition=s.partition, partition_values=values, bucket=s.bucket, total_buckets=s.total_buckets,
         bucket_path=bucket_dir("", ppath, s.bucket).lstrip("/"), snapshot_id=s.snapshot_id,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
@@ -13,7 +12,7 @@ from ..lookup_cache import process_cache
 from .compact_task import MergeTreeCompactTask
 from .full import EarlyFullCompaction, pick_full_compaction
 from .levels import Levels
-from .lookup_compaction import LookupCompaction
+from .lookup_compaction import LookupCompaction, semi_join
 from .rewriter import MergeTreeCompactRewriter
 from .sorted_run import SortedRun
 from .strategy import CompactStrategy
@@ -104,7 +103,7 @@ class MergeTreeCompactManager:
         touched = pa.table([new_rows.column(k) for k in keys], names=keys)
         if upper:
             old_rows = self.rewriter.read_section([SortedRun((f,)) for f in upper])
-            old_rows = old_rows.filter(_in_keys(old_rows, touched, keys))
+            old_rows = old_rows.filter(pa.array(semi_join(old_rows, touched, keys)))
             before = self.rewriter.merge_function.merge(old_rows)
             after = self.rewriter.merge_function.merge(pa.concat_tables([old_rows, new_rows]))
         else:
@@ -113,14 +112,3 @@ class MergeTreeCompactManager:
         values = [f for f in self.rewriter.schema.field_names if f not in keys]
         return self.rewriter.write_changelog([changelog.diff(before, after, keys, values)])
 
-
-def _in_keys(rows: pa.Table, keys_table: pa.Table, keys: list[str]) -> pa.Array:
-    """Mask of rows whose key appears in `keys_table` (a semi-join, vectorised)."""
-    probe = keys_table.group_by(keys).aggregate([])
-    probe = probe.append_column("__hit", pa.array(np.ones(probe.num_rows, dtype=bool)))
-    idx = pa.table([rows.column(k) for k in keys] + [pa.array(np.arange(rows.num_rows), pa.int64())],
-                   names=keys + ["__row"])
-    joined = idx.join(probe, keys=keys, join_type="inner")
-    hit = np.zeros(rows.num_rows, dtype=bool)
-    hit[joined.column("__row").to_numpy()] = True
-    return pa.array(hit)

@@ -18,7 +18,6 @@ from ..data_file_writer import bucket_dir
 from ..errors import CommitStateUnknownError, InvalidInputError, NotFoundError
 from ..index_manifest import dv_index_change
 from ..merge.factory import dv_enabled, skips_level0
-from ..partition import partition_path
 from ..predicate import Predicate
 from ..scan import Split
 from ..snapshot import COMPACT
@@ -52,11 +51,8 @@ class TableCompactResult:
 
 
 def split_dir(table: FileStoreTable, split: Split) -> str:
-    schema = table.schema
-    default = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
-    ppath = partition_path(list(split.partition_values), list(schema.partition_keys),
-                           schema.types_of(schema.partition_keys), default)
-    return bucket_dir(table.path, ppath, split.bucket)
+    """The directory of a split's bucket."""
+    return bucket_dir(table.path, table.schema.partition_dir(split.partition_values), split.bucket)
 
 
 def restore_levels(table: FileStoreTable, split: Split) -> Levels:
