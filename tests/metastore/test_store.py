@@ -19,6 +19,7 @@ from lsmlake.metastore import (
     INFLIGHT,
     PENDING_STATES,
     REQUESTED,
+    ROLLED_BACK,
     MetaStore,
     MetaStoreUnavailableError,
     PlanConflictError,
@@ -264,8 +265,9 @@ def test_timeline_lifecycle(store: MetaStore) -> None:
     assert (started.state, started.owner, started.attempts) == (INFLIGHT, "compactor-1", 1)
     assert started.updated_ms >= started.created_ms
     # the compactor died: the next owner rolls the plan back and runs it again
-    back = store.rollback_plan(p)
-    assert (back.state, back.owner, back.attempts) == (REQUESTED, None, 1)
+    back = store.rollback_plan(p, "compactor-1 died")
+    assert (back.state, back.owner, back.attempts, back.reason) == (REQUESTED, "compactor-1", 1, "compactor-1 died")
+    assert back.started_ms is not None and back.started_ms >= plan.created_ms
     assert store.start_plan(p, "compactor-2").attempts == 2
     done = store.complete_plan(p, 9)
     assert (done.state, done.snapshot_id, done.owner) == (COMPLETED, 9, "compactor-2")
@@ -402,3 +404,31 @@ def test_commit_lock_serialises_processes(store_url: str, store: MetaStore) -> N
         assert got == sorted(got)  # each worker's commits in its own order
     everyone = {store.find_commit(T, w, i, "APPEND") for w in ("w0", "w1") for i in range(1, n + 1)}
     assert everyone == set(range(1, 2 * n + 1))  # consecutive, each exactly once
+
+
+def test_plan_detail_and_end(store: MetaStore) -> None:
+    p = store.request_plan(T, b"", 0, ["a", "b"], 2, detail=b"\x00units\xff")
+    assert store.get_plan(p).detail == b"\x00units\xff" and store.get_plan(p).started_ms is None
+    with pytest.raises(PlanStateError, match="only a INFLIGHT plan can become ROLLED_BACK"):
+        store.end_plan(p, "not running")
+    store.start_plan(p, "c1")
+    ended = store.end_plan(p, "operator cancelled")
+    assert (ended.state, ended.reason) == (ROLLED_BACK, "operator cancelled")
+    assert store.end_plan(p, "again") == ended
+    assert store.request_plan(T, b"", 0, ["a", "b"], 2)  # its files were released
+
+
+def test_forget_table_and_outbox_lag(store: MetaStore) -> None:
+    assert store.outbox_lag() == (0, None)
+    with store.commit_lock(T):
+        store.record_commit(T, "u", 1, "APPEND", 1)
+        store.add_event(T, 1, "data-files", b"k", b"v")
+    store.request_plan(T, b"", 0, ["a"], 1)
+    pending, oldest = store.outbox_lag()
+    assert pending == 1 and oldest is not None
+    with store.commit_lock(T):
+        store.forget_table(T)
+    assert store.last_recorded_snapshot(T) is None and store.list_plans(T) == []
+    assert store.find_commit(T, "u", 1, "APPEND") is None
+    assert store.request_plan(T, b"", 0, ["a"], 1)  # the file is free again
+    assert store.outbox_lag()[0] == 1  # events of a dropped table are still delivered

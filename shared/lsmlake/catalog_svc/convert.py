@@ -7,6 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..catalog import check_name
 from ..data_file_meta import FILE_SOURCE_APPEND, FILE_SOURCE_COMPACT, DataFileMeta, SimpleStats
 from ..data_file_writer import bucket_dir
 from ..deletion_vector import DvRange
@@ -30,8 +31,8 @@ _GLOBAL_INDEX_KEYS = ("_ROW_RANGE_START", "_ROW_RANGE_END", "_INDEX_FIELD_ID")
 
 
 def table_id(ident: common_pb2.TableIdentifier) -> str:
-    """`db.table` as lsmlake's catalog names a table (names are checked by the catalog)."""
-    return f"{ident.database}.{ident.table}"
+    """`db.table` after checking both names (a name can never escape the warehouse folder)."""
+    return f"{check_name(ident.database, 'database')}.{check_name(ident.table, 'table')}"
 
 
 # -- statistics and data files -----------------------------------------------------------------

@@ -81,3 +81,21 @@ def guarded(method: F) -> F:
             context.abort(code, message)
 
     return wrapper  # type: ignore[return-value]
+
+
+def guarded_stream(method: F) -> F:
+    """`guarded` for a server-streaming method (a generator): errors raised while streaming end the stream."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            yield from method(self, request, context)
+        except Exception as e:
+            code, message = status_for(e)
+            if code == grpc.StatusCode.INTERNAL or not isinstance(e, LakeError):
+                _log.exception("%s failed", method.__name__)
+            else:
+                _log.info("%s: %s: %s", method.__name__, code.name, message)
+            context.abort(code, message)
+
+    return wrapper  # type: ignore[return-value]

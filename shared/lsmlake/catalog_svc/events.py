@@ -35,8 +35,12 @@ def event_key(table_id: str, partition: bytes | None = None, bucket: int | None 
 
 def snapshot_events(table_id: str, ident: common_pb2.TableIdentifier,
                     kind: common_pb2.CommitKind.ValueType, snapshot_id: int,
-                    commit_time_ms: int, changes: Sequence[common_pb2.FileChanges]) -> list[PendingEvent]:
-    """The events of one snapshot made from `changes` (the FileChanges of the commit request)."""
+                    commit_time_ms: int, changes: Sequence[common_pb2.FileChanges],
+                    plan_id: str = "") -> list[PendingEvent]:
+    """The events of one snapshot made from `changes` (the FileChanges of the commit request).
+
+    `plan_id` names the timeline plan a COMPACT snapshot completed, if any.
+    """
     compact = kind == common_pb2.COMMIT_KIND_COMPACT
     topic = COMPACTION_RESULTS_TOPIC if compact else DATA_FILES_TOPIC
     out = []
@@ -45,7 +49,7 @@ def snapshot_events(table_id: str, ident: common_pb2.TableIdentifier,
         if compact:
             env = events_pb2.Envelope(compaction_result=events_pb2.CompactionResultEvent(
                 table=ident, snapshot_id=snapshot_id, commit_kind=kind, partition=c.partition, bucket=c.bucket,
-                total_buckets=c.total_buckets, commit_time_millis=commit_time_ms,
+                total_buckets=c.total_buckets, commit_time_millis=commit_time_ms, plan_id=plan_id,
                 before=c.deleted_files, after=c.new_files, changelog_files=c.changelog_files))
         else:
             env = events_pb2.Envelope(data_files=events_pb2.DataFilesEvent(

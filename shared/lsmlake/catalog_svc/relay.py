@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from ..kafka.broker import ensure_topics
 from ..kafka.client import Publisher
@@ -27,8 +28,9 @@ class OutboxRelay:
 
     def __init__(self, store: MetaStore, bootstrap: str | None, *, topic_partitions: int = 4,
                  batch: int = 100, idle_wait_s: float = 0.5, backoff_s: float = 1.0,
-                 publish_timeout_s: float = 10.0) -> None:
+                 publish_timeout_s: float = 10.0, on_published: Callable[[int], None] | None = None) -> None:
         self.store = store
+        self._on_published = on_published or (lambda n: None)
         self.bootstrap = bootstrap
         self.topic_partitions = topic_partitions
         self.batch = batch
@@ -102,4 +104,5 @@ class OutboxRelay:
             # only what the broker acknowledged; the rest is published again later
             if acked:
                 self.store.mark_delivered(acked)
+                self._on_published(len(acked))
         return len(acked)

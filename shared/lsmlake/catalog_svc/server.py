@@ -6,7 +6,6 @@ import argparse
 import logging
 import os
 import signal
-import sys
 import threading
 from collections.abc import Sequence
 from concurrent import futures
@@ -14,13 +13,17 @@ from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from ..catalog import FileSystemCatalog
 from ..errors import InvalidInputError
 from ..metastore import MetaStore, open_store
+from ..observability import MetricsEndpoint, configure_logging
 from ..proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc
+from .maintenance import Maintenance, reconcile_all
+from .metrics import CatalogMetrics
 from .relay import OutboxRelay
-from .servicer import CatalogService
+from .servicer import FAULTS, CatalogService
 
 _log = logging.getLogger(__name__)
 
@@ -40,10 +43,18 @@ class Settings:
     grace_s: float = 10.0
     workers: int = 16
     max_message_bytes: int = 64 * 1024 * 1024
+    host: str = HOST
+    metrics_port: int | None = None  # None: no metrics endpoint; 0: a free port
+    expire_interval_s: float = 300.0
+    orphan_interval_s: float = 86_400.0
+    reconcile_interval_s: float = 10.0
+    fault: str | None = None  # crash injection for the recovery tests
 
     @staticmethod
     def from_args(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> Settings:
-        """Flags win over `LSMLAKE_WAREHOUSE`, `LSMLAKE_METASTORE`, `LSMLAKE_CATALOG_PORT`, `LSMLAKE_KAFKA`."""
+        """Flags win over the environment: `LSMLAKE_WAREHOUSE`, `LSMLAKE_METASTORE`, `LSMLAKE_CATALOG_HOST`,
+        `LSMLAKE_CATALOG_PORT`, `LSMLAKE_KAFKA`, `LSMLAKE_METRICS_PORT`, `LSMLAKE_EXPIRE_INTERVAL`,
+        `LSMLAKE_ORPHAN_INTERVAL`, `LSMLAKE_RECONCILE_INTERVAL`, `LSMLAKE_CATALOG_FAULT`."""
         env = dict(os.environ if env is None else env)
         p = argparse.ArgumentParser(prog="catalog-svc", description="lsmlake catalog service (gRPC)")
         p.add_argument("--warehouse", default=env.get("LSMLAKE_WAREHOUSE"),
@@ -54,6 +65,19 @@ class Settings:
                        help="port on 127.0.0.1; 0 picks a free one (printed)")
         p.add_argument("--kafka", default=env.get("LSMLAKE_KAFKA") or None, help="Kafka bootstrap host:port")
         p.add_argument("--grace", type=float, default=10.0, help="seconds for in-flight RPCs at shutdown")
+        p.add_argument("--host", default=env.get("LSMLAKE_CATALOG_HOST", HOST),
+                       help="address to listen on (0.0.0.0 in a container)")
+        p.add_argument("--metrics-port", type=int, default=_int_or_none(env.get("LSMLAKE_METRICS_PORT")),
+                       help="serve Prometheus metrics on this port (0 picks one); off when not set")
+        p.add_argument("--expire-interval", type=float, default=float(env.get("LSMLAKE_EXPIRE_INTERVAL", "300")),
+                       help="seconds between snapshot expirations of every table (0: off)")
+        p.add_argument("--orphan-interval", type=float, default=float(env.get("LSMLAKE_ORPHAN_INTERVAL", "86400")),
+                       help="seconds between orphan-file cleanups of every table (0: off)")
+        p.add_argument("--reconcile-interval", type=float,
+                       default=float(env.get("LSMLAKE_RECONCILE_INTERVAL", "10")),
+                       help="seconds between looks for snapshots written by other engines (0: off)")
+        p.add_argument("--fault", default=env.get("LSMLAKE_CATALOG_FAULT") or None, choices=[f for f in FAULTS if f],
+                       help="testing only: crash at this point of the first commit")
         a = p.parse_args(argv)
         if not a.warehouse:
             p.error("--warehouse (or LSMLAKE_WAREHOUSE) is required")
@@ -65,7 +89,17 @@ class Settings:
                 p.error("--metastore is required for a remote warehouse")
             local = a.warehouse.removeprefix("file://")
             metastore = f"sqlite:///{os.path.abspath(os.path.join(local, METASTORE_FILE))}"
-        return Settings(warehouse=a.warehouse, metastore=metastore, port=a.port, kafka=a.kafka, grace_s=a.grace)
+        for name in ("expire_interval", "orphan_interval", "reconcile_interval"):
+            if getattr(a, name) < 0:
+                p.error(f"--{name.replace('_', '-')} must not be negative")
+        return Settings(warehouse=a.warehouse, metastore=metastore, port=a.port, kafka=a.kafka, grace_s=a.grace,
+                        host=a.host, metrics_port=a.metrics_port, expire_interval_s=a.expire_interval,
+                        orphan_interval_s=a.orphan_interval, reconcile_interval_s=a.reconcile_interval,
+                        fault=a.fault)
+
+
+def _int_or_none(text: str | None) -> int | None:
+    return None if text in (None, "") else int(text)
 
 
 class CatalogServer:
@@ -74,10 +108,15 @@ class CatalogServer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.health = health.HealthServicer()
+        self.metrics = CatalogMetrics()
         self.port = 0
+        self.metrics_port: int | None = None
         self._store: MetaStore | None = None
         self._relay: OutboxRelay | None = None
         self._server: grpc.Server | None = None
+        self._servicer: CatalogService | None = None
+        self._maintenance: Maintenance | None = None
+        self._metrics_endpoint: MetricsEndpoint | None = None
 
     def start(self) -> int:
         """Start serving; health turns SERVING only once the store and the warehouse are open. The port."""
@@ -88,18 +127,30 @@ class CatalogServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        self.port = server.add_insecure_port(f"{HOST}:{s.port}")
+        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        self.port = server.add_insecure_port(f"{s.host}:{s.port}")
         if self.port == 0:
-            raise InvalidInputError(f"cannot listen on {HOST}:{s.port}")
+            raise InvalidInputError(f"cannot listen on {s.host}:{s.port}")
         self._server = server
         self._store = open_store(s.metastore)
         catalog = FileSystemCatalog(s.warehouse)
         catalog.io.mkdirs(catalog.root)
-        self._relay = OutboxRelay(self._store, s.kafka)
-        catalog_pb2_grpc.add_CatalogServiceServicer_to_server(
-            CatalogService(catalog, self._store, on_commit=self._relay.wake), server)
+        self.metrics.watch_outbox(self._store)
+        self._relay = OutboxRelay(self._store, s.kafka, on_published=self.metrics.events_published.inc)
+        # snapshots a crash left unannounced get their events before the first new commit
+        found = reconcile_all(catalog, self._store, self.metrics)
+        if found:
+            _log.warning("recorded %d snapshot(s) that had no commit record", found)
+        self._servicer = CatalogService(catalog, self._store, on_commit=self._relay.wake, metrics=self.metrics,
+                                        fault=s.fault)
+        catalog_pb2_grpc.add_CatalogServiceServicer_to_server(self._servicer, server)
+        if s.metrics_port is not None:
+            self._metrics_endpoint = MetricsEndpoint(self.metrics.registry, s.host, s.metrics_port)
+            self.metrics_port = self._metrics_endpoint.start()
         server.start()
         self._relay.start()
+        self._maintenance = Maintenance(catalog, self._store, self.metrics, s.expire_interval_s,
+                                        s.orphan_interval_s, s.reconcile_interval_s).start()
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return self.port
@@ -107,16 +158,22 @@ class CatalogServer:
     def stop(self) -> None:
         """Graceful shutdown.
 
-        1. health NOT_SERVING, so load balancers stop sending requests;
+        1. health NOT_SERVING, so load balancers stop sending requests; snapshot streams end;
         2. stop intake and give in-flight RPCs (commits) `grace_s` to finish;
-        3. stop the relay (its current publish ends within its timeout);
-        4. close the metadata store.
+        3. stop the maintenance thread and the relay (the relay's current publish ends within its timeout);
+        4. close the metrics endpoint and the metadata store.
         """
         self.health.enter_graceful_shutdown()
+        if self._servicer is not None:
+            self._servicer.stopping.set()
         if self._server is not None:
             self._server.stop(self.settings.grace_s).wait(self.settings.grace_s + 5)
+        if self._maintenance is not None:
+            self._maintenance.stop()
         if self._relay is not None:
             self._relay.stop()
+        if self._metrics_endpoint is not None:
+            self._metrics_endpoint.stop()
         if self._store is not None:
             self._store.close()
 
@@ -132,7 +189,9 @@ def serve(settings: Settings) -> int:
     except BaseException:
         server.stop()
         raise
-    print(f"catalog_svc listening on {HOST}:{port}", flush=True)
+    print(f"catalog_svc listening on {settings.host}:{port}", flush=True)
+    if server.metrics_port is not None:
+        print(f"catalog_svc metrics on http://{settings.host}:{server.metrics_port}/metrics", flush=True)
     while not stop.wait(1.0):  # bounded waits keep the main thread responsive to signals
         pass
     _log.info("shutting down")
@@ -142,7 +201,5 @@ def serve(settings: Settings) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `catalog-svc` and `python -m lsmlake.catalog_svc`."""
-    logging.basicConfig(level=os.environ.get("LSMLAKE_LOG_LEVEL", "INFO"), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python logs every connection at INFO
+    configure_logging("catalog_svc")
     return serve(Settings.from_args(argv))

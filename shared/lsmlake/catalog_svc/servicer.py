@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
 
 from ..catalog import FileSystemCatalog, check_name
 from ..commit import CommitResult
-from ..errors import InvalidInputError, NotFoundError
+from ..errors import CommitConflictError, InvalidInputError, LakeError, NotFoundError
 from ..expire import expire_snapshots, remove_orphan_files
+from ..metastore import CompactionPlan as StoredPlan
 from ..metastore import MetaStore
+from ..metastore.errors import PlanStateError
 from ..predicate import Predicate
 from ..proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 from ..snapshot import APPEND, COMPACT, OVERWRITE
@@ -24,8 +29,11 @@ from ..table import FileStoreTable
 from ..table_write import CommitMessage
 from ..types import parse_schema_fields
 from . import convert
-from .errors_map import UnimplementedError, guarded
+from .errors_map import UnimplementedError, guarded, guarded_stream
 from .events import snapshot_events
+from .metrics import CatalogMetrics
+from .reconcile import reconcile_table
+from .timeline import Timeline, parse_plan_id, plan_to_proto
 
 _log = logging.getLogger(__name__)
 
@@ -37,9 +45,8 @@ MAX_PROPERTY_CHARS = 64 * 1024
 _COMMIT_KINDS = (APPEND, COMPACT, OVERWRITE)
 
 
-def _ident(t: common_pb2.TableIdentifier) -> str:
-    """`db.table` after checking both names (a name can never escape the warehouse folder)."""
-    return f"{check_name(t.database, 'database')}.{check_name(t.table, 'table')}"
+_ident = convert.table_id
+FAULTS = (None, "exit-after-snapshot", "exit-after-commit")
 
 
 def _check_commit(request: catalog_pb2.CommitRequest) -> str:
@@ -71,13 +78,27 @@ def _check_commit(request: catalog_pb2.CommitRequest) -> str:
 
 
 class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
-    """The catalog and snapshot service of one warehouse and metadata store."""
+    """The catalog and snapshot service of one warehouse and metadata store.
+
+    `fault` injects a crash for the recovery tests: "exit-after-snapshot" kills the process after the
+    snapshot is published and before the metadata store commits, "exit-after-commit" after the store
+    commits and before the relay publishes the events.
+    """
 
     def __init__(self, catalog: FileSystemCatalog, store: MetaStore,
-                 on_commit: Callable[[], None] | None = None) -> None:
+                 on_commit: Callable[[], None] | None = None, metrics: CatalogMetrics | None = None,
+                 fault: str | None = None, watch_poll_s: float = 0.5) -> None:
+        if fault not in FAULTS:
+            raise InvalidInputError(f"fault {fault!r} is not one of {', '.join(f for f in FAULTS if f)}")
         self.catalog = catalog
         self.store = store
+        self.metrics = metrics or CatalogMetrics()
+        self.timeline = Timeline(catalog, store)
+        self.stopping = threading.Event()  # set at shutdown: open WatchSnapshots streams end
         self._on_commit = on_commit or (lambda: None)
+        self._fault = fault
+        self._watch_poll_s = watch_poll_s
+        self._changed = threading.Condition()  # notified after every commit through this replica
 
     def _table(self, t: common_pb2.TableIdentifier) -> FileStoreTable:
         return self.catalog.get_table(_ident(t))
@@ -96,8 +117,13 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
 
     @guarded
     def DropDatabase(self, request: Any, context: grpc.ServicerContext) -> Any:
+        name = check_name(request.name, "database")
         try:
-            self.catalog.drop_database(request.name, cascade=request.cascade)
+            tables = self.catalog.list_tables(name) if request.cascade else []
+            for t in tables:  # forget each table's history, under its lock, before its files go
+                with self.store.commit_lock(f"{name}.{t}"):
+                    self.store.forget_table(f"{name}.{t}")
+            self.catalog.drop_database(name, cascade=request.cascade)
         except NotFoundError:
             if request.ignore_if_not_exists:
                 return catalog_pb2.DropDatabaseResponse(dropped=False)
@@ -137,6 +163,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         try:
             with self.store.commit_lock(tid):  # not in the middle of a commit of that table
                 self.catalog.drop_table(tid)
+                self.store.forget_table(tid)  # a new table of that name starts without history
         except NotFoundError:
             if request.ignore_if_not_exists:
                 return catalog_pb2.DropTableResponse(dropped=False)
@@ -151,34 +178,80 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
 
     @guarded
     def Commit(self, request: Any, context: grpc.ServicerContext) -> Any:
-        """Commit file changes as one snapshot.
-
-        1. validate: names, kind, sizes; the table must exist;
-        2. under the table's commit lock, in one metadata-store transaction: a recorded
-           (user, identifier, kind) answers `already_committed`; otherwise lsmlake's FileStoreCommit
-           publishes the snapshot in the warehouse, and the commit record and one outbox event per
-           changed bucket are recorded; a failure rolls the transaction back;
-        3. wake the outbox relay.
-        """
+        """Commit file changes as one snapshot (see `_commit`)."""
         kind = _check_commit(request)
         tid = _ident(request.table)
-        table = self.catalog.get_table(tid)
+        self.catalog.get_table(tid)  # NotFoundError before any work
         messages = [convert.changes_from_proto(c) for c in request.changes]
+        snapshot_id, again, _ = self._commit(tid, request.table, kind, request, messages, request.changes)
+        return catalog_pb2.CommitResponse(snapshot_id=snapshot_id, already_committed=again)
+
+    def _commit(self, tid: str, ident: common_pb2.TableIdentifier, kind: str, request: Any,
+                messages: list[CommitMessage], changes: Sequence[common_pb2.FileChanges],
+                plan_check: Callable[[], StoredPlan] | None = None) -> tuple[int, bool, StoredPlan | None]:
+        """Commit under the table's lock, in one metadata-store transaction; (snapshot id, already committed, plan).
+
+        1. snapshots published without a record (a crash, an outside writer) are recorded first, with events;
+        2. a recorded (user, identifier, kind) answers `already_committed` with its snapshot;
+        3. `plan_check` (a timeline completion) checks the plan, then lsmlake's FileStoreCommit publishes the
+           snapshot in the warehouse; the commit record, one outbox event per changed bucket and the plan's
+           completion are recorded; any failure rolls the transaction back;
+        4. wake the outbox relay and the snapshot watchers.
+        """
         user, number = request.commit_user, request.commit_identifier
-        with self.store.commit_lock(tid):
-            done = self.store.find_commit(tid, user, number, kind)
-            if done is not None:
-                return catalog_pb2.CommitResponse(snapshot_id=done, already_committed=True)
-            result = self._apply(table, kind, messages, request)
-            # also when lsmlake found the snapshot already published (a crash before the record): record it now
-            self.store.record_commit(tid, user, number, kind, result.snapshot_id)
-            commit_time = table.snapshots.snapshot(result.snapshot_id).time_millis
-            for e in snapshot_events(tid, request.table, request.kind, result.snapshot_id, commit_time,
-                                     request.changes):
-                self.store.add_event(tid, result.snapshot_id, e.topic, e.key, e.payload)
-        self._on_commit()
-        return catalog_pb2.CommitResponse(snapshot_id=result.snapshot_id,
-                                          already_committed=result.already_committed)
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            with self.store.commit_lock(tid):
+                table = self.catalog.get_table(tid)  # the current schema, read under the lock
+                self._reconcile(tid, table)
+                done = self.store.find_commit(tid, user, number, kind)
+                if done is not None:
+                    outcome = "already_committed"
+                    return done, True, None
+                plan = plan_check() if plan_check is not None else None
+                result = self._apply(table, kind, messages, request)
+                self._crash_if("exit-after-snapshot")
+                # also when lsmlake found the snapshot already published (a crash before the record): record it now
+                self.store.record_commit(tid, user, number, kind, result.snapshot_id)
+                commit_time = table.snapshots.snapshot(result.snapshot_id).time_millis
+                plan_id = str(plan.plan_id) if plan is not None else ""
+                for e in snapshot_events(tid, ident, convert.KIND_TO_PROTO[kind], result.snapshot_id, commit_time,
+                                         changes, plan_id):
+                    self.store.add_event(tid, result.snapshot_id, e.topic, e.key, e.payload)
+                if plan is not None:
+                    plan = self.store.complete_plan(plan.plan_id, result.snapshot_id)
+            self._crash_if("exit-after-commit")
+            outcome = "already_committed" if result.already_committed else "committed"
+            _log.info("committed %s snapshot %d of %s", kind, result.snapshot_id, tid,
+                      extra={"table": tid, "snapshot_id": result.snapshot_id, "commit_kind": kind,
+                             "commit_user": user, "files": sum(len(m.new_files) for m in messages)})
+            return result.snapshot_id, result.already_committed, plan
+        except CommitConflictError:
+            outcome = "conflict"
+            self.metrics.conflicts.labels(kind).inc()
+            raise
+        except LakeError:
+            outcome = "rejected" if outcome == "error" else outcome
+            raise
+        finally:
+            self.metrics.commits.labels(kind, outcome).inc()
+            if outcome in ("committed", "already_committed"):
+                self.metrics.commit_seconds.labels(kind).observe(time.perf_counter() - started)
+                self._on_commit()
+                with self._changed:
+                    self._changed.notify_all()
+
+    def _reconcile(self, tid: str, table: FileStoreTable) -> None:
+        found = reconcile_table(self.store, table, tid)
+        if found:
+            self.metrics.reconciled.inc(len(found))
+
+    def _crash_if(self, point: str) -> None:
+        if self._fault == point:
+            _log.error("fault injection: exiting at %s", point)
+            logging.shutdown()
+            os._exit(137)
 
     @staticmethod
     def _apply(table: FileStoreTable, kind: str, messages: list[CommitMessage], request: Any) -> CommitResult:
@@ -226,10 +299,38 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
             out.snapshot.CopyFrom(convert.snapshot_to_proto(older[-1]))
         return out
 
-    @guarded
+    @guarded_stream
     def WatchSnapshots(self, request: Any, context: grpc.ServicerContext) -> Any:
-        raise UnimplementedError("WatchSnapshots is not implemented yet; poll LatestSnapshot or consume the "
-                                 "data-files and compaction-results topics")
+        """Send each kept snapshot after `after_snapshot_id`, then each new one, until the client or server stops.
+
+        Commits through this replica wake the stream at once; those through other replicas (or outside
+        writers) are found by polling the warehouse every `watch_poll_s`.
+        """
+        tid = _ident(request.table)
+        table = self.catalog.get_table(tid)
+        after = request.after_snapshot_id if request.HasField("after_snapshot_id") else \
+            (table.snapshots.latest_id() or 0)
+        self.metrics.watchers.inc()
+        try:
+            while context.is_active() and not self.stopping.is_set():
+                if not self.catalog.table_exists(tid):
+                    raise NotFoundError(f"table {tid} was dropped")
+                latest = table.snapshots.latest_id() or 0
+                if latest > after:
+                    earliest = table.snapshots.earliest_id() or 1
+                    for sid in range(max(after + 1, earliest), latest + 1):
+                        try:
+                            snap = table.snapshots.snapshot(sid)
+                        except NotFoundError:  # expired meanwhile
+                            continue
+                        yield catalog_pb2.WatchSnapshotsResponse(table=request.table,
+                                                                 snapshot=convert.snapshot_to_proto(snap))
+                    after = latest
+                    continue
+                with self._changed:
+                    self._changed.wait(self._watch_poll_s)
+        finally:
+            self.metrics.watchers.dec()
 
     # -- scans ---------------------------------------------------------------------------------
 
@@ -280,28 +381,50 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
                                      dry_run=request.dry_run)
         return catalog_pb2.RemoveOrphanFilesResponse(deleted_paths=result.deleted)
 
-    # -- compaction timeline (not yet) ---------------------------------------------------------
-
-    def _timeline(self, rpc: str) -> Any:
-        raise UnimplementedError(f"{rpc} is not implemented yet: the compaction timeline RPCs come in a later "
-                                 "version; commit compactions with Commit(kind=COMPACT)")
+    # -- compaction timeline -------------------------------------------------------------------
 
     @guarded
     def RequestCompaction(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self._timeline("RequestCompaction")
+        plan = self.timeline.request(request)
+        self.metrics.plans.labels("REQUESTED").inc()
+        return catalog_pb2.RequestCompactionResponse(plan=plan)
 
     @guarded
     def StartCompaction(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self._timeline("StartCompaction")
+        plan = self.timeline.start(request)
+        self.metrics.plans.labels("INFLIGHT").inc()
+        return catalog_pb2.StartCompactionResponse(plan=plan)
 
     @guarded
     def CompleteCompaction(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self._timeline("CompleteCompaction")
+        """Commit a plan's result as a COMPACT snapshot and mark the plan COMPLETED in the same transaction."""
+        tid = _ident(request.table)
+        plan_id = parse_plan_id(request.plan_id)
+        commit = catalog_pb2.CommitRequest(table=request.table, commit_user=request.commit_user,
+                                           commit_identifier=request.commit_identifier,
+                                           kind=common_pb2.COMMIT_KIND_COMPACT, changes=request.changes,
+                                           properties=request.properties)
+        _check_commit(commit)
+        self.catalog.get_table(tid)
+        messages = [convert.changes_from_proto(c) for c in request.changes]
+        snapshot_id, again, _ = self._commit(tid, request.table, COMPACT, commit, messages, request.changes,
+                                             plan_check=lambda: self.timeline.check_completion(tid, request))
+        plan = self.store.get_plan(plan_id)
+        if again and plan.snapshot_id != snapshot_id:
+            raise PlanStateError(f"commit ({request.commit_user!r}, {request.commit_identifier}) was already "
+                                 f"committed as snapshot {snapshot_id}, which did not complete plan {plan_id}",
+                                 plan_id, plan.state)
+        self.metrics.plans.labels("COMPLETED").inc()
+        return catalog_pb2.CompleteCompactionResponse(snapshot_id=snapshot_id, already_committed=again,
+                                                      plan=plan_to_proto(plan, request.table))
 
     @guarded
     def RollbackCompaction(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self._timeline("RollbackCompaction")
+        plan, deleted = self.timeline.rollback(request)
+        self.metrics.plans.labels(catalog_pb2.CompactionPlanState.Name(plan.state).removeprefix(
+            "COMPACTION_PLAN_STATE_")).inc()
+        return catalog_pb2.RollbackCompactionResponse(plan=plan, deleted_paths=deleted)
 
     @guarded
     def ListCompactionPlans(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self._timeline("ListCompactionPlans")
+        return catalog_pb2.ListCompactionPlansResponse(plans=self.timeline.list(request))

@@ -8,13 +8,14 @@ from .model import (
     PENDING_STATES,
     PLAN_STATES,
     REQUESTED,
+    ROLLED_BACK,
     CompactionPlan,
     OutboxEvent,
 )
 from .store import SCHEMA_VERSION, MetaStore, Transaction, now_ms, open_store
 
 __all__ = [
-    "ABANDONED", "COMPLETED", "INFLIGHT", "PENDING_STATES", "PLAN_STATES", "REQUESTED", "SCHEMA_VERSION",
+    "ABANDONED", "COMPLETED", "INFLIGHT", "PENDING_STATES", "PLAN_STATES", "REQUESTED", "ROLLED_BACK", "SCHEMA_VERSION",
     "CompactionPlan", "MetaStore", "MetaStoreUnavailableError", "OutboxEvent", "PlanConflictError",
     "PlanStateError", "SchemaVersionError", "Transaction", "now_ms", "open_store",
 ]

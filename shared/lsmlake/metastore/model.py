@@ -8,8 +8,9 @@ from dataclasses import dataclass
 REQUESTED = "REQUESTED"
 INFLIGHT = "INFLIGHT"
 COMPLETED = "COMPLETED"
+ROLLED_BACK = "ROLLED_BACK"  # a run was undone and the plan will not run again
 ABANDONED = "ABANDONED"
-PLAN_STATES = (REQUESTED, INFLIGHT, COMPLETED, ABANDONED)
+PLAN_STATES = (REQUESTED, INFLIGHT, COMPLETED, ROLLED_BACK, ABANDONED)
 PENDING_STATES = (REQUESTED, INFLIGHT)  # plans whose input files cannot be planned again
 
 
@@ -41,9 +42,11 @@ class CompactionPlan:
     owner: str | None
     attempts: int  # how many times the plan was started
     snapshot_id: int | None  # the COMPACT snapshot that completed it
-    reason: str | None  # why it was abandoned
+    reason: str | None  # why it was abandoned or rolled back
     created_ms: int
     updated_ms: int
+    started_ms: int | None = None  # when the current or last run started
+    detail: bytes = b""  # the caller's own description of the plan (the catalog keeps its protobuf units there)
 
     @property
     def pending(self) -> bool:

@@ -28,9 +28,9 @@ def schema_ddl(serial_id: str, blob: str, bigint: str) -> list[str]:
         "CREATE TABLE IF NOT EXISTS lsmlake_plans ("
         f" plan_id {serial_id}, table_id TEXT NOT NULL, partition_bytes {blob} NOT NULL,"
         " bucket INTEGER NOT NULL, input_files TEXT NOT NULL, output_level INTEGER NOT NULL, state TEXT NOT NULL"
-        " CHECK (state IN ('REQUESTED', 'INFLIGHT', 'COMPLETED', 'ABANDONED')), owner TEXT,"
+        " CHECK (state IN ('REQUESTED', 'INFLIGHT', 'COMPLETED', 'ROLLED_BACK', 'ABANDONED')), owner TEXT,"
         f" attempts INTEGER NOT NULL, snapshot_id {bigint}, reason TEXT, created_ms {bigint} NOT NULL,"
-        f" updated_ms {bigint} NOT NULL)",
+        f" updated_ms {bigint} NOT NULL, started_ms {bigint}, detail {blob} NOT NULL)",
         "CREATE INDEX IF NOT EXISTS lsmlake_plans_by_table ON lsmlake_plans (table_id, state)",
         # the input files of pending plans only: the primary key keeps a file out of two pending plans
         "CREATE TABLE IF NOT EXISTS lsmlake_plan_files ("

@@ -34,12 +34,22 @@ from typing import Any
 from ..errors import InvalidInputError, InvariantError, NotFoundError
 from ..snapshot import BATCH_COMMIT_IDENTIFIER, COMMIT_KINDS
 from .errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError, SchemaVersionError
-from .model import ABANDONED, COMPLETED, INFLIGHT, PENDING_STATES, PLAN_STATES, REQUESTED, CompactionPlan, OutboxEvent
+from .model import (
+    ABANDONED,
+    COMPLETED,
+    INFLIGHT,
+    PENDING_STATES,
+    PLAN_STATES,
+    REQUESTED,
+    ROLLED_BACK,
+    CompactionPlan,
+    OutboxEvent,
+)
 
 SCHEMA_VERSION = 1
 _CHUNK = 500  # ids or names per IN (...) list
 _PLAN_COLUMNS = ("plan_id, table_id, partition_bytes, bucket, input_files, output_level, state, owner, attempts, "
-                 "snapshot_id, reason, created_ms, updated_ms")
+                 "snapshot_id, reason, created_ms, updated_ms, started_ms, detail")
 _EVENT_COLUMNS = "event_id, table_id, snapshot_id, topic, event_key, payload, created_ms, delivered_ms"
 
 
@@ -321,6 +331,25 @@ class MetaStore(ABC):
                             (table_id,)).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
+    def forget_table(self, table_id: str) -> None:
+        """Drop what the store keeps of a table (commit records, plans); its undelivered events are still sent.
+
+        Call it inside the table's `commit_lock` when the table is dropped, so that a new table of the same
+        name starts with no history.
+        """
+        _check_table_id(table_id)
+        with self._tx(write=True) as conn:
+            self._run(conn, "DELETE FROM lsmlake_commits WHERE table_id = ?", (table_id,))
+            self._run(conn, "DELETE FROM lsmlake_plan_files WHERE table_id = ?", (table_id,))
+            self._run(conn, "DELETE FROM lsmlake_plans WHERE table_id = ?", (table_id,))
+
+    def outbox_lag(self) -> tuple[int, int | None]:
+        """How many events wait for delivery, and when the oldest of them was recorded (epoch ms)."""
+        with self._tx(write=False) as conn:
+            row = self._run(conn, "SELECT COUNT(*), MIN(created_ms) FROM lsmlake_outbox "
+                                  "WHERE delivered_ms IS NULL").fetchone()
+        return int(row[0]), None if row[1] is None else int(row[1])
+
     # -- 3. outbox -------------------------------------------------------------------------------
 
     def add_event(self, table_id: str, snapshot_id: int, topic: str, key: bytes, payload: bytes) -> int:
@@ -369,9 +398,13 @@ class MetaStore(ABC):
     # -- 4. compaction timeline ------------------------------------------------------------------
 
     def request_plan(self, table_id: str, partition: bytes, bucket: int, input_files: Sequence[str],
-                     output_level: int) -> int:
-        """Add a REQUESTED plan; PlanConflictError (nothing added) when an input file is in a pending plan."""
+                     output_level: int, detail: bytes = b"") -> int:
+        """Add a REQUESTED plan; PlanConflictError (nothing added) when an input file is in a pending plan.
+
+        `detail` is kept as given and handed back on the plan (the store does not read it).
+        """
         _check_table_id(table_id)
+        detail = _check_bytes(detail, "plan detail")
         partition = _check_bytes(partition, "partition")
         _check_int(bucket, "bucket")
         _check_int(output_level, "output level", 0)
@@ -390,9 +423,10 @@ class MetaStore(ABC):
             self._run(conn, "SAVEPOINT lsmlake_plan")
             try:
                 cur = self._run(conn, "INSERT INTO lsmlake_plans (table_id, partition_bytes, bucket, input_files, "
-                                      "output_level, state, attempts, created_ms, updated_ms) "
-                                      "VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?) RETURNING plan_id",
-                                (table_id, partition, bucket, json.dumps(files), output_level, REQUESTED, ts, ts))
+                                      "output_level, state, attempts, created_ms, updated_ms, detail) "
+                                      "VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?) RETURNING plan_id",
+                                (table_id, partition, bucket, json.dumps(files), output_level, REQUESTED, ts, ts,
+                                 detail))
                 plan_id = self._returning_id(cur)
                 for f in files:
                     self._run(conn, "INSERT INTO lsmlake_plan_files (table_id, file_name, plan_id) VALUES (?, ?, ?)",
@@ -425,7 +459,7 @@ class MetaStore(ABC):
         if not isinstance(owner, str) or not owner:
             raise InvalidInputError(f"owner {owner!r} must be a non-empty string")
         return self._transition(plan_id, (REQUESTED,), INFLIGHT, "start",
-                                "owner = ?, attempts = attempts + 1", (owner,))
+                                "owner = ?, attempts = attempts + 1, started_ms = ?", (owner, now_ms()))
 
     def complete_plan(self, plan_id: int, snapshot_id: int) -> CompactionPlan:
         """INFLIGHT -> COMPLETED by the COMPACT snapshot that committed its outputs (repeating it is a no-op)."""
@@ -436,9 +470,22 @@ class MetaStore(ABC):
                 return plan
             return self._transition(plan_id, (INFLIGHT,), COMPLETED, "complete", "snapshot_id = ?", (snapshot_id,))
 
-    def rollback_plan(self, plan_id: int) -> CompactionPlan:
-        """INFLIGHT -> REQUESTED, to run again (the caller deletes the outputs the failed run left behind)."""
-        return self._transition(plan_id, (INFLIGHT,), REQUESTED, "roll back", "owner = NULL", ())
+    def rollback_plan(self, plan_id: int, reason: str | None = None) -> CompactionPlan:
+        """INFLIGHT -> REQUESTED, to run again (the caller deletes the outputs the failed run left behind).
+
+        The owner stays recorded as the one that last ran the plan.
+        """
+        return self._transition(plan_id, (INFLIGHT,), REQUESTED, "roll back", "reason = ?", (reason,))
+
+    def end_plan(self, plan_id: int, reason: str) -> CompactionPlan:
+        """INFLIGHT -> ROLLED_BACK: undone and not to run again, releasing its input files (repeating is a no-op)."""
+        if not isinstance(reason, str) or not reason:
+            raise InvalidInputError("a rolled-back plan needs a reason")
+        with self._tx(write=True) as conn:
+            plan = self._get_plan(conn, plan_id)
+            if plan.state == ROLLED_BACK:
+                return plan
+            return self._transition(plan_id, (INFLIGHT,), ROLLED_BACK, "roll back", "reason = ?", (reason,))
 
     def abandon_plan(self, plan_id: int, reason: str) -> CompactionPlan:
         """REQUESTED or INFLIGHT -> ABANDONED (for example: its inputs are gone), releasing its input files."""
@@ -502,7 +549,8 @@ class MetaStore(ABC):
         return CompactionPlan(plan_id=int(r[0]), table_id=r[1], partition=bytes(r[2]), bucket=int(r[3]),
                               input_files=tuple(json.loads(r[4])), output_level=int(r[5]), state=r[6], owner=r[7],
                               attempts=int(r[8]), snapshot_id=None if r[9] is None else int(r[9]), reason=r[10],
-                              created_ms=int(r[11]), updated_ms=int(r[12]))
+                              created_ms=int(r[11]), updated_ms=int(r[12]),
+                              started_ms=None if r[13] is None else int(r[13]), detail=bytes(r[14]))
 
 
 def open_store(url: str, busy_timeout: float = 30.0, max_idle: int = 8) -> MetaStore:
