@@ -1,0 +1,134 @@
+"""Kill -9 between commit and publish: after a restart every snapshot's event reaches Kafka.
+
+Two crash points, injected with `--fault` (the process ends with `os._exit`, as a SIGKILL would leave it):
+- exit-after-snapshot: the snapshot is in the warehouse, the metadata store never recorded it;
+- exit-after-commit: the store recorded the commit and its outbox event, the relay never published it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pyarrow as pa
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from lsmlake.catalog import FileSystemCatalog
+from lsmlake.catalog_svc.convert import changes_to_proto
+from lsmlake.kafka.broker import EmbeddedBroker, free_port
+from lsmlake.kafka.client import consumer
+from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2, events_pb2
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker() as b:
+        yield b
+
+
+class Proc:
+    """One catalog_svc process on a fixed port, so that a restarted one is found at the same address."""
+
+    def __init__(self, warehouse: Path, port: int, bootstrap: str, fault: str | None) -> None:
+        args = [sys.executable, "-m", "lsmlake.catalog_svc", "--warehouse", str(warehouse), "--port", str(port),
+                "--kafka", bootstrap]
+        if fault:
+            args += ["--fault", fault]
+        self.log = warehouse.parent / f"catalog-{uuid.uuid4().hex[:6]}.log"
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        self.stub = catalog_pb2_grpc.CatalogServiceStub(self.channel)
+        health = health_pb2_grpc.HealthStub(self.channel)
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            assert self.proc.poll() is None, f"catalog_svc exited: {self.log.read_text()[-2000:]}"
+            try:
+                if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == \
+                        health_pb2.HealthCheckResponse.SERVING:
+                    break
+            except grpc.RpcError:
+                pass
+            assert time.monotonic() < deadline, "catalog_svc never became SERVING"
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        self.channel.close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def _events(bootstrap: str, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], list[Any]]:
+    """Events of the `data-files` topic by (table, snapshot id), read from the start until all wanted are seen."""
+    c = consumer(bootstrap, f"recovery-{uuid.uuid4().hex[:8]}", ["data-files"])
+    seen: dict[tuple[str, int], list[Any]] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while not wanted <= set(seen):
+            assert time.monotonic() < deadline, f"events seen for {sorted(seen)}, wanted {sorted(wanted)}"
+            for records in c.poll(timeout_ms=200).values():
+                for r in records:
+                    e = events_pb2.Envelope.FromString(r.value).data_files
+                    seen.setdefault((e.table.table, e.snapshot_id), []).append(e)
+    finally:
+        c.close()
+    return seen
+
+
+@pytest.mark.parametrize("fault", ["exit-after-snapshot", "exit-after-commit"])
+def test_event_is_delivered_after_a_crash_between_commit_and_publish(
+        fault: str, broker: EmbeddedBroker, tmp_path: Path) -> None:
+    warehouse = tmp_path / "wh"
+    port = free_port()
+    name = fault.replace("-", "_")
+    ident = common_pb2.TableIdentifier(database="db", table=name)
+    crashing = Proc(warehouse, port, broker.bootstrap, fault)
+    try:
+        crashing.stub.CreateDatabase(catalog_pb2.CreateDatabaseRequest(name="db"), timeout=TIMEOUT_S)
+        crashing.stub.CreateTable(catalog_pb2.CreateTableRequest(
+            table=ident, columns=[catalog_pb2.Column(name="id", type="BIGINT NOT NULL")], primary_keys=["id"],
+            options={"bucket": "1"}), timeout=TIMEOUT_S)
+        w = FileSystemCatalog(str(warehouse)).get_table(f"db.{name}").new_write()
+        w.write(pa.table({"id": [1, 2, 3]}))
+        request = catalog_pb2.CommitRequest(table=ident, commit_user="writer-1", commit_identifier=7,
+                                            kind=common_pb2.COMMIT_KIND_APPEND,
+                                            changes=[changes_to_proto(m) for m in w.prepare_commit()])
+        with pytest.raises(grpc.RpcError) as info:
+            crashing.stub.Commit(request, timeout=TIMEOUT_S)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # the reply was lost
+        assert crashing.proc.wait(TIMEOUT_S) == 137
+    finally:
+        crashing.close()
+    assert FileSystemCatalog(str(warehouse)).get_table(f"db.{name}").snapshots.latest_id() == 1
+
+    restarted = Proc(warehouse, port, broker.bootstrap, None)
+    try:
+        events = _events(broker.bootstrap, {(name, 1)})
+        assert [len(e.new_files) for e in events[(name, 1)]][:1] == [1]
+        assert {f.file_name for e in events[(name, 1)] for f in e.new_files} == \
+            {f.file_name for c in request.changes for f in c.new_files}
+        # the writer retries the commit whose reply it lost: it is not applied twice
+        again = restarted.stub.Commit(request, timeout=TIMEOUT_S)
+        assert (again.snapshot_id, again.already_committed) == (1, True)
+        snaps = restarted.stub.ListSnapshots(catalog_pb2.ListSnapshotsRequest(table=ident), timeout=TIMEOUT_S)
+        assert [s.id for s in snaps.snapshots] == [1]
+    finally:
+        restarted.close()
+    assert restarted.proc.returncode == 0, restarted.log.read_text()[-2000:]
