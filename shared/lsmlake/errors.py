@@ -49,3 +49,8 @@ class CorruptMetadataError(LakeError):
 
 class InvariantError(LakeError):
     """Metadata that breaks an invariant of the LSM tree (for example overlapping files in one sorted run)."""
+
+
+class BackPressureError(LakeError):
+    """A write waited for compaction longer than its deadline allows (too many sorted runs in a bucket),
+    or asked for more than a service accepts at once; retry later."""

@@ -1,6 +1,6 @@
 """`CatalogService`: translates gRPC requests into calls on lsmlake's catalog, commit and scan, and back.
 
-Every method is wrapped by `errors_map.guarded`, so methods raise lsmlake errors and never set statuses.
+Every method is wrapped by `rpc_errors.guarded`, so methods raise lsmlake errors and never set statuses.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ..table import FileStoreTable
 from ..table_write import CommitMessage
 from ..types import parse_schema_fields
 from . import convert
-from .errors_map import UnimplementedError, guarded, guarded_stream
+from ..rpc_errors import UnimplementedError, guarded, guarded_stream
 from .events import snapshot_events
 from .metrics import CatalogMetrics
 from .reconcile import reconcile_table
@@ -346,7 +346,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
             else table.snapshots.latest()
         if snap is None:
             return catalog_pb2.PlanScanResponse(snapshot_id=0, schema_id=table.schema.id)
-        splits = table.new_scan(Predicate(tuple(terms)), snap).plan()
+        splits = table.new_scan(Predicate(tuple(terms)), snap, all_levels=request.all_levels).plan()
         if request.buckets:
             wanted = set(request.buckets)
             splits = [s for s in splits if s.bucket in wanted]

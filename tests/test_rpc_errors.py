@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 from lsmlake import errors
-from lsmlake.catalog_svc.errors_map import INTERNAL_MESSAGE, UnimplementedError, status_for
+from lsmlake.rpc_errors import INTERNAL_MESSAGE, UnimplementedError, status_for
 from lsmlake.metastore import MetaStoreUnavailableError
 
 

@@ -1,6 +1,6 @@
 """The one place where lsmlake errors become gRPC status codes.
 
-Every RPC of the catalog service is wrapped by `guarded`: a `LakeError` becomes the status its
+Every RPC of every lsmlake service is wrapped by `guarded`: a `LakeError` becomes the status its
 subclass calls for with its (human-readable) message; anything else is logged and answered INTERNAL
 with a generic message, so no stack detail leaks to clients.
 """
@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from ..errors import (
+from .errors import (
+    BackPressureError,
     AlreadyExistsError,
     CommitConflictError,
     CommitRetryExhaustedError,
@@ -23,17 +24,18 @@ from ..errors import (
     LakeError,
     NotFoundError,
 )
-from ..metastore.errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError
+from .metastore.errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError
 
 _log = logging.getLogger(__name__)
 
 class UnimplementedError(LakeError):
-    """An RPC this version of the catalog service does not implement yet."""
+    """An RPC this version of the service does not implement yet."""
 
 
 # Most specific first: CommitRetryExhaustedError is a CommitConflictError, the input errors share a root.
 _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (UnimplementedError, grpc.StatusCode.UNIMPLEMENTED),
+    (BackPressureError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (InvalidInputError, grpc.StatusCode.INVALID_ARGUMENT),  # incl. SchemaMismatchError, UnknownOptionError
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
     (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
@@ -47,7 +49,7 @@ _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
 
 
 
-INTERNAL_MESSAGE = "internal error in the catalog service; see its log"
+INTERNAL_MESSAGE = "internal error in the service; see its log"
 
 
 def status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
