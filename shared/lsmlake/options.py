@@ -170,6 +170,19 @@ LOOKUP_CACHE_MAX_MEMORY_SIZE = _opt("lookup.cache-max-memory-size", parse_memory
                                     "evicted entries spill to local disk.")
 WRITE_ONLY = _opt("write-only", _parse_bool, False, "Writers never compact (a dedicated compactor does).")
 WRITE_BUFFER_SIZE = _opt("write-buffer-size", parse_memory, 256 << 20, "Memory of a write buffer.")
+WRITE_BUFFER_SPILLABLE = _opt("write-buffer-spillable", _parse_bool, None,
+                              "Whether a full write buffer spills sorted runs to local disk instead of being "
+                              "flushed to level-0 files.",
+                              "true on object storage or for batch writes, else false")
+WRITE_BUFFER_SPILL_MAX_DISK_SIZE = _opt("write-buffer-spill.max-disk-size", parse_memory, None,
+                                        "Local disk a writer's spilled write-buffer runs may use; beyond it the "
+                                        "buffer must be flushed.", "infinite")
+LOCAL_SORT_MAX_NUM_FILE_HANDLES = _opt("local-sort.max-num-file-handles", _parse_int, 128,
+                                       "Maximal fan-in of the external merge of spilled runs; more runs are first "
+                                       "merged into one.")
+SPILL_COMPRESSION = _opt("spill-compression", str, "zstd",
+                         "Compression of spilled runs: zstd, lz4 or none (lzo is read as lz4).")
+SPILL_COMPRESSION_ZSTD_LEVEL = _opt("spill-compression.zstd-level", _parse_int, 1, "zstd level of spilled runs.")
 METADATA_STATS_MODE = _opt("metadata.stats-mode", str, "full",
                            "Value statistics in manifests: none or full (lsmlake writes full).")
 PRIMARY_KEY_OPT = _opt("primary-key", str, None, "Primary key given as an option (comma-separated).")
@@ -236,6 +249,11 @@ class TableOptions:
     def compaction_file_size(self, primary_key: bool) -> int:
         """Files smaller than this take part in a compaction; bigger ones may move up unchanged."""
         return self.target_file_size(primary_key) // 10 * 7
+
+    def write_buffer_spillable(self, object_store: bool, streaming: bool) -> bool:
+        """Paimon's default: spill on object storage (flushing small files there is costly) and in batch writes."""
+        v = self.get(WRITE_BUFFER_SPILLABLE)
+        return v if v is not None else (object_store or not streaming)
 
     def num_levels(self) -> int:
         v = self.get(NUM_LEVELS)

@@ -1,0 +1,87 @@
+"""The writer's view of the catalog service: commits with retries that never apply twice, and run counts.
+
+A commit whose reply is lost (UNAVAILABLE, DEADLINE_EXCEEDED) is retried with the same commit user and
+identifier: the catalog answers `already_committed` with the first attempt's snapshot, so a retry never
+applies the files twice. Only a definite refusal (a bad request, a conflict) lets the caller delete files.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+import grpc
+
+from ..catalog_svc.convert import changes_to_proto
+from ..errors import CommitStateUnknownError, LakeError
+from ..proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
+from ..table_write import CommitMessage
+
+_log = logging.getLogger(__name__)
+
+_UNKNOWN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
+            grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+
+
+class CommitRefusedError(LakeError):
+    """The catalog definitely did not commit (the files may be deleted); carries the catalog's status."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def ident(table_id: str) -> common_pb2.TableIdentifier:
+    db, _, name = table_id.partition(".")
+    return common_pb2.TableIdentifier(database=db, table=name)
+
+
+class CatalogClient:
+    """One channel to the catalog service, shared by every table of the writer."""
+
+    def __init__(self, target: str, timeout_s: float = 30.0, retry_for_s: float = 60.0) -> None:
+        self.target = target
+        self.timeout_s = timeout_s
+        self.retry_for_s = retry_for_s
+        self.channel = grpc.insecure_channel(target, options=[("grpc.max_send_message_length", 64 << 20),
+                                                              ("grpc.max_receive_message_length", 64 << 20)])
+        self.stub = catalog_pb2_grpc.CatalogServiceStub(self.channel)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def commit(self, table_id: str, user: str, identifier: int, messages: Sequence[CommitMessage],
+               properties: dict[str, str] | None = None) -> int:
+        """Commit APPEND files; the snapshot id. Raises CommitRefusedError (definite) or
+        CommitStateUnknownError (the catalog could not be reached for `retry_for_s`: do not delete the files)."""
+        request = catalog_pb2.CommitRequest(table=ident(table_id), commit_user=user, commit_identifier=identifier,
+                                            kind=common_pb2.COMMIT_KIND_APPEND,
+                                            changes=[changes_to_proto(m) for m in messages],
+                                            properties=properties or {})
+        deadline = time.monotonic() + self.retry_for_s
+        backoff = 0.1
+        while True:
+            try:
+                return self.stub.Commit(request, timeout=self.timeout_s).snapshot_id
+            except grpc.RpcError as e:
+                code = e.code()
+                if code not in _UNKNOWN:
+                    raise CommitRefusedError(code, f"the catalog refused the commit: {e.details()}") from e
+                if time.monotonic() + backoff > deadline:
+                    raise CommitStateUnknownError(f"commit {identifier} of {table_id} by {user}: the catalog at "
+                                                  f"{self.target} did not answer ({code.name}: {e.details()})") from e
+                _log.warning("commit %d of %s: %s, retrying with the same identifier", identifier, table_id,
+                             code.name)
+                time.sleep(backoff)  # bounded by `retry_for_s`
+                backoff = min(backoff * 2, 2.0)
+
+    def sorted_runs(self, table_id: str, buckets: Sequence[int] | None = None) -> dict[tuple[bytes, int], int]:
+        """Sorted runs per (partition, bucket) in the latest snapshot: each level-0 file plus each non-empty level."""
+        plan = self.stub.PlanScan(catalog_pb2.PlanScanRequest(table=ident(table_id), buckets=list(buckets or ()),
+                                                              all_levels=True), timeout=self.timeout_s)
+        out = {}
+        for s in plan.splits:
+            levels = [f.level for f in s.files]
+            out[(s.partition, s.bucket)] = levels.count(0) + len({lv for lv in levels if lv > 0})
+        return out

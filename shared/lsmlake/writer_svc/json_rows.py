@@ -1,0 +1,23 @@
+"""Rows given as JSON objects (the WriteRows RPC), decoded as Kafka's plain JSON messages are."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from ..errors import InvalidInputError
+from ..ingest.decode import decode_messages
+from ..schema import TableSchema
+
+MAX_REASONS = 5
+
+
+def rows_from_json(schema: TableSchema, rows_json: list[str]) -> pa.Table:
+    """The rows as an Arrow table (with `_row_kind`); InvalidInputError naming every bad row (up to 5) otherwise."""
+    result = decode_messages(schema, [r.encode() for r in rows_json], "json", needs_retractions=False)
+    if result.rejected:
+        shown = "; ".join(f"rows_json[{i}]: {reason}" for i, reason in result.rejected[:MAX_REASONS])
+        more = f" (and {len(result.rejected) - MAX_REASONS} more)" if len(result.rejected) > MAX_REASONS else ""
+        raise InvalidInputError(f"{len(result.rejected)} row(s) are invalid, nothing was written: {shown}{more}")
+    if result.tombstones:
+        raise InvalidInputError("rows_json holds an empty row; every row must be a JSON object")
+    return result.batch

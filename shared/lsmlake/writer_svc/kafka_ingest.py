@@ -1,0 +1,314 @@
+"""Exactly-once ingestion of Kafka topics into tables.
+
+Each configured table `db.t` is fed by the topic `lake.ingest.db.t` (plain JSON or Debezium JSON values);
+malformed messages go to `lake.deadletter.db.t` with the reason. The writers form one consumer group, so
+the partitions of the topics are split between them.
+
+Exactly once, across crashes at any point:
+1. the next offset of every partition a commit covers is stored in the snapshot's properties
+   (`lsmlake.kafka-offset.<topic>.<partition>`), in the same catalog commit as the rows;
+2. Kafka offsets are committed only after the catalog commit (they are a hint for tools, not the truth);
+3. when partitions are assigned (at start, after a crash, after a rebalance) the buffers are dropped and
+   the consumer seeks to the offsets found in the newest snapshot that records them, so rows in a lost
+   buffer are read again and rows already committed are not;
+4. a dead letter is acknowledged by the broker before the offsets past it are committed.
+A catalog commit that fails drops the buffers and rewinds every partition to the snapshot's offsets
+(the catalog client has retried the same commit identifier before giving up, so a commit still in
+flight has landed, or not, by then).
+
+All Kafka calls happen on the ingestion thread (kafka-python consumers are not thread-safe); the
+rebalance listener only flags the rebalance, which that thread handles when `poll` returns.
+Not handled: a writer that lost its partitions without noticing (a long pause past the session timeout)
+may still commit the rows it buffered before; Kafka's group generation does not fence catalog commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kafka import TopicPartition
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.structs import OffsetAndMetadata
+
+from ..catalog import FileSystemCatalog, split_identifier
+from ..errors import BackPressureError, InvalidInputError
+from ..ingest.dead_letter import dead_letter_value
+from ..ingest.decode import FORMATS, decode_messages, needs_retractions
+from ..kafka.broker import ensure_topics
+from ..kafka.client import Publisher, consumer
+from .catalog_client import CatalogClient
+from .metrics import WriterMetrics
+from .table_ingest import TableIngest
+
+_log = logging.getLogger(__name__)
+
+TOPIC_PREFIX = "lake.ingest."
+DEAD_LETTER_PREFIX = "lake.deadletter."
+OFFSET_PROPERTY = "lsmlake.kafka-offset."
+GROUP_ID = "lsmlake-writer"
+STALL_RETRY_S = 120.0
+
+
+@dataclass(frozen=True)
+class IngestTopic:
+    """A table fed from Kafka, and the format of its messages."""
+
+    table_id: str
+    fmt: str = "json"
+
+    @property
+    def topic(self) -> str:
+        return TOPIC_PREFIX + self.table_id
+
+    @property
+    def dead_letter_topic(self) -> str:
+        return DEAD_LETTER_PREFIX + self.table_id
+
+
+def parse_ingest(spec: str) -> IngestTopic:
+    """`db.table` or `db.table:json` / `db.table:debezium`."""
+    table_id, _, fmt = spec.partition(":")
+    split_identifier(table_id)  # InvalidInputError for a bad name
+    fmt = fmt or "json"
+    if fmt not in FORMATS:
+        raise InvalidInputError(f"ingest {spec!r}: format {fmt!r} is not one of {', '.join(FORMATS)}")
+    return IngestTopic(table_id, fmt)
+
+
+def offset_key(topic: str, partition: int) -> str:
+    return f"{OFFSET_PROPERTY}{topic}.{partition}"
+
+
+def committed_offsets(catalog: FileSystemCatalog, table_id: str, topic: str,
+                      partitions: Sequence[int]) -> dict[int, int]:
+    """The next offset of each partition, from the newest snapshots that record it (newest first)."""
+    wanted = set(partitions)
+    found: dict[int, int] = {}
+    snapshots = catalog.get_table(table_id).snapshots
+    latest, earliest = snapshots.latest_id(), snapshots.earliest_id()
+    if latest is None or earliest is None:
+        return found
+    for sid in range(latest, earliest - 1, -1):
+        props = snapshots.snapshot(sid).properties or {}
+        for p in list(wanted):
+            value = props.get(offset_key(topic, p))
+            if value is not None:
+                found[p] = int(value)
+                wanted.discard(p)
+        if not wanted:
+            break
+    return found
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    """Notes the rebalance for the ingestion thread: kafka-python calls listeners on its IO thread, where
+    no blocking consumer call may run, so the work happens after `poll` returns (see `_after_rebalance`)."""
+
+    def __init__(self, ingest: KafkaIngest) -> None:
+        self.ingest = ingest
+
+    def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
+        self.ingest.rebalanced.set()
+
+    def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        self.ingest.rebalanced.set()
+
+
+class KafkaIngest:
+    """The ingestion thread of one writer process."""
+
+    def __init__(self, bootstrap: str, topics: Sequence[IngestTopic], warehouse: str, client: CatalogClient,
+                 metrics: WriterMetrics, writer_id: str, commit_interval_s: float, spill_root: str | None,
+                 max_poll_records: int = 20_000, topic_partitions: int = 4) -> None:
+        self.bootstrap = bootstrap
+        self.topics = {t.topic: t for t in topics}
+        self.catalog = FileSystemCatalog(warehouse)
+        self.client = client
+        self.metrics = metrics
+        self.commit_user = f"{writer_id}-{uuid.uuid4().hex[:8]}"
+        self.commit_interval_s = commit_interval_s
+        self.spill_root = spill_root
+        self.max_poll_records = max_poll_records
+        self.topic_partitions = topic_partitions
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._consumer: object | None = None
+        self._dead_letters: Publisher | None = None
+        self._tables: dict[str, TableIngest] = {}
+        self._retract: dict[str, bool] = {}
+        self._pending: dict[TopicPartition, int] = {}  # next offset of what is buffered, per partition
+        self._first_pending: float | None = None
+        self.ready = threading.Event()  # set once the first assignment has been handled
+        self.rebalanced = threading.Event()  # set by the rebalance listener, handled after `poll`
+
+    def start(self) -> KafkaIngest:
+        self._thread = threading.Thread(target=self._run, name="kafka-ingest", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Commit what is buffered and the offsets, leave the group, stop the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                _log.warning("Kafka ingestion did not stop within %.0f s", timeout_s)
+
+    def _table(self, table_id: str) -> TableIngest:
+        ingest = self._tables.get(table_id)
+        if ingest is None:
+            table = self.catalog.get_table(table_id)
+            ingest = self._tables[table_id] = TableIngest(table, self.client, self.commit_user, self.metrics,
+                                                          self.spill_root)
+            self._retract[table_id] = needs_retractions(table.schema)
+        return ingest
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                ensure_topics(self.bootstrap, [*self.topics, *(t.dead_letter_topic for t in self.topics.values())],
+                              self.topic_partitions, timeout_s=10)
+                break
+            except Exception as e:
+                _log.warning("cannot create the ingestion topics on %s: %s", self.bootstrap, e)
+                self._stop.wait(1.0)
+        if self._stop.is_set():
+            return
+        for t in self.topics.values():
+            self._table(t.table_id)
+        self._dead_letters = Publisher(self.bootstrap)
+        c = consumer(self.bootstrap, GROUP_ID, list(self.topics), listener=_Rebalance(self),
+                     max_poll_records=self.max_poll_records, max_partition_fetch_bytes=8 << 20)
+        self._consumer = c
+        try:
+            while not self._stop.is_set():
+                batches = c.poll(timeout_ms=200)
+                if self.rebalanced.is_set():
+                    self._after_rebalance()
+                    continue  # what this poll returned was fetched from positions the rewind replaced
+                for tp, records in batches.items():
+                    self._consume(tp, records)
+                if self._first_pending is not None and \
+                        time.monotonic() - self._first_pending >= self.commit_interval_s:
+                    self.commit_all()
+            self.commit_all()
+        except Exception:
+            _log.exception("Kafka ingestion stopped on an error; buffered rows are read again after a restart")
+            raise
+        finally:
+            try:
+                c.close(autocommit=False)
+            finally:
+                self._dead_letters.close()
+                for ingest in self._tables.values():
+                    ingest.close()
+
+    def _consume(self, tp: TopicPartition, records: Sequence[object]) -> None:
+        spec = self.topics[tp.topic]
+        ingest = self._table(spec.table_id)
+        values = [r.value for r in records]  # type: ignore[attr-defined]
+        result = decode_messages(ingest.table.schema, values, spec.fmt, self._retract[spec.table_id])
+        for index, reason in result.rejected:
+            r = records[index]
+            assert self._dead_letters is not None
+            self._dead_letters.publish(spec.dead_letter_topic, r.key,  # type: ignore[attr-defined]
+                                       dead_letter_value(r.value, reason, tp.topic, tp.partition,  # type: ignore
+                                                         r.offset), timeout_s=30)  # type: ignore[attr-defined]
+        self.metrics.messages.labels(tp.topic, "dead_letter").inc(len(result.rejected))
+        self.metrics.messages.labels(tp.topic, "tombstone").inc(result.tombstones)
+        self.metrics.bytes_in.labels("kafka").inc(sum(len(v) for v in values if v))
+        if result.batch.num_rows:
+            self._write(ingest, result.batch)
+            self.metrics.messages.labels(tp.topic, "rows").inc(len(values) - len(result.rejected)
+                                                              - result.tombstones)
+        self._pending[tp] = records[-1].offset + 1  # type: ignore[attr-defined]
+        if self._first_pending is None:
+            self._first_pending = time.monotonic()
+
+    def _write(self, ingest: TableIngest, batch: object) -> None:
+        while True:
+            try:
+                ingest.write(batch, time.monotonic() + STALL_RETRY_S)  # type: ignore[arg-type]
+                return
+            except BackPressureError as e:  # the compactor is behind: keep waiting, the rows are safe in Kafka
+                _log.warning("%s", e)
+                if self._stop.is_set():
+                    raise
+
+    def commit_all(self) -> None:
+        """Commit every table's buffer with its partitions' offsets, then commit those offsets to Kafka."""
+        if not self._pending:
+            return
+        by_table: dict[str, dict[TopicPartition, int]] = defaultdict(dict)
+        for tp, offset in self._pending.items():
+            by_table[self.topics[tp.topic].table_id][tp] = offset
+        done: dict[TopicPartition, OffsetAndMetadata] = {}
+        try:
+            for table_id, offsets in by_table.items():
+                props = {offset_key(tp.topic, tp.partition): str(o) for tp, o in offsets.items()}
+                self._table(table_id).commit(props)
+                done.update({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
+        except Exception as e:
+            _log.warning("ingestion commit failed (%s): dropping the buffers and reading again from the offsets "
+                         "in the latest snapshots", e)
+            self._pending.clear()
+            self._first_pending = None
+            for ingest in self._tables.values():
+                ingest.discard(e)
+            c = self._consumer
+            if c is not None:
+                self.rewind(list(c.assignment()))  # type: ignore[attr-defined]
+            return
+        self._pending.clear()
+        self._first_pending = None
+        if done and self._consumer is not None:
+            try:
+                self._consumer.commit(done)  # type: ignore[attr-defined]
+            except Exception as e:  # only a hint: the snapshot holds the truth
+                _log.info("Kafka offset commit failed: %s", e)
+
+    def _after_rebalance(self) -> None:
+        """Drop every buffer and rewind every assigned partition to the offsets the snapshots record.
+
+        The buffers mix rows of several partitions, so keeping the partitions that stayed would still lose
+        the rows of those that left: everything uncommitted is read again instead (at most one commit
+        interval of messages). A partition that moved to another writer is read by it from the same offsets.
+        """
+        self.rebalanced.clear()
+        self._pending.clear()
+        self._first_pending = None
+        for ingest in self._tables.values():
+            ingest.discard(RuntimeError("Kafka partitions were reassigned; the rows are read again"))
+        if self._consumer is not None:
+            self.rewind(list(self._consumer.assignment()))  # type: ignore[attr-defined]
+
+    def rewind(self, partitions: list[TopicPartition]) -> None:
+        """Seek each partition to the next offset the table's snapshots record (or keep Kafka's position)."""
+        c = self._consumer
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for tp in partitions:
+            by_topic[tp.topic].append(tp.partition)
+        for topic, parts in by_topic.items():
+            spec = self.topics.get(topic)
+            if spec is None:
+                continue
+            offsets = committed_offsets(self.catalog, spec.table_id, topic, parts)
+            for p in parts:
+                if p in offsets and c is not None:
+                    c.seek(TopicPartition(topic, p), offsets[p])  # type: ignore[attr-defined]
+                elif c is not None:
+                    # no kept snapshot records it: Kafka's committed offset (made only after a catalog commit,
+                    # so never ahead of the tables), else the beginning of the partition
+                    tp = TopicPartition(topic, p)
+                    kafka_offset = c.committed(tp)  # type: ignore[attr-defined]
+                    if kafka_offset is None:
+                        c.seek_to_beginning(tp)  # type: ignore[attr-defined]
+                    else:
+                        c.seek(tp, kafka_offset)  # type: ignore[attr-defined]
+        self.ready.set()

@@ -1,0 +1,204 @@
+"""One table's ingestion: write buffers, group commits through the catalog, and the sorted-run stall.
+
+Writes go into the table's `BufferedTableWrite` (one sorted, locally merged buffer per bucket, spilling
+to disk) under a lock. Every write joins the current *group*; a group commit flushes the buffers to
+level-0 files, commits them as one APPEND snapshot and wakes every request of the group with the
+snapshot id. So a thousand small clients make one snapshot per `commit_interval_s`, not a thousand.
+
+Back-pressure: writers never compact, but a write to a primary-key bucket whose sorted-run count
+exceeds `num-sorted-run.stop-trigger` waits for the compactor (the count is re-read from the catalog
+while waiting) and fails with BackPressureError (RESOURCE_EXHAUSTED) at its deadline. The level-0
+backlog of a bucket thus stays bounded even when the compactor falls behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from ..errors import BackPressureError, CommitStateUnknownError
+from ..input_rows import conform
+from ..table import FileStoreTable
+from ..write_buffer import BufferedTableWrite
+from .catalog_client import CatalogClient, CommitRefusedError
+from .metrics import WriterMetrics
+
+_log = logging.getLogger(__name__)
+
+STALL_POLL_S = 0.5
+RUNS_REFRESH_S = 10.0
+
+
+@dataclass
+class Group:
+    """The writes that will share one commit."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    rows: int = 0
+    first_write: float | None = None  # monotonic time of the first write
+    snapshot_id: int | None = None
+    error: BaseException | None = None
+
+    def wait(self, timeout_s: float | None) -> int:
+        """The snapshot id once committed; raises the commit's error, or TimeoutError."""
+        if not self.done.wait(timeout_s):
+            raise TimeoutError("the group commit did not finish in time")
+        if self.error is not None:
+            raise self.error
+        assert self.snapshot_id is not None
+        return self.snapshot_id
+
+
+class TableIngest:
+    """Buffers and commits the rows of one table for one writer; thread-safe."""
+
+    def __init__(self, table: FileStoreTable, client: CatalogClient, commit_user: str, metrics: WriterMetrics,
+                 spill_root: str | None = None) -> None:
+        self.table = table
+        self.table_id = table.identifier
+        self.client = client
+        self.commit_user = commit_user
+        self.metrics = metrics
+        self._spill_root = spill_root
+        self._write = BufferedTableWrite(table, spill_root=spill_root)
+        self._lock = threading.Lock()  # buffers and the current group
+        self._commit_lock = threading.Lock()  # one commit of this table at a time, in order
+        self._group = Group()
+        self._identifier = 0
+        self._runs: dict[tuple[bytes, int], int] = {}
+        self._runs_read = 0.0
+        self._stop_trigger = table.options.stop_trigger()
+        self._stall_applies = table.schema.is_primary_key_table
+
+    # -- writes ------------------------------------------------------------------------------------
+
+    def write(self, data: pa.Table, deadline: float) -> Group:
+        """Buffer validated rows (nothing is buffered when they are invalid) and return their group.
+
+        Waits, until `deadline` (monotonic), while a bucket the rows go to has too many sorted runs.
+        """
+        if self._stall_applies:
+            self._wait_for_compaction(data, deadline)
+        with self._lock:
+            self._write.write(data)
+            if self._write.must_flush:
+                self._write.flush()
+            group = self._group
+            group.rows += data.num_rows
+            if group.first_write is None:
+                group.first_write = time.monotonic()
+            stats = self._write.stats()
+        self.metrics.observe_buffer(self.table_id, stats)
+        return group
+
+    def pending_since(self) -> float | None:
+        """When the oldest uncommitted write arrived (monotonic), or None when nothing waits."""
+        return self._group.first_write
+
+    def pending_rows(self) -> int:
+        """Rows written since the last commit."""
+        return self._group.rows
+
+    def _buckets_of(self, data: pa.Table) -> set[tuple[bytes, int]]:
+        rows, _ = conform(self.table.schema, data)
+        return {(t.partition, t.bucket) for t, _ in self.table.new_write().route(rows).runs()}
+
+    def _over(self, keys: set[tuple[bytes, int]]) -> list[tuple[tuple[bytes, int], int]]:
+        return [(k, self._runs[k]) for k in sorted(keys) if self._runs.get(k, 0) > self._stop_trigger]
+
+    def _wait_for_compaction(self, data: pa.Table, deadline: float) -> None:
+        if time.monotonic() - self._runs_read > RUNS_REFRESH_S:
+            self._refresh_runs()
+        if not any(n > self._stop_trigger for n in self._runs.values()):
+            return  # the common case: no bucket of the table is over, no routing needed
+        keys = self._buckets_of(data)
+        over = self._over(keys)
+        if not over:
+            return
+        started = time.monotonic()
+        self.metrics.stalls.labels(self.table_id).inc()
+        while True:
+            self._refresh_runs()
+            over = self._over(keys)
+            if not over:
+                self.metrics.stall_seconds.labels(self.table_id).inc(time.monotonic() - started)
+                return
+            if time.monotonic() + STALL_POLL_S > deadline:
+                self.metrics.stall_seconds.labels(self.table_id).inc(time.monotonic() - started)
+                (partition, bucket), n = over[0]
+                where = f"bucket {bucket}" + (f" of partition {self.table.partition_values(partition)}"
+                                              if self.table.schema.partition_keys else "")
+                raise BackPressureError(
+                    f"{where} of {self.table_id} has {n} sorted runs, more than num-sorted-run.stop-trigger "
+                    f"({self._stop_trigger}); waited {time.monotonic() - started:.1f} s for compaction. "
+                    "Retry later, or check that the compactor service runs")
+            time.sleep(STALL_POLL_S)  # bounded by the deadline
+
+    def _refresh_runs(self) -> None:
+        self._runs = self.client.sorted_runs(self.table_id)
+        self._runs_read = time.monotonic()
+
+    # -- commits -----------------------------------------------------------------------------------
+
+    def commit(self, properties: dict[str, str] | None = None) -> int | None:
+        """Commit everything buffered as one snapshot and wake its group; the snapshot id (None: nothing to do).
+
+        A definite refusal deletes the written files and fails the group; an unknown outcome fails the
+        group with CommitStateUnknownError and keeps the files (the snapshot may exist).
+        """
+        with self._commit_lock:
+            with self._lock:
+                group, self._group = self._group, Group()
+                if group.rows == 0 and not properties:
+                    group.snapshot_id = None
+                    group.done.set()
+                    return None
+                try:
+                    messages = self._write.prepare_commit()
+                except BaseException as e:
+                    group.error = e
+                    group.done.set()
+                    raise
+            self._identifier += 1
+            started = time.perf_counter()
+            try:
+                if not messages and not properties:
+                    raise RuntimeError("rows were buffered but no file was written")
+                sid = self.client.commit(self.table_id, self.commit_user, self._identifier, messages, properties)
+            except CommitRefusedError as e:
+                self._write.delete_files(messages)
+                group.error = e
+                group.done.set()
+                self.metrics.commits.labels(self.table_id, "refused").inc()
+                raise
+            except CommitStateUnknownError as e:
+                group.error = e
+                group.done.set()
+                self.metrics.commits.labels(self.table_id, "unknown").inc()
+                raise
+            self.metrics.commits.labels(self.table_id, "committed").inc()
+            self.metrics.commit_seconds.labels(self.table_id).observe(time.perf_counter() - started)
+            self.metrics.rows.labels(self.table_id).inc(group.rows)
+            for m in messages:
+                key = (m.partition, m.bucket)
+                self._runs[key] = self._runs.get(key, 0) + len(m.new_files)
+            group.snapshot_id = sid
+            group.done.set()
+            _log.debug("table %s: snapshot %d with %d rows", self.table_id, sid, group.rows)
+            return sid
+
+    def discard(self, reason: BaseException) -> None:
+        """Drop what is buffered (a shutdown that cannot commit): its group fails with `reason`."""
+        with self._lock:
+            group, self._group = self._group, Group()
+            self._write.close()
+            self._write = BufferedTableWrite(self.table, spill_root=self._spill_root)
+        group.error = reason
+        group.done.set()
+
+    def close(self) -> None:
+        self._write.close()

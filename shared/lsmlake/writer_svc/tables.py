@@ -1,0 +1,107 @@
+"""The tables a writer serves over gRPC, each with its group-commit thread.
+
+A table is opened on its first write (from the warehouse, which the writer shares with the catalog) and
+gets a committer thread: it commits the table's group `commit_interval_s` after the group's first write,
+or at once when a request asks for it or the buffered rows reach `commit_rows`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+
+from ..catalog import FileSystemCatalog
+from ..errors import LakeError
+from .catalog_client import CatalogClient
+from .metrics import WriterMetrics
+from .table_ingest import TableIngest
+
+_log = logging.getLogger(__name__)
+
+
+class ShutdownError(LakeError):
+    """The writer stopped before the rows could be committed; they were not (retry on another writer)."""
+
+
+class _Committer:
+    def __init__(self, ingest: TableIngest, interval_s: float, commit_rows: int) -> None:
+        self.ingest = ingest
+        self.interval_s = interval_s
+        self.commit_rows = commit_rows
+        self.wake = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"commit-{ingest.table_id}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            since = self.ingest.pending_since()
+            if since is None:
+                self.wake.wait(0.5)
+                self.wake.clear()
+                continue
+            due = since + self.interval_s
+            now = time.monotonic()
+            if now < due and self.ingest.pending_rows() < self.commit_rows and not self.wake.is_set():
+                self.wake.wait(min(due - now, 0.5))
+                if time.monotonic() < due and self.ingest.pending_rows() < self.commit_rows \
+                        and not self.wake.is_set():
+                    continue
+            self.wake.clear()
+            try:
+                self.ingest.commit()
+            except Exception as e:  # the group's requests get the error; keep serving
+                _log.warning("group commit of %s failed: %s", self.ingest.table_id, e)
+
+
+class Tables:
+    """The writer's open tables."""
+
+    def __init__(self, warehouse: str, client: CatalogClient, metrics: WriterMetrics, writer_id: str,
+                 commit_interval_s: float, commit_rows: int, spill_root: str | None) -> None:
+        self.catalog = FileSystemCatalog(warehouse)
+        self.client = client
+        self.metrics = metrics
+        # a new commit user per process: commit identifiers restart at 1 without matching older commits
+        self.commit_user = f"{writer_id}-{uuid.uuid4().hex[:8]}"
+        self.commit_interval_s = commit_interval_s
+        self.commit_rows = commit_rows
+        self.spill_root = spill_root
+        self._lock = threading.Lock()
+        self._tables: dict[str, tuple[TableIngest, _Committer]] = {}
+        self._closed = False
+
+    def get(self, table_id: str) -> TableIngest:
+        with self._lock:
+            if self._closed:
+                raise ShutdownError("the writer is shutting down")
+            entry = self._tables.get(table_id)
+            if entry is None:
+                table = self.catalog.get_table(table_id)  # NotFoundError for an unknown table
+                ingest = TableIngest(table, self.client, self.commit_user, self.metrics, self.spill_root)
+                entry = self._tables[table_id] = (ingest, _Committer(ingest, self.commit_interval_s,
+                                                                     self.commit_rows))
+            return entry[0]
+
+    def commit_soon(self, table_id: str) -> None:
+        entry = self._tables.get(table_id)
+        if entry is not None:
+            entry[1].wake.set()
+
+    def close(self) -> None:
+        """Commit what every table holds, stop the committers; rows that cannot be committed are rejected."""
+        with self._lock:
+            self._closed = True
+            entries = list(self._tables.values())
+        for ingest, committer in entries:
+            committer.stop.set()
+            committer.wake.set()
+            committer.thread.join(30)
+            try:
+                ingest.commit()
+            except Exception as e:
+                _log.error("final commit of %s failed: %s; its rows were rejected", ingest.table_id, e)
+            ingest.discard(ShutdownError("the writer stopped before the rows were committed"))
+            ingest.close()
