@@ -11,6 +11,7 @@ import pyarrow.fs as pafs
 from .errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from .fileio import FileIO
 from .schema import SchemaManager, new_table_schema
+from .schema_change import SchemaChange, alter_table
 from .table import FileStoreTable
 from .types import DataField, parse_schema_fields
 
@@ -107,6 +108,16 @@ class FileSystemCatalog:
         if schema is None:
             raise NotFoundError(f"table {identifier!r} does not exist")
         return FileStoreTable(self.io, path, identifier, schema)
+
+    def alter_table(self, identifier: str, changes: Sequence[SchemaChange]) -> FileStoreTable:
+        """Apply schema changes (in order, all or nothing) as the table's next schema; returns the altered table.
+
+        Raises NotFoundError, InvalidInputError naming the refused change, or CommitConflictError when
+        another alter published the same schema id first (nothing changed).
+        """
+        table = self.get_table(identifier)
+        alter_table(table, changes)
+        return table
 
     def table_exists(self, identifier: str) -> bool:
         return bool(SchemaManager(self.io, self.table_path(identifier)).ids())

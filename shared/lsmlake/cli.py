@@ -1,6 +1,6 @@
 """`lake`: the command line of lsmlake.
 
-    lake --warehouse DIR table create|list|describe|drop ...
+    lake --warehouse DIR table create|list|describe|alter|drop ...
     lake --warehouse DIR write DB.TABLE FILE...
     lake --warehouse DIR scan DB.TABLE [--snapshot N] [--format jsonl|csv|parquet|table] ...
     lake --warehouse DIR snapshots DB.TABLE
@@ -44,6 +44,7 @@ from .input_rows import conform
 from .partition import partition_path
 from .row_kind import ROW_KIND_COLUMN
 from .schema import TableSchema, new_table_schema
+from .schema_change import AddColumn, RemoveOption, RenameColumn, SetOption
 from .table import FileStoreTable
 from .types import AnyType, parse_schema_fields, to_arrow_type
 
@@ -102,6 +103,7 @@ examples:
       --primary-key id,dt --partition-key dt --option bucket=4
   lake table list shop
   lake table describe shop.orders --format json
+  lake table alter shop.orders --add-column "coupon STRING" --rename-column note=remark
   lake table drop shop.orders
 
 Run `lake table ACTION --help` for the options of an action.
@@ -134,6 +136,19 @@ examples:
 
 json/jsonl print one object: table, schema_id, columns (id, name, type, nullable),
 partition_keys, primary_keys, options, comment.
+"""
+
+_ALTER_EPILOG = """\
+examples:
+  lake table alter shop.orders --add-column "coupon STRING"
+  lake table alter shop.orders --rename-column note=remark --set snapshot.num-retained.min=20
+  lake table alter shop.orders --remove snapshot.num-retained.min
+
+The changes are applied in the order given and published as ONE new schema version, or not at
+all. Data files are not rewritten: rows written before read an added column as null and a renamed
+column under its new name. Added columns must be nullable and go at the end; key columns and
+columns named by options cannot be renamed; options that fix the table's layout (bucket,
+merge-engine, deletion-vectors.enabled, ...) cannot change once the table has data.
 """
 
 _DROP_EPILOG = """\
@@ -315,6 +330,40 @@ def _non_negative(text: str) -> int:
     return n
 
 
+class _ChangeAction(argparse.Action):
+    """Collects schema changes of all alter flags into one list, in command-line order."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        changes = list(getattr(namespace, self.dest, None) or [])
+        changes.append(values)
+        setattr(namespace, self.dest, changes)
+
+
+def _add_column(text: str) -> AddColumn:
+    parts = text.strip().split(None, 1)
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected 'NAME TYPE', got {text!r}")
+    return AddColumn(parts[0].strip("`"), parts[1])
+
+
+def _rename_column(text: str) -> RenameColumn:
+    old, new = _key_value(text)
+    if not new:
+        raise argparse.ArgumentTypeError(f"expected OLD=NEW, got {text!r}")
+    return RenameColumn(old, new)
+
+
+def _set_option(text: str) -> SetOption:
+    return SetOption(*_key_value(text))
+
+
+def _remove_option(text: str) -> RemoveOption:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected an option key")
+    return RemoveOption(text.strip())
+
+
 def _names(values: Sequence[str] | None) -> list[str]:
     """`--x a,b --x c` -> [a, b, c]."""
     out: list[str] = []
@@ -343,8 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    table = commands.add_parser("table", help="create, list, describe or drop tables",
-                                description="Create, list, describe or drop tables.",
+    table = commands.add_parser("table", help="create, list, describe, alter or drop tables",
+                                description="Create, list, describe, alter or drop tables.",
                                 epilog=_TABLE_EPILOG, formatter_class=fmt,
                                 allow_abbrev=False)
     actions = table.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -373,6 +422,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("table", metavar="DB.TABLE")
     p.add_argument("--format", choices=("table", "jsonl", "json"), default="table", help="default: table")
     p.set_defaults(func=cmd_table_describe)
+
+    p = sub(actions, "alter", "add or rename columns, set or remove options", _ALTER_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--add-column", action=_ChangeAction, type=_add_column, dest="changes", metavar="'NAME TYPE'",
+                   help='append a nullable column, e.g. "coupon STRING" (repeatable)')
+    p.add_argument("--rename-column", action=_ChangeAction, type=_rename_column, dest="changes", metavar="OLD=NEW",
+                   help="rename a column (repeatable)")
+    p.add_argument("--set", action=_ChangeAction, type=_set_option, dest="changes", metavar="KEY=VALUE",
+                   help="set a table option (repeatable)")
+    p.add_argument("--remove", action=_ChangeAction, type=_remove_option, dest="changes", metavar="KEY",
+                   help="remove a table option (repeatable)")
+    p.set_defaults(func=cmd_table_alter, changes=None)
 
     p = sub(actions, "drop", "delete a table and all its data", _DROP_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
@@ -575,6 +636,14 @@ def cmd_table_describe(args: argparse.Namespace) -> int:
     _out("options:" if d["options"] else "options:        (none)")
     for k in sorted(d["options"]):
         _out(f"  {k} = {d['options'][k]}")
+    return 0
+
+
+def cmd_table_alter(args: argparse.Namespace) -> int:
+    if not args.changes:
+        raise UsageError("nothing to alter: give --add-column, --rename-column, --set or --remove")
+    table = _catalog(args).alter_table(args.table, args.changes)
+    _out(f"altered table {args.table} (schema {table.schema.id})")
     return 0
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from .binary_row import deserialize_row
 from .data_file_meta import DataFileMeta
+from .errors import LakeError
 from .index_manifest import DELETION_VECTORS, IndexEntry, IndexManifestStore
 from .manifest import ManifestEntry, ManifestStore
 from .merge.factory import dv_enabled, skips_level0
@@ -62,6 +63,7 @@ class TableScan:
         self.manifests = manifests
         self.snapshot = snapshot
         self.predicate = predicate or Predicate()
+        self._key_ids_match: dict[int, bool] = {}
 
     def plan(self) -> list[Split]:
         if self.snapshot is None:
@@ -75,16 +77,20 @@ class TableScan:
         part_values: dict[bytes, tuple[Any, ...] | None] = {}
         groups: dict[tuple[bytes, int], list[ManifestEntry]] = {}
         skip_level0 = skips_level0(schema) and not self.all_levels
+        history = schema.history
         for e in live_entries(self.manifests, self.snapshot):
             if skip_level0 and e.file.level == 0:
                 continue  # invisible to batch reads until compaction moves it up, as in Paimon
+            if e.file.schema_id != schema.id and history is not None:
+                history.note(e.file.file_name, e.file.schema_id)  # for readers that only see the path
             if e.partition not in part_values:
                 values = tuple(deserialize_row(e.partition, part_types))
                 ok = part_pred.test(dict(zip(schema.partition_keys, values, strict=True)))
                 part_values[e.partition] = values if ok else None
             if part_values[e.partition] is None:
                 continue
-            if key_pred.terms and not self._file_may_match(e.file, key_cols, key_types, key_pred):
+            if (key_pred.terms and self._same_key_columns(e.file.schema_id)
+                    and not self._file_may_match(e.file, key_cols, key_types, key_pred)):
                 continue
             groups.setdefault((e.partition, e.bucket), []).append(e)
         dvs = {(e.partition, e.bucket): e for e in self.index_store.read(self.snapshot.index_manifest)
@@ -97,6 +103,27 @@ class TableScan:
             splits.append(Split(partition, values, bucket, entries[0].total_buckets, files, self.snapshot.id,
                                 is_raw_convertible(schema, files), dvs.get((partition, bucket))))
         return splits
+
+    def _same_key_columns(self, schema_id: int) -> bool:
+        """Whether a file's key statistics describe the current key columns (same field ids, same order).
+
+        Statistics are positional over the key columns of the schema the file was written with; when
+        that cannot be confirmed the file is not pruned.
+        """
+        schema = self.schema
+        if schema_id == schema.id:
+            return True
+        if schema.history is None:
+            return False
+        if schema_id not in self._key_ids_match:
+            try:
+                old = schema.history.schema(schema_id)
+                self._key_ids_match[schema_id] = (
+                    [old.field(k).id for k in old.trimmed_primary_keys]
+                    == [schema.field(k).id for k in schema.trimmed_primary_keys])
+            except LakeError:
+                self._key_ids_match[schema_id] = False
+        return self._key_ids_match[schema_id]
 
     @staticmethod
     def _file_may_match(f: DataFileMeta, key_cols: Sequence[str], key_types: Sequence[Any], pred: Predicate) -> bool:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -29,6 +30,8 @@ SEQUENCE_NUMBER = "_SEQUENCE_NUMBER"
 VALUE_KIND = "_VALUE_KIND"
 SYSTEM_FIELDS = (SEQUENCE_NUMBER, VALUE_KIND)
 
+_log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class TableSchema:
@@ -42,6 +45,15 @@ class TableSchema:
     comment: str | None = None
     time_millis: int = 0
     highest_field_id: int = -1
+    # The table's other schema versions, for reading files written before an alter. Not part of the
+    # value: the table that loaded this schema attaches it (see FileStoreTable).
+    history: SchemaHistory | None = field(default=None, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the history: it holds the table's file access, which stays in this process."""
+        state = dict(self.__dict__)
+        state["history"] = None
+        return state
 
     # -- JSON ----------------------------------------------------------------------------------
 
@@ -151,6 +163,27 @@ class TableSchema:
     def with_id(self, schema_id: int) -> TableSchema:
         return replace(self, id=schema_id)
 
+    @cached_property
+    def _by_id(self) -> dict[int, DataField]:
+        return {f.id: f for f in self.fields}
+
+    def field_by_id(self, field_id: int) -> DataField | None:
+        """The top-level field with this id, or None (a column added after this schema, or dropped)."""
+        return self._by_id.get(field_id)
+
+    def names_in(self, file_schema: TableSchema) -> dict[str, str | None]:
+        """For each of this schema's columns, its name in a file written under `file_schema` (by field id).
+
+        None means the file has no such column (it was added later): it reads as null.
+        """
+        if file_schema.id == self.id:
+            return {n: n for n in self.field_names}
+        out: dict[str, str | None] = {}
+        for f in self.fields:
+            old = file_schema.field_by_id(f.id)
+            out[f.name] = old.name if old is not None else None
+        return out
+
 
 def new_table_schema(fields: tuple[DataField, ...], partition_keys: list[str] | tuple[str, ...] = (),
                      primary_keys: list[str] | tuple[str, ...] = (),
@@ -234,11 +267,12 @@ def new_table_schema(fields: tuple[DataField, ...], partition_keys: list[str] | 
 
 
 class SchemaManager:
-    """Reads and writes the `schema/schema-<id>` files of one table."""
+    """Reads and writes the `schema/schema-<id>` files of one table (parsed files are cached: they never change)."""
 
     def __init__(self, io: FileIO, table_path: str) -> None:
         self.io = io
         self.dir = f"{table_path}/schema"
+        self._cache: dict[int, TableSchema] = {}
 
     def path(self, schema_id: int) -> str:
         return f"{self.dir}/schema-{schema_id}"
@@ -251,10 +285,15 @@ class SchemaManager:
         return sorted(out)
 
     def schema(self, schema_id: int) -> TableSchema:
+        cached = self._cache.get(schema_id)
+        if cached is not None:
+            return cached
         try:
-            return TableSchema.from_json(self.io.read_bytes(self.path(schema_id)))
+            schema = TableSchema.from_json(self.io.read_bytes(self.path(schema_id)))
         except NotFoundError:
             raise NotFoundError(f"schema {schema_id} not found in {self.dir}") from None
+        self._cache[schema_id] = schema
+        return schema
 
     def latest(self) -> TableSchema | None:
         ids = self.ids()
@@ -264,3 +303,69 @@ class SchemaManager:
         """Publish a schema version; fails if that id exists (another writer got there first)."""
         if not self.io.write_if_absent(self.path(schema.id), schema.to_json().encode()):
             raise AlreadyExistsError(f"schema {schema.id} already exists in {self.dir}")
+        self._cache[schema.id] = replace(schema, history=None)
+
+
+class SchemaHistory:
+    """The schema versions of one table and which schema each data file was written with.
+
+    Paimon maps a file's columns to the current schema by field id, using the `schema_id` in the
+    file's manifest entry. Readers that hold the `DataFileMeta` pass that schema directly; readers
+    that only hold a file path (compaction) ask `for_file`, which knows the files the table's scans
+    planned and, failing that, looks the file up in the latest snapshot.
+    """
+
+    def __init__(self, manager: SchemaManager,
+                 live_files: Callable[[], Iterable[tuple[str, int]]] | None = None) -> None:
+        """`live_files` lists (file name, schema id) of the latest snapshot's live data files."""
+        self.manager = manager
+        self._live_files = live_files
+        self._file_schema_ids: dict[str, int] = {}
+        self._unknown: set[str] = set()  # looked up in the latest snapshot once, not found there
+        self._exact: dict[int, bool] = {}
+
+    def schema(self, schema_id: int) -> TableSchema:
+        return self.manager.schema(schema_id)
+
+    def note(self, file_name: str, schema_id: int) -> None:
+        """Remember the schema of a planned file written under another schema than the current one."""
+        self._file_schema_ids[file_name] = schema_id
+
+    def file_schema(self, schema_id: int, current: TableSchema) -> TableSchema:
+        """The schema a file of `schema_id` was written with (`current` itself in the common case)."""
+        return current if schema_id == current.id else self.schema(schema_id)
+
+    def for_file(self, file_name: str, current: TableSchema) -> TableSchema | None:
+        """The schema a data file was written with, or None to read it by column name.
+
+        Reading by name is exact when no column of the table ever changed its name or id, the only
+        case where the file's schema need not be known.
+        """
+        sid = self._file_schema_ids.get(file_name)
+        if sid is None:
+            if self.names_are_ids(current) or file_name in self._unknown:
+                return None
+            if self._live_files is not None:
+                self._file_schema_ids.update(self._live_files())
+                sid = self._file_schema_ids.get(file_name)
+            if sid is None:
+                self._unknown.add(file_name)
+                _log.warning("schema of data file %s unknown (not live in the latest snapshot); "
+                             "reading it by column name", file_name)
+                return None
+        return self.file_schema(sid, current)
+
+    def names_are_ids(self, current: TableSchema) -> bool:
+        """Whether every schema version binds each column name to the same field id as `current`."""
+        if current.id not in self._exact:
+            ids = {f.name: f.id for f in current.fields}
+            names = {f.id: f.name for f in current.fields}
+            exact = True
+            for sid in self.manager.ids():
+                if sid == current.id:
+                    continue
+                for f in self.schema(sid).fields:
+                    if ids.get(f.name, f.id) != f.id or names.get(f.id, f.name) != f.name:
+                        exact = False
+            self._exact[current.id] = exact
+        return self._exact[current.id]

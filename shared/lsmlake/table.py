@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from .index_manifest import IndexManifestStore
 from .manifest import ManifestStore
 from .predicate import Predicate
 from .scan import Split, TableScan
-from .schema import SchemaManager, TableSchema
+from .schema import SchemaHistory, SchemaManager, TableSchema
 from .snapshot import BATCH_COMMIT_IDENTIFIER, OVERWRITE, Snapshot, SnapshotManager
 from .table_read import TableRead
 from .table_write import CommitMessage, TableWrite
@@ -37,13 +38,35 @@ class FileStoreTable:
         self.io = fio
         self.path = path
         self.identifier = identifier
-        self.schema = schema
-        self.options = schema.table_options
         self.schemas = SchemaManager(fio, path)
         self.snapshots = SnapshotManager(fio, path)
-        self.manifests = ManifestStore(fio, path, schema.types_of(schema.partition_keys),
+        self.history = SchemaHistory(self.schemas, self._live_file_schema_ids)
+        self._use_schema(schema)
+
+    def _use_schema(self, schema: TableSchema) -> None:
+        self.schema = replace(schema, history=self.history)
+        self.options = schema.table_options
+        self.manifests = ManifestStore(self.io, self.path, schema.types_of(schema.partition_keys),
                                        self.options.get(opts.MANIFEST_COMPRESSION) or "zstd")
-        self.indexes = IndexManifestStore(fio, path, self.options.get(opts.MANIFEST_COMPRESSION) or "zstd")
+        self.indexes = IndexManifestStore(self.io, self.path, self.options.get(opts.MANIFEST_COMPRESSION) or "zstd")
+
+    def refresh_schema(self) -> bool:
+        """Switch to the table's latest schema if it was altered since it was loaded; True when it was."""
+        if not self.io.exists(self.schemas.path(self.schema.id + 1)):
+            return False  # one existence check: the common case stays cheap
+        latest = self.schemas.latest()
+        if latest is None or latest.id <= self.schema.id:
+            return False
+        self._use_schema(latest)
+        return True
+
+    def _live_file_schema_ids(self) -> list[tuple[str, int]]:
+        """(file name, schema id) of every live data file of the latest snapshot."""
+        latest = self.snapshots.latest()
+        if latest is None:
+            return []
+        live = self.manifests.live(latest.base_manifest_list, latest.delta_manifest_list).values()
+        return [(e.file.file_name, e.file.schema_id) for e in live]
 
     # -- snapshots -----------------------------------------------------------------------------
 
@@ -63,6 +86,8 @@ class FileStoreTable:
     # -- write ---------------------------------------------------------------------------------
 
     def new_write(self) -> TableWrite:
+        """A writer of the latest schema (re-read here, so that rows written after an alter carry it)."""
+        self.refresh_schema()
         features.check(self.schema, self.identifier, for_write=True)
         latest = self.snapshots.latest()
         max_seq: dict[tuple[bytes, int], int] | None = None
@@ -186,7 +211,8 @@ class FileStoreTable:
             changed = False
             for f in split.files:
                 rows = read_data_file(self.io, f"{directory}/{f.file_name}", self.schema, columns, [],
-                                      vectors.get(f.file_name), positions=True)
+                                      vectors.get(f.file_name), positions=True,
+                                      file_schema=self.history.file_schema(f.schema_id, self.schema))
                 hit = rows.filter(expr).column(ROW_POSITION).to_numpy()
                 if len(hit):
                     vectors.setdefault(f.file_name, BitMap()).update(hit.astype(np.uint32))
@@ -211,6 +237,8 @@ class FileStoreTable:
 
     def new_scan(self, predicate: Predicate | Mapping[str, Any] | Sequence[Any] | None = None,
                  snapshot: Snapshot | int | None = None, all_levels: bool = False) -> TableScan:
+        """Plan a snapshot (latest by default) with the table's latest schema (re-read if it was altered)."""
+        self.refresh_schema()
         snap = snapshot if isinstance(snapshot, Snapshot) or snapshot is None else self.snapshots.snapshot(snapshot)
         if snapshot is None:
             snap = self.snapshots.latest()

@@ -1,8 +1,9 @@
 """Reading splits: raw reads of files that need no merge, merge-on-read of the rest.
 
 Merge-on-read keeps the row with the highest sequence number of every key (the deduplicate merge
-engine) and drops keys whose newest row retracts (-U, -D). Files written with an older schema are
-read by column name; columns they lack come back as nulls.
+engine) and drops keys whose newest row retracts (-U, -D). Files written with another schema version
+are mapped to the reader's schema by field id before any merge, as Paimon does: a renamed column
+keeps its values, a column added later reads as nulls.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .merge.factory import merge_function_for
 from .predicate import Predicate
 from .row_kind import without_retractions
 from .scan import Split
-from .schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
+from .schema import SEQUENCE_NUMBER, VALUE_KIND, SchemaHistory, SchemaManager, TableSchema
 
 
 class TableRead:
@@ -42,6 +43,7 @@ class TableRead:
             schema.field(n)  # raises on an unknown column
         self.projection = names
         self.merge_function = merge_function_for(schema) if schema.is_primary_key_table else None
+        self.history = schema.history or SchemaHistory(SchemaManager(fio, table_path))
 
     def read(self, splits: Sequence[Split]) -> pa.Table:
         """All rows of the splits, merged, filtered and projected."""
@@ -79,7 +81,7 @@ class TableRead:
 
         def read(f: DataFileMeta) -> pa.Table:
             return read_data_file(self.io, f"{directory}/{f.file_name}", schema, needed, system,
-                                  vectors.get(f.file_name))
+                                  vectors.get(f.file_name), file_schema=self.history.file_schema(f.schema_id, schema))
 
         if len(split.files) > 1 and not merge:
             with ThreadPoolExecutor(max_workers=2) as pool:  # raw files decode independently
@@ -105,16 +107,28 @@ def load_vectors(fio: FileIO, table_path: str, entry: IndexEntry | None) -> dict
 
 
 def read_data_file(fio: FileIO, path: str, schema: TableSchema, columns: list[str], system: list[str],
-                   deleted: BitMap | None = None, positions: bool = False) -> pa.Table:
-    """Read table columns (by name, cast to the current schema; absent ones as nulls) plus system columns.
+                   deleted: BitMap | None = None, positions: bool = False,
+                   file_schema: TableSchema | None = None) -> pa.Table:
+    """Read table columns (named and typed as in `schema`; absent ones as nulls) plus system columns.
 
-    Rows whose position is in `deleted` (the file's deletion vector) are skipped; with `positions`, a
-    `_ROW_POSITION` column gives each row's position in the file.
+    `file_schema` is the schema the file was written with (its `schema_id`); columns are found in
+    the file by field id through it. Without it the file's schema comes from `schema.history` when
+    the table ever renamed a column, else columns are found by name. Rows whose position is in
+    `deleted` (the file's deletion vector) are skipped; with `positions`, a `_ROW_POSITION` column
+    gives each row's position in the file.
     """
+    if file_schema is None and schema.history is not None:
+        file_schema = schema.history.for_file(path.rsplit("/", 1)[-1], schema)
+    if file_schema is None or file_schema is schema or file_schema.id == schema.id:
+        source = {c: c for c in columns}
+    else:
+        by_id = schema.names_in(file_schema)
+        source = {c: by_id[c] for c in columns}
     with fio.open_input(path) as f:
         pf = pq.ParquetFile(f)
         present = set(pf.schema_arrow.names)
-        t = pf.read(columns=[c for c in columns + system if c in present])
+        wanted = [s for s in source.values() if s is not None and s in present]
+        t = pf.read(columns=wanted + [c for c in system if c in present])
     pos = None
     if deleted is not None and len(deleted):
         keep = np.ones(t.num_rows, dtype=bool)
@@ -128,8 +142,9 @@ def read_data_file(fio: FileIO, path: str, schema: TableSchema, columns: list[st
     fields = []
     for c in columns:
         af = schema.arrow_schema.field(c)
-        if c in present:
-            col = t.column(c)
+        src = source[c]
+        if src is not None and src in present:
+            col = t.column(src)
             if not col.type.equals(af.type):
                 try:
                     col = col.cast(af.type)

@@ -24,12 +24,13 @@ from ..metastore import MetaStore
 from ..metastore.errors import PlanStateError
 from ..predicate import Predicate
 from ..proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
+from ..rpc_errors import guarded, guarded_stream
+from ..schema_change import AddColumn, RemoveOption, RenameColumn, SchemaChange, SetOption
 from ..snapshot import APPEND, COMPACT, OVERWRITE
 from ..table import FileStoreTable
 from ..table_write import CommitMessage
 from ..types import parse_schema_fields
 from . import convert
-from ..rpc_errors import UnimplementedError, guarded, guarded_stream
 from .events import snapshot_events
 from .metrics import CatalogMetrics
 from .reconcile import reconcile_table
@@ -75,6 +76,19 @@ def _check_commit(request: catalog_pb2.CommitRequest) -> str:
     if kind != OVERWRITE and (request.overwrite_all_partitions or request.overwrite_partitions):
         raise InvalidInputError("overwrite_all_partitions and overwrite_partitions are for OVERWRITE commits only")
     return kind
+
+
+def _schema_change(i: int, c: Any) -> SchemaChange:
+    which = c.WhichOneof("change")
+    if which == "add_column":
+        return AddColumn(c.add_column.name, c.add_column.type, c.add_column.comment or None)
+    if which == "rename_column":
+        return RenameColumn(c.rename_column.old_name, c.rename_column.new_name)
+    if which == "set_option":
+        return SetOption(c.set_option.key, c.set_option.value)
+    if which == "remove_option":
+        return RemoveOption(c.remove_option.key)
+    raise InvalidInputError(f"changes[{i}] names no change")
 
 
 class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
@@ -172,7 +186,16 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
 
     @guarded
     def AlterTable(self, request: Any, context: grpc.ServicerContext) -> Any:
-        raise UnimplementedError("AlterTable is not implemented yet by this catalog service")
+        """Apply the changes as the table's next schema, all or none, serialized with the table's commits."""
+        tid = _ident(request.table)
+        if not request.changes:
+            raise InvalidInputError("changes must not be empty")
+        changes = [_schema_change(i, c) for i, c in enumerate(request.changes)]
+        with self.store.commit_lock(tid):
+            table = self.catalog.alter_table(tid, changes)
+        _log.info("altered %s: schema %d", tid, table.schema.id)
+        return catalog_pb2.AlterTableResponse(
+            table=convert.table_to_proto(table, request.table.database, request.table.table))
 
     # -- commits -------------------------------------------------------------------------------
 

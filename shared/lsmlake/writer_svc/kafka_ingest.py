@@ -32,6 +32,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
 from kafka import TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.structs import OffsetAndMetadata
@@ -214,22 +216,39 @@ class KafkaIngest:
         ingest = self._table(spec.table_id)
         values = [r.value for r in records]  # type: ignore[attr-defined]
         result = decode_messages(ingest.table.schema, values, spec.fmt, self._retract[spec.table_id])
-        for index, reason in result.rejected:
+        rejected = list(result.rejected)
+        if result.batch.num_rows:
+            try:
+                self._write(ingest, result.batch)
+            except InvalidInputError:
+                # the table refused the batch (e.g. a delete its merge engine does not take): find the
+                # messages at fault one by one; the others are written in order
+                rejected += self._write_each(ingest, result.batch, result.source_index)
+                rejected.sort()
+        for index, reason in rejected:
             r = records[index]
             assert self._dead_letters is not None
             self._dead_letters.publish(spec.dead_letter_topic, r.key,  # type: ignore[attr-defined]
                                        dead_letter_value(r.value, reason, tp.topic, tp.partition,  # type: ignore
                                                          r.offset), timeout_s=30)  # type: ignore[attr-defined]
-        self.metrics.messages.labels(tp.topic, "dead_letter").inc(len(result.rejected))
+        self.metrics.messages.labels(tp.topic, "dead_letter").inc(len(rejected))
         self.metrics.messages.labels(tp.topic, "tombstone").inc(result.tombstones)
+        self.metrics.messages.labels(tp.topic, "rows").inc(len(values) - len(rejected) - result.tombstones)
         self.metrics.bytes_in.labels("kafka").inc(sum(len(v) for v in values if v))
-        if result.batch.num_rows:
-            self._write(ingest, result.batch)
-            self.metrics.messages.labels(tp.topic, "rows").inc(len(values) - len(result.rejected)
-                                                              - result.tombstones)
         self._pending[tp] = records[-1].offset + 1  # type: ignore[attr-defined]
         if self._first_pending is None:
             self._first_pending = time.monotonic()
+
+    def _write_each(self, ingest: TableIngest, batch: pa.Table, source: np.ndarray) -> list[tuple[int, str]]:
+        """Write the rows of each message alone (the error path only); the messages the table refused."""
+        refused = []
+        starts = np.flatnonzero(np.r_[True, source[1:] != source[:-1]])
+        for a, b in zip(starts, np.r_[starts[1:], len(source)], strict=True):
+            try:
+                self._write(ingest, batch.slice(int(a), int(b - a)))
+            except InvalidInputError as e:
+                refused.append((int(source[a]), str(e)))
+        return refused
 
     def _write(self, ingest: TableIngest, batch: object) -> None:
         while True:
