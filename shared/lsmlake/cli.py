@@ -237,6 +237,19 @@ Each snapshot is one object: id, schema_id, commit_kind, time_millis, total_reco
 delta_record_count, commit_user, commit_identifier.
 """
 
+_TIMELINE_EPILOG = """\
+examples:
+  lake timeline shop.orders
+  lake timeline shop.orders --state INFLIGHT --state REQUESTED --format jsonl
+  lake timeline shop.orders --metastore postgresql://lake@db:5432/lake
+
+Each compaction plan of the catalog service: plan_id, state (REQUESTED, INFLIGHT, COMPLETED,
+ROLLED_BACK, ABANDONED), buckets, files, output_level, owner, attempts, age (since it was
+requested), running (since its current run started, INFLIGHT only), snapshot (of its COMPACT
+commit) and reason. The metadata store defaults to the catalog service's SQLite file in a local
+warehouse ($LSMLAKE_METASTORE overrides).
+"""
+
 _FILES_EPILOG = """\
 examples:
   lake files shop.orders
@@ -492,6 +505,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partition", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
                    help="compact only the partitions where column KEY equals VALUE (repeatable)")
     p.set_defaults(func=cmd_compact)
+
+    p = sub(commands, "timeline", "list the compaction plans of a table and their states", _TIMELINE_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--metastore", metavar="URL", default=None,
+                   help="the catalog's metadata store (default: $LSMLAKE_METASTORE, else the warehouse's SQLite file)")
+    p.add_argument("--state", action="append", default=None, metavar="STATE", type=str.upper,
+                   help="only plans in this state (repeatable)")
+    p.add_argument("--format", choices=("table", "jsonl"), default="table", help="default: table")
+    p.set_defaults(func=cmd_timeline)
 
     p = sub(commands, "levels", "show the LSM levels and sorted runs of every bucket", _LEVELS_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
@@ -1367,6 +1389,57 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
     numeric = ("id", "schema_id", "time_millis", "total_record_count", "delta_record_count",
                "commit_identifier")
     _print_records(snapshot_records(table), SNAPSHOT_KEYS, args.format, numeric)
+    return 0
+
+
+TIMELINE_KEYS = ("plan_id", "state", "buckets", "files", "output_level", "owner", "attempts", "age", "running",
+                 "snapshot", "reason")
+
+
+def _age(ms: float) -> str:
+    s = max(0, int(ms // 1000))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def timeline_records(store: Any, table_id: str, states: Sequence[str] | None, now_ms: int) -> list[dict[str, Any]]:
+    """One record per compaction plan of a table, oldest first."""
+    from .proto_gen.lsmlake.v1 import catalog_pb2
+
+    out = []
+    for p in store.list_plans(table_id, states):
+        units = catalog_pb2.CompactionPlan.FromString(p.detail).units if p.detail else []
+        out.append({"plan_id": p.plan_id, "state": p.state, "buckets": len(units) or 1, "files": len(p.input_files),
+                    "output_level": p.output_level, "owner": p.owner, "attempts": p.attempts,
+                    "age": _age(now_ms - p.created_ms),
+                    "running": _age(now_ms - p.started_ms) if p.state == "INFLIGHT" and p.started_ms else None,
+                    "snapshot": p.snapshot_id, "reason": p.reason})
+    return out
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    from .metastore import PLAN_STATES, now_ms, open_store
+
+    catalog = _catalog(args)
+    catalog.get_table(args.table)  # a clear error for an unknown table
+    url = args.metastore or os.environ.get("LSMLAKE_METASTORE")
+    if not url:
+        if not catalog.io.local:
+            raise UsageError("a remote warehouse has no default metadata store: pass --metastore URL")
+        url = f"sqlite:///{os.path.abspath(os.path.join(catalog.root, '_lsmlake_catalog.sqlite'))}"
+        if not os.path.exists(url.removeprefix("sqlite:///")):
+            raise CliError(f"no catalog metadata store in the warehouse ({url}): is the catalog service "
+                           "running on it? pass --metastore URL")
+    bad = [s for s in args.state or () if s not in PLAN_STATES]
+    if bad:
+        raise UsageError(f"unknown state(s) {bad}: use {', '.join(PLAN_STATES)}")
+    with open_store(url) as store:
+        records = timeline_records(store, args.table, args.state, now_ms())
+    _print_records(records, TIMELINE_KEYS, args.format, ("plan_id", "buckets", "files", "output_level", "attempts",
+                                                        "snapshot"))
     return 0
 
 

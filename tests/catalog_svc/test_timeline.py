@@ -234,3 +234,29 @@ def test_metrics_and_reflection(local: Local) -> None:
     services = set(db.get_services())
     assert {"lsmlake.v1.CatalogService", "grpc.health.v1.Health"} <= services
     assert db.FindFileContainingSymbol("lsmlake.v1.CatalogService").name == "lsmlake/v1/catalog.proto"
+
+
+def test_lake_timeline_lists_plans_with_states_and_ages(local: Local, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from lsmlake import cli
+
+    ident = _pk_table(local)
+    unit = _unit(local, ident)
+    plan = local.stub.RequestCompaction(catalog_pb2.RequestCompactionRequest(table=ident, units=[unit]),
+                                        timeout=TIMEOUT_S).plan
+    local.stub.StartCompaction(catalog_pb2.StartCompactionRequest(table=ident, plan_id=plan.plan_id, owner="c9"),
+                               timeout=TIMEOUT_S)
+    store = ["--warehouse", local.warehouse, "--metastore", f"sqlite:///{local.warehouse}/_meta.sqlite"]
+    assert cli.main(["timeline", "db.t", *store, "--format", "jsonl"]) == 0
+    (rec,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (rec["plan_id"], rec["state"], rec["files"], rec["owner"], rec["attempts"], rec["output_level"]) == (
+        int(plan.plan_id), "INFLIGHT", len(unit.input_files), "c9", 1, 5)
+    assert rec["age"].endswith("s") and rec["running"] is not None
+    assert cli.main(["timeline", "db.t", *store, "--state", "completed"]) == 0
+    assert "INFLIGHT" not in capsys.readouterr().out
+    assert cli.main(["timeline", "db.t", *store]) == 0
+    table_out = capsys.readouterr().out
+    assert "plan_id" in table_out and "INFLIGHT" in table_out and "c9" in table_out
+    assert cli.main(["timeline", "db.t", "--warehouse", local.warehouse]) != 0  # no default store file here
+    assert "metadata store" in capsys.readouterr().err
