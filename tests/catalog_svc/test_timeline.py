@@ -260,3 +260,22 @@ def test_lake_timeline_lists_plans_with_states_and_ages(local: Local, capsys: py
     assert "plan_id" in table_out and "INFLIGHT" in table_out and "c9" in table_out
     assert cli.main(["timeline", "db.t", "--warehouse", local.warehouse]) != 0  # no default store file here
     assert "metadata store" in capsys.readouterr().err
+
+
+def test_snapshots_expire_on_a_schedule(tmp_path: Path) -> None:
+    with local_server(str(tmp_path), expire_interval_s=0.5) as local:
+        ident = local.create_table("db", "e", [("id", "BIGINT NOT NULL")], ["id"],
+                                   {"bucket": "1", "snapshot.num-retained.min": "1", "snapshot.num-retained.max": "2"})
+        for i in range(5):
+            local.commit(ident, "u", i + 1, local.write(ident, {"id": [i]}))
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            ids = [s.id for s in local.stub.ListSnapshots(catalog_pb2.ListSnapshotsRequest(table=ident),
+                                                          timeout=TIMEOUT_S).snapshots]
+            if ids == [4, 5]:
+                break
+            assert time.monotonic() < deadline, f"snapshots {ids} were never expired to [4, 5]"
+            time.sleep(0.1)
+        assert sorted(r["id"] for r in FileSystemCatalog(local.warehouse).get_table("db.e").to_arrow().to_pylist()) \
+            == [0, 1, 2, 3, 4]
+        assert local.server.metrics.expired._value.get() == 3
