@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -73,6 +74,8 @@ class TableIngest:
         self._runs_read = 0.0
         self._stop_trigger = table.options.stop_trigger()
         self._stall_applies = table.schema.is_primary_key_table
+        self._writing = 0  # writes in progress
+        self.on_idle: Callable[[], None] = lambda: None  # called when the last write in progress has buffered
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -81,17 +84,27 @@ class TableIngest:
 
         Waits, until `deadline` (monotonic), while a bucket the rows go to has too many sorted runs.
         """
-        if self._stall_applies:
-            self._wait_for_compaction(data, deadline)
         with self._lock:
-            self._write.write(data)
-            if self._write.must_flush:
-                self._write.flush()
-            group = self._group
-            group.rows += data.num_rows
-            if group.first_write is None:
-                group.first_write = time.monotonic()
-            stats = self._write.stats()
+            self._writing += 1
+        idle = False
+        try:
+            if self._stall_applies:
+                self._wait_for_compaction(data, deadline)
+            with self._lock:
+                self._write.write(data)
+                if self._write.must_flush:
+                    self._write.flush()
+                group = self._group
+                group.rows += data.num_rows
+                if group.first_write is None:
+                    group.first_write = time.monotonic()
+                stats = self._write.stats()
+        finally:
+            with self._lock:
+                self._writing -= 1
+                idle = self._writing == 0 and self._group.rows > 0
+        if idle:
+            self.on_idle()
         self.metrics.observe_buffer(self.table_id, stats)
         return group
 

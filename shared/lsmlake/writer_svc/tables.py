@@ -1,8 +1,12 @@
 """The tables a writer serves over gRPC, each with its group-commit thread.
 
 A table is opened on its first write (from the warehouse, which the writer shares with the catalog) and
-gets a committer thread: it commits the table's group `commit_interval_s` after the group's first write,
-or at once when a request asks for it or the buffered rows reach `commit_rows`.
+gets a committer thread. It commits the table's group as soon as no write of the table is in progress
+(every client that sent rows is waiting for its reply, so waiting longer only adds latency; writes that
+arrive during a commit form the next group), and at the latest `commit_interval_s` after the group's first
+write while writes keep arriving, or when the buffered rows reach `commit_rows`, or when a request asks
+for it. The number of snapshots is thus bounded by the commit rate the catalog sustains, not by the
+number of clients.
 """
 
 from __future__ import annotations
@@ -43,12 +47,9 @@ class _Committer:
                 self.wake.clear()
                 continue
             due = since + self.interval_s
-            now = time.monotonic()
-            if now < due and self.ingest.pending_rows() < self.commit_rows and not self.wake.is_set():
-                self.wake.wait(min(due - now, 0.5))
-                if time.monotonic() < due and self.ingest.pending_rows() < self.commit_rows \
-                        and not self.wake.is_set():
-                    continue
+            if not self.wake.is_set() and time.monotonic() < due and self.ingest.pending_rows() < self.commit_rows:
+                self.wake.wait(min(due - time.monotonic(), 0.5))
+                continue  # look again: woken, due, or still waiting
             self.wake.clear()
             try:
                 self.ingest.commit()
@@ -81,8 +82,9 @@ class Tables:
             if entry is None:
                 table = self.catalog.get_table(table_id)  # NotFoundError for an unknown table
                 ingest = TableIngest(table, self.client, self.commit_user, self.metrics, self.spill_root)
-                entry = self._tables[table_id] = (ingest, _Committer(ingest, self.commit_interval_s,
-                                                                     self.commit_rows))
+                committer = _Committer(ingest, self.commit_interval_s, self.commit_rows)
+                ingest.on_idle = committer.wake.set
+                entry = self._tables[table_id] = (ingest, committer)
             return entry[0]
 
     def commit_soon(self, table_id: str) -> None:
