@@ -154,3 +154,54 @@ def test_writes_stall_when_a_bucket_has_too_many_runs(cluster: Cluster) -> None:
         changes=[changes_to_proto(m) for m in messages]), timeout=TIMEOUT_S)
     cluster.stub.Write(write_requests(ident, pa.table({"id": pa.array([9], pa.int64())})), timeout=TIMEOUT_S)
     assert [r["id"] for r in cluster.rows(ident)] == [0, 1, 2, 9]
+
+
+def test_metrics_and_graceful_shutdown_answers_every_request(tmp_path: Path) -> None:
+    import urllib.request
+
+    with local_server(str(tmp_path)) as cat:
+        ident = cat.create_table("db", "g", [("id", "BIGINT NOT NULL")], ["id"], {"bucket": "2"})
+        writer = WriterServer(Settings(warehouse=str(tmp_path), catalog=f"127.0.0.1:{cat.server.port}",
+                                       commit_interval_s=0.2, metrics_port=0, grace_s=20))
+        writer.start()
+        channel = grpc.insecure_channel(f"127.0.0.1:{writer.port}")
+        stub = writer_pb2_grpc.WriterServiceStub(channel)
+        acked: list[range] = []
+        failed: list[grpc.StatusCode] = []
+        stop = threading.Event()
+
+        def client(k: int) -> None:
+            n = 0
+            while not stop.is_set() and n < 200:  # bounded
+                ids = range((k * 1000 + n) * 100, (k * 1000 + n) * 100 + 100)
+                try:
+                    stub.Write(write_requests(ident, pa.table({"id": pa.array(ids, pa.int64())})), timeout=30)
+                    acked.append(ids)
+                except grpc.RpcError as e:
+                    failed.append(e.code())
+                    return
+                n += 1
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        import time
+
+        deadline = time.monotonic() + 30
+        while len(acked) < 20:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        body = urllib.request.urlopen(f"http://127.0.0.1:{writer.metrics_port}/metrics", timeout=10).read().decode()
+        assert 'lsmlake_writer_commits_total{outcome="committed",table="db.g"}' in body
+        assert 'lsmlake_writer_requests_total{outcome="ok",rpc="Write"}' in body
+        assert "lsmlake_writer_bytes_received_total" in body
+        writer.stop()  # while the clients keep writing
+        stop.set()
+        for t in threads:
+            t.join(60)
+            assert not t.is_alive(), "a request was left hanging by the shutdown"
+        channel.close()
+        table_ids = set(FileSystemCatalog(str(tmp_path)).get_table("db.g").to_arrow().column("id").to_pylist())
+        for ids in acked:  # every acknowledged write is in the table
+            assert set(ids) <= table_ids
+        assert all(c in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) for c in failed), failed
