@@ -176,11 +176,15 @@ class TableIngest:
                     group.error = e
                     group.done.set()
                     raise
+            if not messages and not properties:
+                # the rows left nothing to write (deletes of absent keys under ignore-delete, say): they are
+                # as durable as they will ever be in the current snapshot
+                group.snapshot_id = self.table.snapshots.latest_id() or 0
+                group.done.set()
+                return group.snapshot_id
             self._identifier += 1
             started = time.perf_counter()
             try:
-                if not messages and not properties:
-                    raise RuntimeError("rows were buffered but no file was written")
                 sid = self.client.commit(self.table_id, self.commit_user, self._identifier, messages, properties)
             except CommitRefusedError as e:
                 self._write.delete_files(messages)
