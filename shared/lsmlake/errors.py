@@ -54,3 +54,8 @@ class InvariantError(LakeError):
 class BackPressureError(LakeError):
     """A write waited for compaction longer than its deadline allows (too many sorted runs in a bucket),
     or asked for more than a service accepts at once; retry later."""
+
+
+class ServiceUnavailableError(LakeError):
+    """The service cannot take the request now (it is shutting down, or a service it needs does not answer);
+    nothing was applied, retry (on another replica)."""

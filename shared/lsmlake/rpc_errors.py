@@ -15,14 +15,15 @@ from typing import Any, TypeVar
 import grpc
 
 from .errors import (
-    BackPressureError,
     AlreadyExistsError,
+    BackPressureError,
     CommitConflictError,
     CommitRetryExhaustedError,
     CommitStateUnknownError,
     InvalidInputError,
     LakeError,
     NotFoundError,
+    ServiceUnavailableError,
 )
 from .metastore.errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError
 
@@ -36,6 +37,8 @@ class UnimplementedError(LakeError):
 _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (UnimplementedError, grpc.StatusCode.UNIMPLEMENTED),
     (BackPressureError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (ServiceUnavailableError, grpc.StatusCode.UNAVAILABLE),
+    (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (InvalidInputError, grpc.StatusCode.INVALID_ARGUMENT),  # incl. SchemaMismatchError, UnknownOptionError
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
     (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
@@ -53,7 +56,13 @@ INTERNAL_MESSAGE = "internal error in the service; see its log"
 
 
 def status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The gRPC status code and message a client gets for `error`."""
+    """The gRPC status code and message a client gets for `error`.
+
+    An error that carries a `grpc.StatusCode` as its `code` (a refusal relayed from another service) keeps it.
+    """
+    code = getattr(error, "code", None)
+    if isinstance(error, LakeError) and isinstance(code, grpc.StatusCode):
+        return code, str(error) or type(error).__name__
     for cls, code in _CODES:
         if isinstance(error, cls):
             return code, str(error) or cls.__name__

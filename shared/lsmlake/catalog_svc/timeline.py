@@ -165,6 +165,9 @@ class Timeline:
     def check_completion(self, tid: str, request: catalog_pb2.CompleteCompactionRequest) -> CompactionPlan:
         """The INFLIGHT plan a completion refers to, after checking its owner and that it only removes inputs."""
         plan = self._plan_of(tid, parse_plan_id(request.plan_id))
+        if plan.state != "INFLIGHT":  # checked before anything is published
+            raise PlanStateError(f"compaction plan {plan.plan_id} of {tid} is {plan.state}: only an INFLIGHT plan "
+                                 "can be completed (it was rolled back or has ended)", plan.plan_id, plan.state)
         if plan.owner != request.owner:
             raise PlanStateError(f"compaction plan {plan.plan_id} of {tid} is run by {plan.owner!r}, "
                                  f"not {request.owner!r}", plan.plan_id, plan.state)

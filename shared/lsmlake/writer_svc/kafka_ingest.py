@@ -31,6 +31,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -54,7 +55,7 @@ TOPIC_PREFIX = "lake.ingest."
 DEAD_LETTER_PREFIX = "lake.deadletter."
 OFFSET_PROPERTY = "lsmlake.kafka-offset."
 GROUP_ID = "lsmlake-writer"
-STALL_RETRY_S = 120.0
+PAUSE_S = 1.0  # a partition whose table's buckets are full is read again after this
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,8 @@ class KafkaIngest:
         self._tables: dict[str, TableIngest] = {}
         self._retract: dict[str, bool] = {}
         self._pending: dict[TopicPartition, int] = {}  # next offset of what is buffered, per partition
+        self._known: dict[TopicPartition, int] = {}  # next offset committed (or restored), per partition
+        self._paused: dict[TopicPartition, float] = {}  # partitions paused by back-pressure, until
         self._first_pending: float | None = None
         self.ready = threading.Event()  # set once the first assignment has been handled
         self.rebalanced = threading.Event()  # set by the rebalance listener, handled after `poll`
@@ -176,33 +179,27 @@ class KafkaIngest:
             try:
                 ensure_topics(self.bootstrap, [*self.topics, *(t.dead_letter_topic for t in self.topics.values())],
                               self.topic_partitions, timeout_s=10)
+                for t in self.topics.values():
+                    self._table(t.table_id)  # NotFoundError until the table exists
                 break
             except Exception as e:
-                _log.warning("cannot create the ingestion topics on %s: %s", self.bootstrap, e)
-                self._stop.wait(1.0)
+                _log.warning("Kafka ingestion cannot start yet: %s", e)
+                self._stop.wait(2.0)
         if self._stop.is_set():
             return
-        for t in self.topics.values():
-            self._table(t.table_id)
         self._dead_letters = Publisher(self.bootstrap)
         c = consumer(self.bootstrap, GROUP_ID, list(self.topics), listener=_Rebalance(self),
                      max_poll_records=self.max_poll_records, max_partition_fetch_bytes=8 << 20)
         self._consumer = c
         try:
             while not self._stop.is_set():
-                batches = c.poll(timeout_ms=200)
-                if self.rebalanced.is_set():
-                    self._after_rebalance()
-                    continue  # what this poll returned was fetched from positions the rewind replaced
-                for tp, records in batches.items():
-                    self._consume(tp, records)
-                if self._first_pending is not None and \
-                        time.monotonic() - self._first_pending >= self.commit_interval_s:
-                    self.commit_all()
+                try:
+                    self._step(c)
+                except Exception as e:  # anything unexpected: start over from the committed offsets
+                    _log.exception("ingestion step failed (%s): reading again from the offsets in the snapshots", e)
+                    self._reset()
+                    self._stop.wait(1.0)
             self.commit_all()
-        except Exception:
-            _log.exception("Kafka ingestion stopped on an error; buffered rows are read again after a restart")
-            raise
         finally:
             try:
                 c.close(autocommit=False)
@@ -211,7 +208,32 @@ class KafkaIngest:
                 for ingest in self._tables.values():
                     ingest.close()
 
-    def _consume(self, tp: TopicPartition, records: Sequence[object]) -> None:
+    def _step(self, c: Any) -> None:
+        now = time.monotonic()
+        for tp, until in list(self._paused.items()):
+            if now >= until:
+                del self._paused[tp]
+                c.resume(tp)
+        batches = c.poll(timeout_ms=200)
+        if self.rebalanced.is_set():
+            self._after_rebalance()
+            return  # what this poll returned was fetched from positions the rewind replaced
+        for tp, records in batches.items():
+            if tp in self._paused:
+                continue
+            if not self._consume(tp, records):  # the table's buckets are full: read these again later
+                c.seek(tp, records[0].offset)
+                c.pause(tp)
+                self._paused[tp] = time.monotonic() + PAUSE_S
+                continue
+            high = c.highwater(tp)
+            if high is not None:
+                self.metrics.consumer_lag.labels(tp.topic).set(max(0, high - records[-1].offset - 1))
+        if self._first_pending is not None and time.monotonic() - self._first_pending >= self.commit_interval_s:
+            self.commit_all()
+
+    def _consume(self, tp: TopicPartition, records: Sequence[object]) -> bool:
+        """Buffer the records of one partition; False (nothing buffered) when back-pressure refuses them."""
         spec = self.topics[tp.topic]
         ingest = self._table(spec.table_id)
         values = [r.value for r in records]  # type: ignore[attr-defined]
@@ -219,7 +241,10 @@ class KafkaIngest:
         rejected = list(result.rejected)
         if result.batch.num_rows:
             try:
-                self._write(ingest, result.batch)
+                ingest.write(result.batch, time.monotonic())  # never wait here: the consumer must keep polling
+            except BackPressureError as e:
+                _log.info("%s: pausing %s", e, tp)
+                return False
             except InvalidInputError:
                 # the table refused the batch (e.g. a delete its merge engine does not take): find the
                 # messages at fault one by one; the others are written in order
@@ -238,6 +263,7 @@ class KafkaIngest:
         self._pending[tp] = records[-1].offset + 1  # type: ignore[attr-defined]
         if self._first_pending is None:
             self._first_pending = time.monotonic()
+        return True
 
     def _write_each(self, ingest: TableIngest, batch: pa.Table, source: np.ndarray) -> list[tuple[int, str]]:
         """Write the rows of each message alone (the error path only); the messages the table refused."""
@@ -250,23 +276,21 @@ class KafkaIngest:
                 refused.append((int(source[a]), str(e)))
         return refused
 
-    def _write(self, ingest: TableIngest, batch: object) -> None:
-        while True:
-            try:
-                ingest.write(batch, time.monotonic() + STALL_RETRY_S)  # type: ignore[arg-type]
-                return
-            except BackPressureError as e:  # the compactor is behind: keep waiting, the rows are safe in Kafka
-                _log.warning("%s", e)
-                if self._stop.is_set():
-                    raise
+    def _write(self, ingest: TableIngest, batch: pa.Table) -> None:
+        ingest.write(batch, time.monotonic())
 
     def commit_all(self) -> None:
         """Commit every table's buffer with its partitions' offsets, then commit those offsets to Kafka."""
         if not self._pending:
             return
         by_table: dict[str, dict[TopicPartition, int]] = defaultdict(dict)
-        for tp, offset in self._pending.items():
+        # every known position of the table's partitions, so a quiet partition's offset stays in recent
+        # snapshots and never expires with old ones
+        for tp, offset in {**self._known, **self._pending}.items():
             by_table[self.topics[tp.topic].table_id][tp] = offset
+        for table_id in list(by_table):
+            if not any(self.topics[tp.topic].table_id == table_id for tp in self._pending):
+                del by_table[table_id]
         done: dict[TopicPartition, OffsetAndMetadata] = {}
         try:
             for table_id, offsets in by_table.items():
@@ -276,14 +300,9 @@ class KafkaIngest:
         except Exception as e:
             _log.warning("ingestion commit failed (%s): dropping the buffers and reading again from the offsets "
                          "in the latest snapshots", e)
-            self._pending.clear()
-            self._first_pending = None
-            for ingest in self._tables.values():
-                ingest.discard(e)
-            c = self._consumer
-            if c is not None:
-                self.rewind(list(c.assignment()))  # type: ignore[attr-defined]
+            self._reset(e)
             return
+        self._known.update({tp: om.offset for tp, om in done.items()})
         self._pending.clear()
         self._first_pending = None
         if done and self._consumer is not None:
@@ -291,6 +310,19 @@ class KafkaIngest:
                 self._consumer.commit(done)  # type: ignore[attr-defined]
             except Exception as e:  # only a hint: the snapshot holds the truth
                 _log.info("Kafka offset commit failed: %s", e)
+
+    def _reset(self, reason: BaseException | None = None) -> None:
+        """Drop every buffer and rewind every assigned partition to the offsets the snapshots record."""
+        self._pending.clear()
+        self._first_pending = None
+        for ingest in self._tables.values():
+            ingest.discard(reason or RuntimeError("ingestion restarted from the committed offsets"))
+        c = self._consumer
+        if c is not None:
+            for tp in list(self._paused):
+                c.resume(tp)  # type: ignore[attr-defined]
+            self._paused.clear()
+            self.rewind(list(c.assignment()))  # type: ignore[attr-defined]
 
     def _after_rebalance(self) -> None:
         """Drop every buffer and rewind every assigned partition to the offsets the snapshots record.
@@ -300,12 +332,8 @@ class KafkaIngest:
         interval of messages). A partition that moved to another writer is read by it from the same offsets.
         """
         self.rebalanced.clear()
-        self._pending.clear()
-        self._first_pending = None
-        for ingest in self._tables.values():
-            ingest.discard(RuntimeError("Kafka partitions were reassigned; the rows are read again"))
-        if self._consumer is not None:
-            self.rewind(list(self._consumer.assignment()))  # type: ignore[attr-defined]
+        self._known.clear()  # partitions that left are no longer this writer's to record
+        self._reset(RuntimeError("Kafka partitions were reassigned; the rows are read again"))
 
     def rewind(self, partitions: list[TopicPartition]) -> None:
         """Seek each partition to the next offset the table's snapshots record (or keep Kafka's position)."""
@@ -321,6 +349,7 @@ class KafkaIngest:
             for p in parts:
                 if p in offsets and c is not None:
                     c.seek(TopicPartition(topic, p), offsets[p])  # type: ignore[attr-defined]
+                    self._known[TopicPartition(topic, p)] = offsets[p]
                 elif c is not None:
                     # no kept snapshot records it: Kafka's committed offset (made only after a catalog commit,
                     # so never ahead of the tables), else the beginning of the partition

@@ -17,7 +17,7 @@ import time
 import uuid
 
 from ..catalog import FileSystemCatalog
-from ..errors import LakeError
+from ..errors import ServiceUnavailableError
 from .catalog_client import CatalogClient
 from .metrics import WriterMetrics
 from .table_ingest import TableIngest
@@ -25,7 +25,7 @@ from .table_ingest import TableIngest
 _log = logging.getLogger(__name__)
 
 
-class ShutdownError(LakeError):
+class ShutdownError(ServiceUnavailableError):
     """The writer stopped before the rows could be committed; they were not (retry on another writer)."""
 
 
