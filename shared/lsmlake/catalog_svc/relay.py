@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from ..kafka.broker import ensure_topics
 from ..kafka.client import Publisher
-from ..metastore import MetaStore
+from ..metastore import MetaStore, now_ms
 from .events import TOPICS
 
 _log = logging.getLogger(__name__)
+
+KEEP_DELIVERED_MS = 3_600_000
+PURGE_EVERY_S = 60.0
 
 
 class OutboxRelay:
@@ -78,7 +82,14 @@ class OutboxRelay:
                 except Exception as e:  # broker not up yet: retry until stopped
                     _log.warning("cannot ensure topics on %s: %s", self.bootstrap, e)
                     self._stop.wait(self.backoff_s)
+            next_purge = 0.0
             while not self._stop.is_set():
+                if time.monotonic() >= next_purge:  # delivered events are kept an hour for inspection, then go
+                    next_purge = time.monotonic() + PURGE_EVERY_S
+                    try:
+                        self.store.purge_delivered(now_ms() - KEEP_DELIVERED_MS)
+                    except Exception as e:
+                        _log.info("outbox purge failed: %s", e)
                 try:
                     sent = self.relay_once(publisher)
                 except Exception as e:
