@@ -71,3 +71,9 @@ def catalog(warehouse: Path, bootstrap: str | None) -> Service:
 def writer(warehouse: Path, catalog_port: int, *extra: str, port: int | None = None) -> Service:
     return Service("lsmlake.writer_svc", ["--warehouse", str(warehouse), "--catalog", f"127.0.0.1:{catalog_port}",
                                           *extra], warehouse.parent, port)
+
+
+def compactor(warehouse: Path, catalog_port: int, bootstrap: str, *extra: str) -> Service:
+    return Service("lsmlake.compactor_svc", ["--warehouse", str(warehouse), "--catalog", f"127.0.0.1:{catalog_port}",
+                                             "--kafka", bootstrap, "--spark-master", "local[2]", *extra],
+                   warehouse.parent)

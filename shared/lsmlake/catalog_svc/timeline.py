@@ -209,6 +209,8 @@ class Timeline:
                         live: dict[tuple[bytes, int], dict[str, ManifestEntry]], extra: set[str]) -> list[str]:
         """Delete the plan's uncommitted outputs in its buckets' folders; never a file a snapshot still uses."""
         referenced = self._referenced_names(table)
+        # the run's data files, and its changelog files (`changelog-` + the run's own part of the prefix)
+        prefixes = (detail.output_file_prefix, "changelog-" + detail.output_file_prefix.removeprefix("data-"))
         deleted = []
         for u in detail.units:
             folder = bucket_dir(table.path, table.schema.partition_dir(table.partition_values(u.partition)), u.bucket)
@@ -216,7 +218,7 @@ class Timeline:
                 continue
             for info in table.io.list(folder):
                 name = posixpath.basename(info.path)
-                ours = name.startswith(detail.output_file_prefix) or name in extra
+                ours = name.startswith(prefixes) or name in extra
                 if ours and name not in live.get((u.partition, u.bucket), {}) and name not in referenced:
                     table.io.delete_quietly(info.path)
                     deleted.append(info.path)

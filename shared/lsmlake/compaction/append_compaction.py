@@ -6,10 +6,12 @@ so the rows of a bucket keep their order.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+from pyroaring import BitMap
 
 from .. import options as opts
 from ..data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
@@ -17,7 +19,8 @@ from ..data_file_writer import DataFileWriter
 from ..scan import Split
 from ..table_read import load_vectors, read_data_file
 from .lookup_compaction import DvCompactResult
-from .unit import CompactResult
+from .rewriter import DATA_PREFIX
+from .unit import CompactResult, CompactUnit
 
 if TYPE_CHECKING:
     from ..table import FileStoreTable
@@ -30,16 +33,23 @@ def _order(f: DataFileMeta) -> tuple[int, int, int, str]:
 class AppendCompactManager:
     """Picks and concatenates the small files of one append-only bucket."""
 
-    def __init__(self, table: FileStoreTable, split: Split, bucket_dir: str) -> None:
-        """Deleted rows (the split's deletion vectors) are dropped by the rewrite."""
+    def __init__(self, table: FileStoreTable, split: Split, bucket_dir: str, file_prefix: str = DATA_PREFIX) -> None:
+        """Deleted rows (the split's deletion vectors) are dropped by the rewrite; new files start with
+        `file_prefix`."""
         o = table.options
-        self.vectors = load_vectors(table.io, table.path, split.dv_index)
+        self.file_prefix = file_prefix
+        self.split = split
         self.table = table
         self.files = sorted(split.files, key=_order)
         self.bucket_dir = bucket_dir
         self.target = o.target_file_size(False)
         self.min_num = o.require(opts.COMPACTION_MIN_FILE_NUM)
         self.max_num = o.require(opts.COMPACTION_MAX_FILE_NUM)
+
+    @cached_property
+    def vectors(self) -> dict[str, BitMap]:
+        """The bucket's deletion vectors, read on first use (planning needs none)."""
+        return load_vectors(self.table.io, self.table.path, self.split.dv_index)
 
     def pick(self, full: bool = False) -> list[DataFileMeta]:
         """A window of consecutive files: full takes all; otherwise enough small files to fill a target."""
@@ -56,10 +66,18 @@ class AppendCompactManager:
                 size -= window.pop(0).file_size
         return []
 
-    def compact(self, full: bool = False) -> CompactResult | None:
+    def plan(self, full: bool = False) -> CompactUnit | None:
+        """The unit `compact` would run (output level 0), or None when fewer than two files qualify."""
         picked = [f for f in self.pick(full) if f.row_count > 0] if full else self.pick(full)
-        if len(picked) < 2:
-            return None
+        return CompactUnit(0, tuple(picked)) if len(picked) >= 2 else None
+
+    def compact(self, full: bool = False) -> CompactResult | None:
+        unit = self.plan(full)
+        return None if unit is None else self.run(unit)
+
+    def run(self, unit: CompactUnit) -> CompactResult:
+        """Concatenate the unit's files, in the unit's order, into new level-0 files."""
+        picked = list(unit.files)
         schema = self.table.schema
         tables = [read_data_file(self.table.io, f"{self.bucket_dir}/{f.file_name}", schema, schema.field_names, [],
                                  self.vectors.get(f.file_name))
@@ -71,7 +89,7 @@ class AppendCompactManager:
         ends = np.cumsum(counts)[nonempty] - 1
         seq[ends] = np.array([f.max_sequence_number for f in picked], np.int64)[nonempty]
         after = DataFileWriter(self.table.io, schema).write(self.bucket_dir, rows, seq, None, level=0,
-                                                             file_source=FILE_SOURCE_COMPACT)
+                                                             file_source=FILE_SOURCE_COMPACT, prefix=self.file_prefix)
         if self.vectors:
             gone = {f.file_name for f in picked}
             return DvCompactResult(before=list(picked), after=after,

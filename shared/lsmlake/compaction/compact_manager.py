@@ -64,8 +64,8 @@ class MergeTreeCompactManager:
         """Deletes may go only when nothing older can exist below the output (see the module docs)."""
         return unit.output_level != 0 and unit.output_level >= self.levels.non_empty_highest_level()
 
-    def compact(self, full: bool = False) -> CompactResult | None:
-        """Pick, run and apply one compaction; the result still has to be committed."""
+    def plan(self, full: bool = False) -> CompactUnit | None:
+        """The unit `compact` would run now: the pick, widened to a full compaction where retractions need it."""
         unit = self.pick(full)
         if unit is None:
             return None
@@ -73,6 +73,15 @@ class MergeTreeCompactManager:
                 and any((f.delete_row_count or 0) > 0 for f in unit.files)):
             # retractions of partial-update/aggregation merge exactly only with the whole history
             unit = pick_full_compaction(self.levels.num_levels, self.levels.level_sorted_runs()) or unit
+        return unit
+
+    def compact(self, full: bool = False) -> CompactResult | None:
+        """Pick, run and apply one compaction; the result still has to be committed."""
+        unit = self.plan(full)
+        return None if unit is None else self.run(unit)
+
+    def run(self, unit: CompactUnit) -> CompactResult:
+        """Run a planned unit of this bucket's files and apply it to the levels; nothing is committed."""
         if self.vectors is not None:
             cache = process_cache(self.rewriter.schema.table_options.require(opts.LOOKUP_CACHE_MAX_MEMORY_SIZE))
             dv_result = LookupCompaction(self.rewriter, self.vectors, self.levels.all_files(),

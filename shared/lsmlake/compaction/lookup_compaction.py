@@ -111,7 +111,7 @@ class LookupCompaction:
         after = self.rewriter.writer.write(
             self.rewriter.bucket_dir, merged.select(cols), merged.column(SEQUENCE_NUMBER).to_numpy(),
             merged.column(VALUE_KIND).to_numpy().astype(np.int8), level=unit.output_level,
-            file_source=FILE_SOURCE_COMPACT)
+            file_source=FILE_SOURCE_COMPACT, prefix=self.rewriter.file_prefix)
         vectors = {name: BitMap(bm) for name, bm in self.vectors.items()
                    if name not in {f.file_name for f in unit.files}}
         for name, parts in marks.items():

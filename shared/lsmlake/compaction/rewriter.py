@@ -24,12 +24,25 @@ from .sorted_run import SortedRun
 from .unit import CompactResult
 
 _LEVEL = "__lsmlake_level"
+DATA_PREFIX = "data-"
+CHANGELOG_PREFIX = "changelog-"
+
+
+def changelog_prefix(file_prefix: str) -> str:
+    """The changelog-file prefix that goes with a data-file prefix: `data-x-` -> `changelog-x-`.
+
+    Changelog files keep Paimon's `changelog-` start, and still carry the run's own part of the prefix,
+    so the outputs of one compaction run can be found (and rolled back) by prefix.
+    """
+    return CHANGELOG_PREFIX + file_prefix.removeprefix(DATA_PREFIX)
 
 
 class MergeTreeCompactRewriter:
     """Rewrites or upgrades the files of one bucket."""
 
-    def __init__(self, fio: FileIO, schema: TableSchema, bucket_dir: str) -> None:
+    def __init__(self, fio: FileIO, schema: TableSchema, bucket_dir: str, file_prefix: str = DATA_PREFIX) -> None:
+        """`file_prefix`: how the names of the data files it writes start (changelog: `changelog_prefix`)."""
+        self.file_prefix = file_prefix
         self.io = fio
         self.schema = schema
         self.bucket_dir = bucket_dir
@@ -82,7 +95,7 @@ class MergeTreeCompactRewriter:
         seq = rows.column(SEQUENCE_NUMBER).to_numpy()
         kinds = rows.column(VALUE_KIND).to_numpy().astype(np.int8)
         after = self.writer.write(self.bucket_dir, rows.select(self.schema.field_names), seq, kinds,
-                                  level=output_level, file_source=FILE_SOURCE_COMPACT)
+                                  level=output_level, file_source=FILE_SOURCE_COMPACT, prefix=self.file_prefix)
         return CompactResult(before=before, after=after, changelog=self.write_changelog(changes))
 
     def write_changelog(self, parts: Sequence[pa.Table]) -> list[DataFileMeta]:
@@ -92,7 +105,8 @@ class MergeTreeCompactRewriter:
         rows = pa.concat_tables(parts)
         return self.writer.write(self.bucket_dir, rows.select(self.schema.field_names),
                                  rows.column(SEQUENCE_NUMBER).to_numpy(),
-                                 rows.column(VALUE_KIND).to_numpy().astype(np.int8), prefix="changelog-")
+                                 rows.column(VALUE_KIND).to_numpy().astype(np.int8),
+                                 prefix=changelog_prefix(self.file_prefix))
 
     @property
     def _value_fields(self) -> list[str]:

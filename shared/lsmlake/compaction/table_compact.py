@@ -30,8 +30,9 @@ from .file_keys import FileKeys
 from .full import EarlyFullCompaction
 from .levels import Levels
 from .lookup_compaction import DvCompactResult
-from .rewriter import MergeTreeCompactRewriter
-from .strategy import strategy_from_options
+from .rewriter import DATA_PREFIX, MergeTreeCompactRewriter
+from .strategy import CompactStrategy, strategy_from_options
+from .unit import CompactUnit
 
 
 @dataclass
@@ -96,8 +97,12 @@ def compaction_history(table: FileStoreTable, lookback: int = 1000) -> Compactio
 
 
 def merge_tree_manager(table: FileStoreTable, split: Split, clock: Callable[[], float] = time.time,
-                       history: CompactionHistory | None = None) -> MergeTreeCompactManager:
-    """The compaction manager of a primary-key bucket, restored from a split and the table's history."""
+                       history: CompactionHistory | None = None, *,
+                       with_vectors: bool = True) -> MergeTreeCompactManager:
+    """The compaction manager of a primary-key bucket, restored from a split and the table's history.
+
+    `with_vectors=False` skips reading the bucket's deletion vectors: enough for planning, not for running.
+    """
     o = table.options
     history = history or compaction_history(table)
     strategy = strategy_from_options(o, clock)
@@ -110,21 +115,93 @@ def merge_tree_manager(table: FileStoreTable, split: Split, clock: Callable[[], 
     universal.last_optimized_ms = start_ms
     early = EarlyFullCompaction(o.get(opts.FULL_COMPACTION_DELTA_COMMITS))
     early.commits_since_full = history.commits_since_full
+    return bucket_manager(table, split, strategy, early, with_vectors=with_vectors)
+
+
+def bucket_manager(table: FileStoreTable, split: Split, strategy: CompactStrategy,
+                   early_full: EarlyFullCompaction | None = None, file_prefix: str = DATA_PREFIX,
+                   with_vectors: bool = True) -> MergeTreeCompactManager:
+    """The compaction manager of a primary-key bucket with a given strategy; its new data files start with
+    `file_prefix`."""
+    o = table.options
+    vectors = load_vectors(table.io, table.path, split.dv_index) if with_vectors and dv_enabled(table.schema) else None
     return MergeTreeCompactManager(
         restore_levels(table, split), strategy,
-        MergeTreeCompactRewriter(table.io, table.schema, split_dir(table, split)),
-        min_file_size=o.compaction_file_size(True), stop_trigger=o.stop_trigger(), early_full=early,
-        changelog_producer=o.get(opts.CHANGELOG_PRODUCER) or "none",
-        vectors=load_vectors(table.io, table.path, split.dv_index) if dv_enabled(table.schema) else None)
+        MergeTreeCompactRewriter(table.io, table.schema, split_dir(table, split), file_prefix),
+        min_file_size=o.compaction_file_size(True), stop_trigger=o.stop_trigger(), early_full=early_full,
+        changelog_producer=o.get(opts.CHANGELOG_PRODUCER) or "none", vectors=vectors)
 
 
-def compact_split(table: FileStoreTable, split: Split, full: bool = False,
-                  history: CompactionHistory | None = None) -> CommitMessage | None:
-    """Compact one bucket (one unit); None when nothing is due."""
+def full_compaction_required(table: FileStoreTable) -> bool:
+    """Whether every compaction of the table must be full.
+
+    First-row keeps the oldest row of a key and reads raw from levels >= 1; without deletion vectors
+    (whose lookup marks the older rows), only a full compaction can guarantee one row per key.
+    """
+    return skips_level0(table.schema) and not dv_enabled(table.schema)
+
+
+def plan_bucket(table: FileStoreTable, split: Split, full: bool = False,
+                history: CompactionHistory | None = None) -> CompactUnit | None:
+    """The unit `compact_split` would run for a bucket now (None when nothing is due); reads no data file.
+
+    The plan is what `run_planned` takes: the unit's file names in order, its output level, and
+    `full or unit.file_rewrite`.
+    """
+    full = full or full_compaction_required(table)
     if table.schema.is_primary_key_table:
-        result = merge_tree_manager(table, split, history=history).compact(full)
+        return merge_tree_manager(table, split, history=history, with_vectors=False).plan(full)
+    return AppendCompactManager(table, split, split_dir(table, split)).plan(full)
+
+
+def _unit_of(split: Split, unit_file_names: Sequence[str], output_level: int, full: bool) -> CompactUnit:
+    """The unit named by a plan, with the files as the split has them."""
+    names = list(unit_file_names)
+    if not names:
+        raise InvalidInputError("unit_file_names: a compaction unit needs at least one file")
+    if len(set(names)) != len(names):
+        raise InvalidInputError(f"unit_file_names: a file is named twice in {names}")
+    by_name = {f.file_name: f for f in split.files}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise NotFoundError(f"files {missing} are not in bucket {split.bucket} at snapshot {split.snapshot_id}")
+    files = tuple(by_name[n] for n in names)
+    # A full compaction's unit whose files already sit on its output level is a lone max-level run
+    # whose files hold retractions: they are rewritten one by one (see pick_full_compaction).
+    return CompactUnit(output_level, files, file_rewrite=full and all(f.level == output_level for f in files))
+
+
+def run_planned(table: FileStoreTable, split: Split, unit_file_names: Sequence[str], output_level: int,
+                full: bool, file_prefix: str = DATA_PREFIX) -> CommitMessage | None:
+    """Run one planned unit of a bucket; the changes still have to be committed. None when nothing changed.
+
+    Args:
+        split: the bucket at the snapshot the unit was planned on (all levels).
+        unit_file_names: the unit's files, in the unit's order; each one of the split's files.
+        output_level: the unit's output level (0 for append tables).
+        full: `full or unit.file_rewrite` of the plan; a full unit whose files all sit on the output
+            level rewrites them one by one.
+        file_prefix: how the name of every data file it writes starts; changelog files start with
+            `changelog_prefix(file_prefix)`; upgraded files keep their names; deletion-vector index
+            files are named by the index store.
+
+    Raises:
+        NotFoundError: a named file is not in the split.
+        InvalidInputError: no file, a file named twice, a bad prefix, or a level outside the table's.
+    """
+    features.check(table.schema, table.identifier, for_write=True)
+    if not file_prefix or "/" in file_prefix:
+        raise InvalidInputError(f"file_prefix must be a non-empty file-name prefix, got {file_prefix!r}")
+    unit = _unit_of(split, unit_file_names, output_level, full)
+    if table.schema.is_primary_key_table:
+        manager = bucket_manager(table, split, strategy_from_options(table.options), file_prefix=file_prefix)
+        if not 0 <= output_level <= manager.levels.max_level:
+            raise InvalidInputError(f"output_level {output_level} is outside 0..{manager.levels.max_level}")
+        result = None if unit.is_noop() else manager.run(unit)
     else:
-        result = AppendCompactManager(table, split, split_dir(table, split)).compact(full)
+        if output_level != 0:
+            raise InvalidInputError(f"output_level of an append table's unit must be 0, got {output_level}")
+        result = AppendCompactManager(table, split, split_dir(table, split), file_prefix).run(unit)
     if result is None or result.is_empty():
         return None
     msg = CommitMessage(split.partition, split.bucket, split.total_buckets,
@@ -133,6 +210,16 @@ def compact_split(table: FileStoreTable, split: Split, full: bool = False,
     if isinstance(result, DvCompactResult):
         msg.new_index_files, msg.deleted_index_files = dv_index_change(table.indexes, split, result.vectors)
     return msg
+
+
+def compact_split(table: FileStoreTable, split: Split, full: bool = False,
+                  history: CompactionHistory | None = None) -> CommitMessage | None:
+    """Compact one bucket (one unit); None when nothing is due."""
+    unit = plan_bucket(table, split, full, history)
+    if unit is None:
+        return None
+    return run_planned(table, split, [f.file_name for f in unit.files], unit.output_level,
+                       full or unit.file_rewrite)
 
 
 def compact_buckets(table: FileStoreTable, full: bool = False,
@@ -151,9 +238,6 @@ def compact_buckets(table: FileStoreTable, full: bool = False,
         return None, []
     messages = []
     history = compaction_history(table)
-    # first-row keeps the oldest row of a key and reads raw from levels >= 1; without deletion vectors
-    # (whose lookup marks the older rows), only a full compaction can guarantee one row per key.
-    full = full or (skips_level0(table.schema) and not dv_enabled(table.schema))
     for split in table.new_scan(pred, snapshot, all_levels=True).plan():
         msg = compact_split(table, split, full, history)
         if msg is not None:
@@ -202,7 +286,6 @@ def compact_table(table: FileStoreTable, full: bool = False,
     whole = full and partition is None
     result = commit_compaction(table, messages, properties={FULL_COMPACTION_PROPERTY: "true"} if whole else None)
     return TableCompactResult(result.snapshot_id, messages)
-
 
 
 def full_compaction_due(table: FileStoreTable, history: CompactionHistory, now_ms: float | None = None) -> bool:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ..errors import BackPressureError, CommitStateUnknownError
+from ..errors import BackPressureError
 from ..input_rows import conform
 from ..table import FileStoreTable
 from ..write_buffer import BufferedTableWrite
@@ -70,7 +70,8 @@ class TableIngest:
         self._commit_lock = threading.Lock()  # one commit of this table at a time, in order
         self._group = Group()
         self._identifier = 0
-        self._runs: dict[tuple[bytes, int], int] = {}
+        self._runs: dict[tuple[bytes, int], int] = {}  # committed sorted runs per bucket
+        self._inflight: dict[tuple[bytes, int], int] = {}  # level-0 files of commits under way
         self._runs_read = 0.0
         self._stop_trigger = table.options.stop_trigger()
         self._stall_applies = table.schema.is_primary_key_table
@@ -88,17 +89,35 @@ class TableIngest:
             self._writing += 1
         idle = False
         try:
-            if self._stall_applies:
-                self._wait_for_compaction(data, deadline)
-            with self._lock:
-                self._write.write(data)
-                if self._write.must_flush:
-                    self._write.flush()
-                group = self._group
-                group.rows += data.num_rows
-                if group.first_write is None:
-                    group.first_write = time.monotonic()
-                stats = self._write.stats()
+            keys: set[tuple[bytes, int]] | None = None
+            started = None
+            while True:
+                if self._stall_applies and time.monotonic() - self._runs_read > RUNS_REFRESH_S:
+                    self._refresh_runs()
+                if self._stall_applies and keys is None and self._near_trigger():
+                    keys = self._buckets_of(data)  # routing only when some bucket is near the trigger
+                with self._lock:
+                    over = self._over(keys) if keys else []
+                    if not over:  # checked and buffered under one lock: no write slips past a full bucket
+                        self._write.write(data)
+                        if self._write.must_flush:
+                            self._write.flush()
+                        group = self._group
+                        group.rows += data.num_rows
+                        if group.first_write is None:
+                            group.first_write = time.monotonic()
+                        stats = self._write.stats()
+                        break
+                if started is None:
+                    started = time.monotonic()
+                    self.metrics.stalls.labels(self.table_id).inc()
+                if time.monotonic() + STALL_POLL_S > deadline:
+                    self.metrics.stall_seconds.labels(self.table_id).inc(time.monotonic() - started)
+                    raise self._stall_error(over, time.monotonic() - started)
+                time.sleep(STALL_POLL_S)  # bounded by the deadline
+                self._refresh_runs()
+            if started is not None:
+                self.metrics.stall_seconds.labels(self.table_id).inc(time.monotonic() - started)
         finally:
             with self._lock:
                 self._writing -= 1
@@ -120,40 +139,33 @@ class TableIngest:
         rows, _ = conform(self.table.schema, data)
         return {(t.partition, t.bucket) for t, _ in self.table.new_write().route(rows).runs()}
 
-    def _over(self, keys: set[tuple[bytes, int]]) -> list[tuple[tuple[bytes, int], int]]:
-        return [(k, self._runs[k]) for k in sorted(keys) if self._runs.get(k, 0) > self._stop_trigger]
+    def _runs_of(self, key: tuple[bytes, int]) -> int:
+        """Sorted runs a bucket has once the commits under way land: committed + files being committed."""
+        return self._runs.get(key, 0) + self._inflight.get(key, 0)
 
-    def _wait_for_compaction(self, data: pa.Table, deadline: float) -> None:
-        if time.monotonic() - self._runs_read > RUNS_REFRESH_S:
-            self._refresh_runs()
-        if not any(n > self._stop_trigger for n in self._runs.values()):
-            return  # the common case: no bucket of the table is over, no routing needed
-        keys = self._buckets_of(data)
-        over = self._over(keys)
-        if not over:
-            return
-        started = time.monotonic()
-        self.metrics.stalls.labels(self.table_id).inc()
-        while True:
-            self._refresh_runs()
-            over = self._over(keys)
-            if not over:
-                self.metrics.stall_seconds.labels(self.table_id).inc(time.monotonic() - started)
-                return
-            if time.monotonic() + STALL_POLL_S > deadline:
-                self.metrics.stall_seconds.labels(self.table_id).inc(time.monotonic() - started)
-                (partition, bucket), n = over[0]
-                where = f"bucket {bucket}" + (f" of partition {self.table.partition_values(partition)}"
-                                              if self.table.schema.partition_keys else "")
-                raise BackPressureError(
-                    f"{where} of {self.table_id} has {n} sorted runs, more than num-sorted-run.stop-trigger "
-                    f"({self._stop_trigger}); waited {time.monotonic() - started:.1f} s for compaction. "
-                    "Retry later, or check that the compactor service runs")
-            time.sleep(STALL_POLL_S)  # bounded by the deadline
+    def _near_trigger(self) -> bool:
+        keys = set(self._runs) | set(self._inflight)
+        return any(self._runs_of(k) >= self._stop_trigger for k in keys)
+
+    def _over(self, keys: set[tuple[bytes, int]]) -> list[tuple[tuple[bytes, int], int]]:
+        """The buckets that take no more writes: the group this write joins adds a run to each of its buckets,
+        so a bucket takes writes while it has at most `stop-trigger` runs and ends with at most one more."""
+        return [(k, self._runs_of(k)) for k in sorted(keys) if self._runs_of(k) > self._stop_trigger]
+
+    def _stall_error(self, over: list[tuple[tuple[bytes, int], int]], waited: float) -> BackPressureError:
+        (partition, bucket), n = over[0]
+        where = f"bucket {bucket}" + (f" of partition {self.table.partition_values(partition)}"
+                                      if self.table.schema.partition_keys else "")
+        return BackPressureError(
+            f"{where} of {self.table_id} has {n} sorted runs, more than num-sorted-run.stop-trigger "
+            f"({self._stop_trigger}); waited {waited:.1f} s for compaction. Retry later, or check that the "
+            "compactor service runs")
 
     def _refresh_runs(self) -> None:
-        self._runs = self.client.sorted_runs(self.table_id)
-        self._runs_read = time.monotonic()
+        runs = self.client.sorted_runs(self.table_id)
+        with self._lock:
+            self._runs = runs
+            self._runs_read = time.monotonic()
 
     # -- commits -----------------------------------------------------------------------------------
 
@@ -176,6 +188,9 @@ class TableIngest:
                     group.error = e
                     group.done.set()
                     raise
+                adding = {(m.partition, m.bucket): len(m.new_files) for m in messages}
+                for key, n in adding.items():
+                    self._inflight[key] = self._inflight.get(key, 0) + n
             if not messages and not properties:
                 # the rows left nothing to write (deletes of absent keys under ignore-delete, say): they are
                 # as durable as they will ever be in the current snapshot
@@ -187,26 +202,34 @@ class TableIngest:
             try:
                 sid = self.client.commit(self.table_id, self.commit_user, self._identifier, messages, properties)
             except CommitRefusedError as e:
+                self._settle(adding, committed=False)
                 self._write.delete_files(messages)
                 group.error = e
                 group.done.set()
                 self.metrics.commits.labels(self.table_id, "refused").inc()
                 raise
-            except CommitStateUnknownError as e:
+            except BaseException as e:  # CommitStateUnknownError above all: the snapshot may exist
+                self._settle(adding, committed=False)
                 group.error = e
                 group.done.set()
                 self.metrics.commits.labels(self.table_id, "unknown").inc()
                 raise
+            self._settle(adding, committed=True)
             self.metrics.commits.labels(self.table_id, "committed").inc()
             self.metrics.commit_seconds.labels(self.table_id).observe(time.perf_counter() - started)
             self.metrics.rows.labels(self.table_id).inc(group.rows)
-            for m in messages:
-                key = (m.partition, m.bucket)
-                self._runs[key] = self._runs.get(key, 0) + len(m.new_files)
             group.snapshot_id = sid
             group.done.set()
             _log.debug("table %s: snapshot %d with %d rows", self.table_id, sid, group.rows)
             return sid
+
+    def _settle(self, adding: dict[tuple[bytes, int], int], committed: bool) -> None:
+        """Move the files of a finished commit from in flight to committed (or drop them when it failed)."""
+        with self._lock:
+            for key, n in adding.items():
+                self._inflight[key] = self._inflight.get(key, 0) - n
+                if committed:
+                    self._runs[key] = self._runs.get(key, 0) + n
 
     def discard(self, reason: BaseException) -> None:
         """Drop what is buffered (a shutdown that cannot commit): its group fails with `reason`."""

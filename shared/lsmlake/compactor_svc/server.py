@@ -1,0 +1,191 @@
+"""The compactor service process: settings, Spark, the event feed, the planner, gRPC, graceful shutdown."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Sequence
+from concurrent import futures
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ..errors import InvalidInputError
+from ..observability import MetricsEndpoint, configure_logging
+from ..proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
+from .event_feed import EventFeed
+from .metrics import CompactorMetrics
+from .ownership import Ownership
+from .scheduler import Scheduler
+from .servicer import CompactorService
+from .spark_exec import SparkCompactor
+from .timeline_client import TimelineClient
+from .triggers import STRATEGIES, FullCompactionTrigger
+
+_log = logging.getLogger(__name__)
+
+SERVICE_NAME = compactor_pb2.DESCRIPTOR.services_by_name["CompactorService"].full_name
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Settings:
+    warehouse: str
+    catalog: str
+    kafka: str
+    port: int = 0
+    host: str = HOST
+    compactor_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}")
+    spark_master: str = "local[*]"
+    spark_conf: tuple[tuple[str, str], ...] = ()
+    trigger: FullCompactionTrigger = field(default_factory=FullCompactionTrigger)
+    max_plan_bytes: int = 2 << 30
+    max_plan_buckets: int = 64
+    reconcile_interval_s: float = 30.0
+    metrics_port: int | None = None
+    grace_s: float = 30.0
+
+    @staticmethod
+    def from_args(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> Settings:
+        """Flags win over `LSMLAKE_WAREHOUSE`, `LSMLAKE_CATALOG`, `LSMLAKE_KAFKA`, `LSMLAKE_COMPACTOR_PORT`,
+        `LSMLAKE_COMPACTOR_HOST`, `LSMLAKE_SPARK_MASTER`, `LSMLAKE_METRICS_PORT`."""
+        env = dict(os.environ if env is None else env)
+        p = argparse.ArgumentParser(prog="compactor-svc", description="lsmlake compactor service (Kafka + Spark)")
+        p.add_argument("--warehouse", default=env.get("LSMLAKE_WAREHOUSE"))
+        p.add_argument("--catalog", default=env.get("LSMLAKE_CATALOG"), help="catalog service host:port")
+        p.add_argument("--kafka", default=env.get("LSMLAKE_KAFKA"), help="Kafka bootstrap host:port")
+        p.add_argument("--port", type=int, default=int(env.get("LSMLAKE_COMPACTOR_PORT", "0")))
+        p.add_argument("--host", default=env.get("LSMLAKE_COMPACTOR_HOST", HOST))
+        p.add_argument("--compactor-id", default=None, help="instance id on the timeline (default: host-random)")
+        p.add_argument("--spark-master", default=env.get("LSMLAKE_SPARK_MASTER", "local[*]"),
+                       help="local[*] (default), local[N], spark://host:port or k8s://https://...")
+        p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                       help="extra Spark configuration (repeatable)")
+        p.add_argument("--full-trigger", default="NONE", choices=STRATEGIES,
+                       help="Hudi-style schedule for full compactions of a bucket (default NONE)")
+        p.add_argument("--full-delta-commits", type=int, default=5)
+        p.add_argument("--full-delta-seconds", type=float, default=3600.0)
+        p.add_argument("--max-plan-bytes", type=int, default=2 << 30, help="IO budget of one plan")
+        p.add_argument("--max-plan-buckets", type=int, default=64)
+        p.add_argument("--reconcile-interval", type=float, default=30.0,
+                       help="seconds between looks at every owned bucket (finds lost events)")
+        p.add_argument("--metrics-port", type=int, default=_int_or_none(env.get("LSMLAKE_METRICS_PORT")))
+        p.add_argument("--grace", type=float, default=30.0)
+        a = p.parse_args(argv)
+        if not (a.warehouse and a.catalog and a.kafka):
+            p.error("--warehouse, --catalog and --kafka are required")
+        conf = []
+        for kv in a.spark_conf:
+            k, sep, v = kv.partition("=")
+            if not sep or not k:
+                p.error(f"--spark-conf {kv!r}: use KEY=VALUE")
+            conf.append((k, v))
+        try:
+            trigger = FullCompactionTrigger(a.full_trigger, a.full_delta_commits, a.full_delta_seconds)
+        except InvalidInputError as e:
+            p.error(str(e))
+        if a.reconcile_interval <= 0 or a.max_plan_bytes <= 0 or a.max_plan_buckets <= 0:
+            p.error("--reconcile-interval, --max-plan-bytes and --max-plan-buckets must be positive")
+        extra = {"compactor_id": a.compactor_id} if a.compactor_id else {}
+        return Settings(warehouse=a.warehouse, catalog=a.catalog, kafka=a.kafka, port=a.port, host=a.host,
+                        spark_master=a.spark_master, spark_conf=tuple(conf), trigger=trigger,
+                        max_plan_bytes=a.max_plan_bytes, max_plan_buckets=a.max_plan_buckets,
+                        reconcile_interval_s=a.reconcile_interval, metrics_port=a.metrics_port, grace_s=a.grace,
+                        **extra)
+
+
+def _int_or_none(text: str | None) -> int | None:
+    return None if text in (None, "") else int(text)
+
+
+class CompactorServer:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.health = health.HealthServicer()
+        self.metrics = CompactorMetrics()
+        self.ownership = Ownership()
+        self.port = 0
+        self.metrics_port: int | None = None
+        self._server: grpc.Server | None = None
+        self._spark: SparkCompactor | None = None
+        self._timeline: TimelineClient | None = None
+        self._scheduler: Scheduler | None = None
+        self._feed: EventFeed | None = None
+        self._metrics_endpoint: MetricsEndpoint | None = None
+
+    def start(self) -> int:
+        s = self.settings
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        self.port = server.add_insecure_port(f"{s.host}:{s.port}")
+        if self.port == 0:
+            raise InvalidInputError(f"cannot listen on {s.host}:{s.port}")
+        self._server = server
+        self._spark = SparkCompactor(s.spark_master, conf=dict(s.spark_conf))
+        self._spark.start()  # warm before the first plan: a cold session costs seconds
+        self._timeline = TimelineClient(s.catalog)
+        self._scheduler = Scheduler(s.warehouse, self._timeline, self._spark, self.ownership, self.metrics,
+                                    s.compactor_id, s.trigger, s.max_plan_bytes, s.max_plan_buckets,
+                                    s.reconcile_interval_s).start()
+        compactor_pb2_grpc.add_CompactorServiceServicer_to_server(
+            CompactorService(s.warehouse, self._scheduler, self.ownership, s.compactor_id), server)
+        if s.metrics_port is not None:
+            self._metrics_endpoint = MetricsEndpoint(self.metrics.registry, s.host, s.metrics_port)
+            self.metrics_port = self._metrics_endpoint.start()
+        server.start()
+        self._feed = EventFeed(s.kafka, self.ownership, self._scheduler, self.metrics).start()
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        return self.port
+
+    def stop(self) -> None:
+        """Graceful shutdown: NOT_SERVING; stop RPCs; leave the consumer group (the buckets move to the other
+        replicas); let the running plan finish and commit; stop Spark; close the catalog channel."""
+        self.health.enter_graceful_shutdown()
+        if self._server is not None:
+            self._server.stop(self.settings.grace_s).wait(self.settings.grace_s + 5)
+        if self._feed is not None:
+            self._feed.stop()
+        if self._scheduler is not None:
+            self._scheduler.stop()
+        if self._spark is not None:
+            self._spark.stop()
+        if self._timeline is not None:
+            self._timeline.close()
+        if self._metrics_endpoint is not None:
+            self._metrics_endpoint.stop()
+
+
+def serve(settings: Settings) -> int:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server = CompactorServer(settings)
+    try:
+        port = server.start()
+    except BaseException:
+        server.stop()
+        raise
+    print(f"compactor_svc {settings.compactor_id} listening on {settings.host}:{port}", flush=True)
+    while not stop.wait(1.0):
+        pass
+    _log.info("shutting down")
+    server.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `compactor-svc` and `python -m lsmlake.compactor_svc`."""
+    configure_logging("compactor_svc")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    return serve(Settings.from_args(argv))
