@@ -527,7 +527,8 @@ def _int_product(ctx: _Ctx, c: _Compact, x: np.ndarray, bits: int) -> np.ndarray
     """Products of int64 values per present group, raising if any running product overflows.
 
     Non-zero integers have |x| >= 1, so the running product only grows in magnitude until the first
-    zero: it overflows somewhere iff the product of the values before the first zero does.
+    zero: it overflows somewhere iff the product of the values before the first zero does, except when
+    that product is the most negative value (see below).
     """
     G = len(c.counts)
     pos = np.arange(len(x))
@@ -561,6 +562,16 @@ def _int_product(ctx: _Ctx, c: _Compact, x: np.ndarray, bits: int) -> np.ndarray
             lr = np.log2(np.abs(wrapped_f))
         bad = (wrapped == 0) | ((wrapped_f < 0) != negative) | (np.abs(lr - log_mag) > 1e-6)
         over |= band & bad
+    # A product that ends at the most negative value can have passed its positive twin on the way (2 * 64 =
+    # 128 overflows TINYINT before * -1 brings it back to -128): such rare groups are replayed step by step.
+    lo, hi = _int_range(bits)
+    for g in np.flatnonzero(has_seg & ~over & (wrapped == lo)):
+        running = 1
+        for v in sx[sg == g].tolist():
+            running *= v
+            if not lo <= running <= hi:
+                over[g] = True
+                break
     if over.any():
         raise ctx.error(f"the running product overflows {ctx.field_type.sql()}")
     p = c.present
