@@ -250,6 +250,16 @@ commit) and reason. The metadata store defaults to the catalog service's SQLite 
 warehouse ($LSMLAKE_METASTORE overrides).
 """
 
+_UP_EPILOG = """\
+examples:
+  lake up --warehouse wh                       # Kafka (embedded), catalog, writer, compactor; Ctrl-C stops
+  lake up --warehouse wh --kafka kafka:9092    # an existing Kafka instead of the embedded broker
+  lake up --warehouse wh --ingest shop.orders:debezium --no-compactor
+
+The endpoints are printed and recorded in WAREHOUSE/.lake/cluster.json; `lake status` and
+`lake down` find them there. Logs go to WAREHOUSE/.lake/logs/.
+"""
+
 _FILES_EPILOG = """\
 examples:
   lake files shop.orders
@@ -505,6 +515,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partition", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
                    help="compact only the partitions where column KEY equals VALUE (repeatable)")
     p.set_defaults(func=cmd_compact)
+
+    p = sub(commands, "up", "start the whole cluster on this machine (foreground; Ctrl-C stops it)", _UP_EPILOG)
+    p.add_argument("--kafka", metavar="HOST:PORT", help="use this Kafka instead of the embedded broker")
+    p.add_argument("--catalog-port", type=int, default=50051, help="default: 50051")
+    p.add_argument("--writer-port", type=int, default=50052, help="default: 50052")
+    p.add_argument("--compactor-port", type=int, default=50053, help="default: 50053")
+    p.add_argument("--no-compactor", action="store_true", help="start no compactor (no Spark)")
+    p.add_argument("--spark-master", default="local[*]", help="default: local[*]")
+    p.add_argument("--commit-interval", type=float, default=1.0, help="writer group-commit interval, seconds")
+    p.add_argument("--ingest", action="append", default=[], metavar="DB.TABLE[:FORMAT]",
+                   help="consume lake.ingest.DB.TABLE (json or debezium) into the table (repeatable)")
+    p.set_defaults(func=cmd_up)
+
+    p = sub(commands, "status", "show the cluster that `lake up` runs on this warehouse", "")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="default: table")
+    p.set_defaults(func=cmd_status)
+
+    p = sub(commands, "down", "stop the cluster that `lake up` runs on this warehouse", "")
+    p.set_defaults(func=cmd_down)
 
     p = sub(commands, "timeline", "list the compaction plans of a table and their states", _TIMELINE_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
@@ -1389,6 +1418,66 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
     numeric = ("id", "schema_id", "time_millis", "total_record_count", "delta_record_count",
                "commit_identifier")
     _print_records(snapshot_records(table), SNAPSHOT_KEYS, args.format, numeric)
+    return 0
+
+
+def _warehouse_dir(args: argparse.Namespace) -> str:
+    warehouse = args.warehouse or os.environ.get(ENV_WAREHOUSE) or ""
+    if not warehouse.strip():
+        raise UsageError(f"no warehouse: pass --warehouse DIR or set ${ENV_WAREHOUSE}")
+    if "://" in warehouse and not warehouse.startswith("file://"):
+        raise UsageError("lake up runs on a local warehouse folder; deploy with the Helm chart for object storage")
+    return os.path.expanduser(warehouse.removeprefix("file://"))
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from .cluster import Cluster, check_ports
+
+    ports = check_ports({"catalog": args.catalog_port, "writer": args.writer_port,
+                         "compactor": args.compactor_port})
+    cluster = Cluster(_warehouse_dir(args), kafka=args.kafka, ports=ports, compactor=not args.no_compactor,
+                      spark_master=args.spark_master, commit_interval_s=args.commit_interval, ingest=args.ingest)
+    sys.stderr.write("starting Kafka, catalog, writer" + (", compactor" if not args.no_compactor else "") + " ...\n")
+    state = cluster.start()
+    _out(f"kafka      {state.kafka}" + ("  (embedded Tansu broker)" if state.embedded_kafka else ""))
+    _out(f"catalog    {state.catalog}")
+    _out(f"writer     {state.writer}")
+    if state.compactor:
+        _out(f"compactor  {state.compactor}")
+    _out(f"logs       {state.logs}")
+    _out("cluster is up; Ctrl-C (or `lake down`) stops it")
+    sys.stdout.flush()
+    died = cluster.wait()
+    if died:
+        sys.stderr.write(f"the {died} stopped unexpectedly; stopping the cluster (see {state.logs})\n")
+    codes = cluster.stop()
+    failed = [f"{n} exited with {c}" for n, c in codes if c not in (0, None)]
+    if failed:
+        sys.stderr.write("; ".join(failed) + "\n")
+    _out("cluster stopped")
+    return 1 if died or failed else 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .cluster import status
+
+    info = status(_warehouse_dir(args))
+    if args.format == "json":
+        _out(json.dumps(info))
+    else:
+        _out(f"lake up    pid {info['pid']} ({'running' if info['running'] else 'gone'})")
+        _out(f"kafka      {info['kafka']}" + ("  (embedded)" if info["embedded_kafka"] else ""))
+        for name, s in info["services"].items():
+            _out(f"{name:10s} {s['endpoint']}  {'SERVING' if s['serving'] else 'NOT SERVING'}")
+    ok = info["running"] and all(s["serving"] for s in info["services"].values())
+    return 0 if ok else 1
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from .cluster import down
+
+    down(_warehouse_dir(args))
+    _out("cluster stopped")
     return 0
 
 
