@@ -205,3 +205,21 @@ def test_metrics_and_graceful_shutdown_answers_every_request(tmp_path: Path) -> 
         for ids in acked:  # every acknowledged write is in the table
             assert set(ids) <= table_ids
         assert all(c in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) for c in failed), failed
+
+
+def test_writes_follow_an_alter_and_empty_writes_answer(cluster: Cluster) -> None:
+    from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
+
+    ident = cluster.catalog.create_table("db", "alt", [("id", "BIGINT NOT NULL"), ("v", "STRING")], ["id"],
+                                         {"bucket": "1"})
+    empty = cluster.stub.Write(write_requests(ident, pa.table({"id": pa.array([], pa.int64())})), timeout=TIMEOUT_S)
+    assert (empty.snapshot_id, empty.rows_written) == (0, 0)
+    cluster.stub.Write(write_requests(ident, pa.table({"id": pa.array([1], pa.int64()), "v": ["a"]})),
+                       timeout=TIMEOUT_S)
+    cluster.catalog.stub.AlterTable(catalog_pb2.AlterTableRequest(table=ident, changes=[
+        catalog_pb2.SchemaChange(add_column=catalog_pb2.AddColumn(name="n", type="INT")),
+        catalog_pb2.SchemaChange(rename_column=catalog_pb2.RenameColumn(old_name="v", new_name="label"))]),
+        timeout=TIMEOUT_S)
+    cluster.stub.Write(write_requests(ident, pa.table({"id": pa.array([2], pa.int64()), "label": ["b"],
+                                                       "n": pa.array([7], pa.int32())})), timeout=TIMEOUT_S)
+    assert cluster.rows(ident) == [{"id": 1, "label": "a", "n": None}, {"id": 2, "label": "b", "n": 7}]

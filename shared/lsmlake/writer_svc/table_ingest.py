@@ -67,7 +67,7 @@ class TableIngest:
         self._spill_root = spill_root
         self._write = BufferedTableWrite(table, spill_root=spill_root)
         self._lock = threading.Lock()  # buffers and the current group
-        self._commit_lock = threading.Lock()  # one commit of this table at a time, in order
+        self._commit_lock = threading.RLock()  # one commit of this table at a time, in order
         self._group = Group()
         self._identifier = 0
         self._runs: dict[tuple[bytes, int], int] = {}  # committed sorted runs per bucket
@@ -85,6 +85,8 @@ class TableIngest:
 
         Waits, until `deadline` (monotonic), while a bucket the rows go to has too many sorted runs.
         """
+        if self.table.io.exists(self.table.schemas.path(self.table.schema.id + 1)):
+            self._adopt_new_schema()
         with self._lock:
             self._writing += 1
         idle = False
@@ -126,6 +128,22 @@ class TableIngest:
             self.on_idle()
         self.metrics.observe_buffer(self.table_id, stats)
         return group
+
+    def _adopt_new_schema(self) -> None:
+        """The table was altered: commit what was buffered under the old schema, then write with the new one."""
+        with self._commit_lock:
+            if not self.table.io.exists(self.table.schemas.path(self.table.schema.id + 1)):
+                return  # another write switched already
+            try:
+                self.commit()
+            finally:
+                with self._lock:
+                    self.table.refresh_schema()
+                    self._write.close()
+                    self._write = BufferedTableWrite(self.table, spill_root=self._spill_root)
+                    self._stall_applies = self.table.schema.is_primary_key_table
+                    self._stop_trigger = self.table.options.stop_trigger()
+            _log.info("table %s: writing with schema %d", self.table_id, self.table.schema.id)
 
     def pending_since(self) -> float | None:
         """When the oldest uncommitted write arrived (monotonic), or None when nothing waits."""
@@ -179,7 +197,7 @@ class TableIngest:
             with self._lock:
                 group, self._group = self._group, Group()
                 if group.rows == 0 and not properties:
-                    group.snapshot_id = None
+                    group.snapshot_id = self.table.snapshots.latest_id() or 0  # an empty write is trivially durable
                     group.done.set()
                     return None
                 try:
