@@ -1,0 +1,248 @@
+{{/* Names, labels and the pieces that all three components share. */}}
+
+{{- define "lsmlake.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* "<release>-lsmlake", or the release name alone when it already contains the chart name.
+Kept to 40 characters so that "<fullname>-compactor-driver" fits a 63-character DNS label. */}}
+{{- define "lsmlake.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "lsmlake.name" . -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "lsmlake.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Selector labels of one component; call with (dict "root" $ "component" "catalog"). */}}
+{{- define "lsmlake.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "lsmlake.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* All labels of one component's objects; same argument as lsmlake.selectorLabels. */}}
+{{- define "lsmlake.labels" -}}
+helm.sh/chart: {{ include "lsmlake.chart" .root }}
+{{ include "lsmlake.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: lsmlake
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+{{- end -}}
+
+{{/* Name of one component's objects: "<fullname>-<component>". */}}
+{{- define "lsmlake.componentName" -}}
+{{- printf "%s-%s" (include "lsmlake.fullname" .root) .component -}}
+{{- end -}}
+
+{{- define "lsmlake.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "lsmlake.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "lsmlake.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The compactors' own account: it may manage Spark executor pods (Role in compactor-rbac.yaml). */}}
+{{- define "lsmlake.compactorServiceAccountName" -}}
+{{- include "lsmlake.componentName" (dict "root" . "component" "compactor") -}}
+{{- end -}}
+
+{{/* host:port of the catalog Service, for the writers' and compactors' --catalog. */}}
+{{- define "lsmlake.catalogAddress" -}}
+{{- printf "%s:%d" (include "lsmlake.componentName" (dict "root" . "component" "catalog")) (int .Values.catalog.port) -}}
+{{- end -}}
+
+{{/* Secret holding the PostgreSQL metastore URL, and its key. */}}
+{{- define "lsmlake.metastoreSecretName" -}}
+{{- default (printf "%s-metastore" (include "lsmlake.fullname" .)) .Values.catalog.metastore.postgresql.existingSecret -}}
+{{- end -}}
+
+{{/* Secret holding the S3 access keys; empty when the pods get none from a Secret. */}}
+{{- define "lsmlake.s3SecretName" -}}
+{{- $c := .Values.warehouse.s3.credentials -}}
+{{- if $c.existingSecret -}}
+{{- $c.existingSecret -}}
+{{- else if $c.accessKeyId -}}
+{{- printf "%s-s3" (include "lsmlake.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Environment of every lsmlake container: logging, S3 settings and keys, extraEnv. */}}
+{{- define "lsmlake.commonEnv" -}}
+- name: LSMLAKE_LOG_FORMAT
+  value: {{ .Values.logging.format | quote }}
+- name: LSMLAKE_LOG_LEVEL
+  value: {{ .Values.logging.level | quote }}
+{{- with .Values.warehouse.s3.region }}
+- name: AWS_DEFAULT_REGION
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.warehouse.s3.endpoint }}
+- name: AWS_ENDPOINT_URL
+  value: {{ . | quote }}
+{{- end }}
+{{- with include "lsmlake.s3SecretName" . }}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.warehouse.s3.credentials.accessKeyIdKey }}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.warehouse.s3.credentials.secretAccessKeyKey }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod annotations: Prometheus scraping of the component's metrics port, then the component's own.
+Call with (dict "root" $ "port" N "extra" map). */}}
+{{- define "lsmlake.podAnnotations" -}}
+{{- if .root.Values.metrics.enabled }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .port | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+{{- with .extra }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The gRPC probes of a container listening on port N; call with (dict "root" $ "port" N). */}}
+{{- define "lsmlake.grpcProbes" -}}
+{{- $p := .root.Values.probes -}}
+startupProbe:
+  grpc:
+    port: {{ .port }}
+  periodSeconds: {{ $p.startup.periodSeconds }}
+  failureThreshold: {{ $p.startup.failureThreshold }}
+livenessProbe:
+  grpc:
+    port: {{ .port }}
+  periodSeconds: {{ $p.liveness.periodSeconds }}
+  timeoutSeconds: {{ $p.liveness.timeoutSeconds }}
+  failureThreshold: {{ $p.liveness.failureThreshold }}
+readinessProbe:
+  grpc:
+    port: {{ .port }}
+  periodSeconds: {{ $p.readiness.periodSeconds }}
+  timeoutSeconds: {{ $p.readiness.timeoutSeconds }}
+  failureThreshold: {{ $p.readiness.failureThreshold }}
+{{- end -}}
+
+{{/* Container ports: grpc and, with metrics on, metrics; call with (dict "root" $ "port" N "metricsPort" M). */}}
+{{- define "lsmlake.containerPorts" -}}
+- name: grpc
+  containerPort: {{ .port }}
+  protocol: TCP
+{{- if .root.Values.metrics.enabled }}
+- name: metrics
+  containerPort: {{ .metricsPort }}
+  protocol: TCP
+{{- end }}
+{{- end -}}
+
+{{/* Flags every service gets: listen address, gRPC port and metrics port. */}}
+{{- define "lsmlake.listenArgs" -}}
+- --host=0.0.0.0
+- --port={{ .port }}
+{{- if .root.Values.metrics.enabled }}
+- --metrics-port={{ .metricsPort }}
+{{- end }}
+{{- end -}}
+
+{{/* Volumes of every pod: /tmp, and the warehouse claim of a file:// warehouse. */}}
+{{- define "lsmlake.commonVolumes" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .Values.tmpSizeLimit }}
+{{- with .Values.warehouse.persistence.existingClaim }}
+- name: warehouse
+  persistentVolumeClaim:
+    claimName: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{- define "lsmlake.commonVolumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+{{- if .Values.warehouse.persistence.existingClaim }}
+- name: warehouse
+  mountPath: {{ .Values.warehouse.persistence.mountPath }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod-level settings every component shares: account, pull secrets, security, scheduling.
+Call with (dict "root" $ "values" .Values.<component> "serviceAccount" NAME "automount" BOOL). */}}
+{{- define "lsmlake.podSpecCommon" -}}
+serviceAccountName: {{ .serviceAccount }}
+automountServiceAccountToken: {{ .automount }}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .root.Values.podSecurityContext | nindent 2 }}
+terminationGracePeriodSeconds: {{ .values.terminationGracePeriodSeconds }}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Checks of values that would otherwise fail only at run time. */}}
+{{- define "lsmlake.validate" -}}
+{{- $m := .Values.catalog.metastore -}}
+{{- if not (has $m.type (list "sqlite" "postgresql")) -}}
+{{- fail "catalog.metastore.type must be sqlite or postgresql" -}}
+{{- end -}}
+{{- if and (eq $m.type "sqlite") (gt (int .Values.catalog.replicas) 1) -}}
+{{- fail "catalog.replicas > 1 needs catalog.metastore.type=postgresql (SQLite serves one replica)" -}}
+{{- end -}}
+{{- if and (eq $m.type "postgresql") (not $m.postgresql.existingSecret) (not $m.postgresql.url) -}}
+{{- fail "catalog.metastore.postgresql: set existingSecret or url" -}}
+{{- end -}}
+{{- if not .Values.warehouse.uri -}}
+{{- fail "warehouse.uri is required" -}}
+{{- end -}}
+{{- if not .Values.kafka.bootstrap -}}
+{{- fail "kafka.bootstrap is required (the compactors and --ingest need it)" -}}
+{{- end -}}
+{{- if not (has .Values.compactor.spark.mode (list "local" "kubernetes")) -}}
+{{- fail "compactor.spark.mode must be local or kubernetes" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* imagePullSecrets as a comma-separated list of names, for spark.kubernetes.container.image.pullSecrets. */}}
+{{- define "lsmlake.pullSecretNames" -}}
+{{- $names := list -}}
+{{- range .Values.imagePullSecrets -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- join "," $names -}}
+{{- end -}}
