@@ -128,8 +128,9 @@ def test_buffered_writes_match_the_model_and_a_direct_write(tmp_path, engine, st
     assert _read(t, first_row) == _read(direct, first_row) == model(history)
     if engine in EXACT_MAX_SEQUENCE:
         assert _max_seq(t) == _max_seq(direct)  # the same sequence numbers, whatever the commits
-    if len(history) > 40:
-        assert spills > 0
+    # whether these rows spilled depends on their size; test_spills_happen_and_runs_are_merged_at_the_fan_in
+    # proves spilling deterministically
+    _ = spills
 
 
 def test_spills_happen_and_runs_are_merged_at_the_fan_in(tmp_path) -> None:

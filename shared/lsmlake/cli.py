@@ -19,6 +19,7 @@ import argparse
 import base64
 import binascii
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import IO, Any, NoReturn
 
 import pyarrow as pa
@@ -250,6 +252,16 @@ commit) and reason. The metadata store defaults to the catalog service's SQLite 
 warehouse ($LSMLAKE_METASTORE overrides).
 """
 
+_PRODUCE_EPILOG = """\
+examples:
+  lake produce shop.orders rows.jsonl                      # {"id": 1, "v": "a"} per line, optional _row_kind
+  lake produce shop.orders changes.jsonl --format debezium # Debezium envelopes, with or without schema
+
+Sends each line as one message to lake.ingest.DB.TABLE, keyed by the row's primary key so that the
+changes of a key stay in order; the writer service ingests the topic exactly once when it was started
+with --ingest DB.TABLE[:FORMAT]. Needs a cluster (`lake up`) or --kafka-bootstrap HOST:PORT.
+"""
+
 _UP_EPILOG = """\
 examples:
   lake up --warehouse wh                       # Kafka (embedded), catalog, writer, compactor; Ctrl-C stops
@@ -402,6 +414,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} (lsmlake) {_version()}")
     parser.add_argument("--warehouse", metavar="DIR", default=None,
                         help=f"the warehouse folder or URI (default: ${ENV_WAREHOUSE})")
+    for name, env in (("catalog", "LAKE_CATALOG"), ("writer", "LAKE_WRITER"), ("compactor", "LAKE_COMPACTOR"),
+                      ("kafka", "LAKE_KAFKA")):
+        parser.add_argument(f"--{name}-service" if name != "kafka" else "--kafka-bootstrap", dest=f"{name}_target",
+                            metavar="HOST:PORT", default=os.environ.get(env),
+                            help=f"the {name} {'service' if name != 'kafka' else 'bootstrap'} (default: ${env}, "
+                                 "else the cluster `lake up` runs on the warehouse)")
     # Every command also accepts --warehouse after its name.
     common = _Parser(add_help=False, allow_abbrev=False)
     common.add_argument("--warehouse", metavar="DIR", default=argparse.SUPPRESS,
@@ -516,6 +534,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compact only the partitions where column KEY equals VALUE (repeatable)")
     p.set_defaults(func=cmd_compact)
 
+    p = sub(commands, "produce", "send rows or change events to a table's Kafka ingest topic", _PRODUCE_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("files", nargs="+", metavar="FILE", help="JSON lines: one message per line ('-' for stdin)")
+    p.add_argument("--format", choices=("json", "debezium"), default="json",
+                   help="what the lines are: plain JSON rows (default) or Debezium change events")
+    p.set_defaults(func=cmd_produce)
+
+    p = sub(commands, "expire", "expire old snapshots of a table (and the files only they use)", "")
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--retain-max", type=_non_negative, metavar="N", help="keep at most N snapshots")
+    p.add_argument("--retain-min", type=_non_negative, metavar="N", help="keep at least N snapshots")
+    p.add_argument("--older-than-ms", type=_non_negative, metavar="MS",
+                   help="expire snapshots older than this (within the two limits)")
+    p.set_defaults(func=cmd_expire)
+
     p = sub(commands, "up", "start the whole cluster on this machine (foreground; Ctrl-C stops it)", _UP_EPILOG)
     p.add_argument("--kafka", metavar="HOST:PORT", help="use this Kafka instead of the embedded broker")
     p.add_argument("--catalog-port", type=int, default=50051, help="default: 50051")
@@ -611,6 +644,38 @@ def _catalog(args: argparse.Namespace) -> FileSystemCatalog:
     return FileSystemCatalog(warehouse)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Services:
+    catalog: str
+    writer: str | None
+    compactor: str | None
+    kafka: str | None
+
+
+def _services(args: argparse.Namespace) -> _Services | None:
+    """The cluster to talk to: the `--*-service` flags, else the one `lake up` runs on the warehouse, else None
+    (then the command works on the warehouse folder directly)."""
+    catalog = getattr(args, "catalog_target", None)
+    if catalog:
+        return _Services(catalog, getattr(args, "writer_target", None), getattr(args, "compactor_target", None),
+                         getattr(args, "kafka_target", None))
+    from .cluster import find_endpoints
+
+    state = find_endpoints(args.warehouse or os.environ.get(ENV_WAREHOUSE))
+    if state is None:
+        return None
+    return _Services(state.catalog, getattr(args, "writer_target", None) or state.writer,
+                     getattr(args, "compactor_target", None) or state.compactor,
+                     getattr(args, "kafka_target", None) or state.kafka)
+
+
+def _client(services: _Services, args: argparse.Namespace) -> Any:
+    from .client import Client
+
+    warehouse = args.warehouse or os.environ.get(ENV_WAREHOUSE) or None
+    return Client(services.catalog, writer=services.writer, compactor=services.compactor, warehouse=warehouse)
+
+
 def _out(text: str = "") -> None:
     sys.stdout.write(text + "\n")
 
@@ -632,8 +697,14 @@ def cmd_table_create(args: argparse.Namespace) -> int:
         _out(f"table {args.table} already exists")
         return 0
     catalog.create_database(db, ignore_if_exists=True)
-    catalog.create_table(args.table, fields, partition_keys, primary_keys, options, args.comment,
-                         ignore_if_exists=args.if_not_exists)
+    services = _services(args)
+    if services is not None:  # through the catalog service
+        with _client(services, args) as client:
+            client.create_table(args.table, args.schema, primary_keys, partition_keys, options,
+                                ignore_if_exists=args.if_not_exists)
+    else:
+        catalog.create_table(args.table, fields, partition_keys, primary_keys, options, args.comment,
+                             ignore_if_exists=args.if_not_exists)
     _out(f"created table {args.table}")
     return 0
 
@@ -693,12 +764,47 @@ def cmd_table_describe(args: argparse.Namespace) -> int:
 def cmd_table_alter(args: argparse.Namespace) -> int:
     if not args.changes:
         raise UsageError("nothing to alter: give --add-column, --rename-column, --set or --remove")
+    services = _services(args)
+    if services is not None:
+        from .proto_gen.lsmlake.v1 import catalog_pb2
+        from .schema_change import AddColumn, RemoveOption, RenameColumn, SetOption
+
+        C = catalog_pb2.SchemaChange
+        proto = []
+        for c in args.changes:
+            if isinstance(c, AddColumn):
+                add = catalog_pb2.AddColumn(name=c.name, type=c.type_text, comment=c.comment or "")
+                proto.append(C(add_column=add))
+            elif isinstance(c, RenameColumn):
+                proto.append(C(rename_column=catalog_pb2.RenameColumn(old_name=c.old_name, new_name=c.new_name)))
+            elif isinstance(c, SetOption):
+                proto.append(C(set_option=catalog_pb2.SetOption(key=c.key, value=c.value)))
+            elif isinstance(c, RemoveOption):
+                proto.append(C(remove_option=catalog_pb2.RemoveOption(key=c.key)))
+        with _client(services, args) as client:
+            import grpc
+
+            from .client import _ident, lake_error
+
+            try:
+                reply = client._catalog.AlterTable(catalog_pb2.AlterTableRequest(table=_ident(args.table),
+                                                                                 changes=proto), timeout=60)
+            except grpc.RpcError as e:
+                raise lake_error(e) from None
+        _out(f"altered table {args.table} (schema {reply.table.schema_id})")
+        return 0
     table = _catalog(args).alter_table(args.table, args.changes)
     _out(f"altered table {args.table} (schema {table.schema.id})")
     return 0
 
 
 def cmd_table_drop(args: argparse.Namespace) -> int:
+    services = _services(args)
+    if services is not None:
+        with _client(services, args) as client:
+            dropped = client.drop_table(args.table, ignore_if_not_exists=args.if_exists)
+        _out(f"dropped table {args.table}" if dropped else f"table {args.table} does not exist")
+        return 0
     catalog = _catalog(args)
     try:
         catalog.drop_table(args.table)
@@ -1151,6 +1257,13 @@ def cmd_write(args: argparse.Namespace) -> int:
     if not batches:
         _out(f"wrote 0 rows from {files_text} to {args.table}: nothing to commit")
         return 0
+    services = _services(args)
+    if services is not None and services.writer:
+        with _client(services, args) as client:
+            reply = client.write(args.table, pa.concat_tables(batches, promote_options="default"), row_kind_column=None)
+        _out(f"wrote {total:,} rows from {files_text} to {args.table} through the writer service: "
+             f"snapshot {reply.snapshot_id}")
+        return 0
     result = table.write_arrow(batches)
     if result is None:
         _out(f"wrote 0 rows from {files_text} to {args.table}: nothing to commit")
@@ -1481,6 +1594,69 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def _message_key(doc: Any, keys: Sequence[str], debezium: bool) -> bytes | None:
+    if not isinstance(doc, dict):
+        return None
+    if debezium:
+        doc = doc.get("payload", doc) if isinstance(doc.get("payload"), dict) else doc
+        doc = doc.get("after") or doc.get("before") or {}
+        if not isinstance(doc, dict):
+            return None
+    values = [doc.get(k) for k in keys]
+    return None if any(v is None for v in values) else json.dumps(values).encode()
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from .kafka.client import producer
+    from .writer_svc.kafka_ingest import TOPIC_PREFIX
+
+    services = _services(args)
+    bootstrap = getattr(args, "kafka_target", None) or (services.kafka if services else None)
+    if not bootstrap:
+        raise UsageError("no Kafka: start a cluster with `lake up` or pass --kafka-bootstrap HOST:PORT")
+    keys = list(_catalog(args).get_table(args.table).schema.primary_keys)
+    if args.files.count("-") > 1:
+        raise UsageError("stdin ('-') can be read only once")
+    lines: list[bytes] = []
+    for f in args.files:
+        data = sys.stdin.buffer.read() if f == "-" else Path(f).read_bytes()
+        lines += [ln for ln in data.splitlines() if ln.strip()]
+    topic = TOPIC_PREFIX + args.table
+    p = producer(bootstrap, linger_ms=20)
+    try:
+        futures = []
+        for ln in lines:
+            try:
+                doc = json.loads(ln)
+            except ValueError:
+                doc = None  # sent as it is: the writer dead-letters it with the reason
+            futures.append(p.send(topic, key=_message_key(doc, keys, args.format == "debezium"), value=ln))
+        p.flush(timeout=120)
+        for fut in futures:
+            fut.get(timeout=60)
+    finally:
+        p.close(timeout=10)
+    _out(f"sent {len(lines):,} message(s) to {topic}")
+    return 0
+
+
+def cmd_expire(args: argparse.Namespace) -> int:
+    services = _services(args)
+    if services is not None:
+        with _client(services, args) as client:
+            r = client.expire(args.table, retain_min=args.retain_min, retain_max=args.retain_max,
+                              older_than_ms=args.older_than_ms)
+        expired = list(r.expired_snapshot_ids)
+    else:
+        from .expire import expire_snapshots
+
+        res = expire_snapshots(_catalog(args).get_table(args.table), retain_min=args.retain_min,
+                               retain_max=args.retain_max, time_retained_ms=args.older_than_ms)
+        expired = list(res.expired_snapshots)
+    _out(f"expired {len(expired)} snapshot(s) of {args.table}" + (f": {expired}" if expired else ""))
+    return 0
+
+
 TIMELINE_KEYS = ("plan_id", "state", "buckets", "files", "output_level", "owner", "attempts", "age", "running",
                  "snapshot", "reason")
 
@@ -1638,6 +1814,15 @@ def _plural(n: int, word: str) -> str:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
+    services = _services(args)
+    if services is not None and services.compactor:
+        with _client(services, args) as client:
+            r = client.compact(args.table, full=args.full, wait=True, partition=dict(args.partition) or None)
+        where = f" ({r.buckets_elsewhere} bucket(s) belong to other compactor replicas)" if r.buckets_elsewhere else ""
+        snaps = ", ".join(map(str, r.snapshot_ids)) or "none needed"
+        _out(f"compacted {args.table} through the compactor service: {r.buckets_queued} bucket(s) looked at, "
+             f"snapshot(s) {snaps}{where}")
+        return 0
     table = _catalog(args).get_table(args.table)
     partition = partition_filter(table, args.partition)
     result = compact_table(table, full=args.full, partition=partition)

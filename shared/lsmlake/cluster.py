@@ -78,7 +78,11 @@ class ClusterState:
             return False
         except PermissionError:
             return True
-        return True
+        try:  # an exited process its parent has not reaped yet still answers signal 0
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+            return stat.rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return True
 
 
 def _serving(target: str, timeout_s: float = 1.0) -> bool:

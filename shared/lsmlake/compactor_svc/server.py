@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from concurrent import futures
@@ -122,6 +123,10 @@ class CompactorServer:
 
     def start(self) -> int:
         s = self.settings
+        # Spark first: its JVM is started by fork+exec, which is best done before gRPC has threads of its own;
+        # warm before the first plan, since a cold session costs seconds
+        self._spark = SparkCompactor(s.spark_master, conf=dict(s.spark_conf))
+        self._start_spark()
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         for name in ("", SERVICE_NAME):
@@ -131,8 +136,6 @@ class CompactorServer:
         if self.port == 0:
             raise InvalidInputError(f"cannot listen on {s.host}:{s.port}")
         self._server = server
-        self._spark = SparkCompactor(s.spark_master, conf=dict(s.spark_conf))
-        self._spark.start()  # warm before the first plan: a cold session costs seconds
         self._timeline = TimelineClient(s.catalog)
         self._scheduler = Scheduler(s.warehouse, self._timeline, self._spark, self.ownership, self.metrics,
                                     s.compactor_id, s.trigger, s.max_plan_bytes, s.max_plan_buckets,
@@ -147,6 +150,19 @@ class CompactorServer:
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return self.port
+
+    def _start_spark(self, attempts: int = 3) -> None:
+        """Start the SparkSession, again after a failed JVM launch (seen on a loaded machine)."""
+        assert self._spark is not None
+        for attempt in range(1, attempts + 1):
+            try:
+                self._spark.start()
+                return
+            except Exception as e:
+                if attempt == attempts:
+                    raise
+                _log.warning("Spark did not start (%s); trying again", e)
+                time.sleep(2.0 * attempt)
 
     def stop(self) -> None:
         """Graceful shutdown: NOT_SERVING; stop RPCs; leave the consumer group (the buckets move to the other
