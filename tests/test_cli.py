@@ -702,3 +702,13 @@ def test_delete_command_and_deletion_counts_in_files(lake: Lake, tmp_path: Path)
     assert "nothing deleted" in lake.ok("delete", "shop.log", "--where", "id=2")
     assert "not a DATE" in lake.fails("delete", "shop.log", "--where", "day=someday")
     assert "unknown column" in lake.fails("delete", "shop.log", "--where", "nope=1")
+
+
+def test_progress_is_shown_on_a_terminal_only(capsys: pytest.CaptureFixture[str]) -> None:
+    p = cli._Progress("writing db.t", 200)
+    assert not p.enabled  # stderr is not a terminal under pytest
+    p.enabled = True
+    for t in cli._with_progress([pa.table({"x": list(range(100))})] * 2, p):
+        assert t.num_rows == 100
+    err = capsys.readouterr().err
+    assert "writing db.t [" in err and "/200 rows" in err and err.endswith("\r")

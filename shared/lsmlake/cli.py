@@ -26,6 +26,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -1259,8 +1260,16 @@ def cmd_write(args: argparse.Namespace) -> int:
         return 0
     services = _services(args)
     if services is not None and services.writer:
+        data = pa.concat_tables(batches, promote_options="default")
+        progress = _Progress(f"writing {args.table}", data.num_rows)
+        step = 100_000
         with _client(services, args) as client:
-            reply = client.write(args.table, pa.concat_tables(batches, promote_options="default"), row_kind_column=None)
+            try:
+                for lo in range(0, data.num_rows, step):  # acknowledged part by part, so the bar means committed
+                    reply = client.write(args.table, data.slice(lo, step), commit_now=True)
+                    progress.add(min(step, data.num_rows - lo))
+            finally:
+                progress.close()
         _out(f"wrote {total:,} rows from {files_text} to {args.table} through the writer service: "
              f"snapshot {reply.snapshot_id}")
         return 0
@@ -1433,6 +1442,44 @@ def _output_file(path: str, binary: bool) -> Iterator[IO[Any]]:
         raise
 
 
+class _Progress:
+    """A one-line progress display on stderr, only when stderr is a terminal (pipes and logs stay clean)."""
+
+    def __init__(self, what: str, total: int | None) -> None:
+        self.what = what
+        self.total = total
+        self.done = 0
+        self.enabled = sys.stderr.isatty() and os.environ.get("LAKE_NO_PROGRESS") is None
+        self._last = 0.0
+
+    def add(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.enabled and now - self._last >= 0.1:
+            self._last = now
+            if self.total:
+                frac = min(1.0, self.done / self.total)
+                bar = "#" * int(frac * 30)
+                sys.stderr.write(f"\r{self.what} [{bar:<30}] {self.done:,}/{self.total:,} rows")
+            else:
+                sys.stderr.write(f"\r{self.what} {self.done:,} rows")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\r" + " " * 78 + "\r")
+            sys.stderr.flush()
+
+
+def _with_progress(tables: Iterable[pa.Table], progress: _Progress) -> Iterator[pa.Table]:
+    try:
+        for t in tables:
+            progress.add(t.num_rows)
+            yield t
+    finally:
+        progress.close()
+
+
 def _limited(tables: Iterable[pa.Table], limit: int | None) -> Iterator[pa.Table]:
     if limit is None:
         yield from tables
@@ -1509,7 +1556,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
     out_schema = pa.schema([schema.arrow_schema.field(n) for n in names])
     snapshot = table.require_snapshot(args.snapshot) if args.snapshot is not None else table.latest_snapshot()
     splits = table.new_scan(None, snapshot).plan() if snapshot is not None else []
-    tables = _limited(table.new_read(projection).read_batches(splits), args.limit)
+    total = sum(sp.row_count for sp in splits) if args.limit is None else args.limit
+    tables = _with_progress(_limited(table.new_read(projection).read_batches(splits), args.limit),
+                            _Progress(f"scanning {args.table}", total or None))
     if args.output:
         with _output_file(args.output, binary=args.format == "parquet") as f:
             _write_rows(tables, out_schema, args.format, f)
