@@ -78,7 +78,11 @@ class MergeTreeCompactRewriter:
         before = [f for section in sections for r in section for f in r.files]
         if not before:
             return CompactResult()
-        merged = []
+        # Memory stays bounded by one section plus about one output file: merged sections are written out
+        # in whole target-size files as soon as that much is pending, the remainder waits for the next one.
+        pending: list[pa.Table] = []
+        pending_bytes = 0
+        after: list[DataFileMeta] = []
         changes = []
         for section in sections:
             rows = self.read_section(section, with_level=full_changelog_level is not None)
@@ -90,13 +94,33 @@ class MergeTreeCompactRewriter:
                 changes.append(changelog.diff(old, out, self.schema.primary_keys, self._value_fields))
             else:
                 out = self.merge(rows, drop_delete)
-            merged.append(out)
-        rows = pa.concat_tables(merged) if len(merged) > 1 else merged[0]
+            del rows
+            if out.num_rows:
+                pending.append(out)
+                pending_bytes += out.nbytes
+            if pending_bytes >= 2 * self.writer.target_size:
+                pending, pending_bytes = self._write_whole_files(pending, output_level, after)
+        if pending:
+            self._write_rows(pa.concat_tables(pending), output_level, after)
+        return CompactResult(before=before, after=after, changelog=self.write_changelog(changes))
+
+    def _write_rows(self, rows: pa.Table, output_level: int, after: list[DataFileMeta]) -> None:
         seq = rows.column(SEQUENCE_NUMBER).to_numpy()
         kinds = rows.column(VALUE_KIND).to_numpy().astype(np.int8)
-        after = self.writer.write(self.bucket_dir, rows.select(self.schema.field_names), seq, kinds,
-                                  level=output_level, file_source=FILE_SOURCE_COMPACT, prefix=self.file_prefix)
-        return CompactResult(before=before, after=after, changelog=self.write_changelog(changes))
+        after.extend(self.writer.write(self.bucket_dir, rows.select(self.schema.field_names), seq, kinds,
+                                       level=output_level, file_source=FILE_SOURCE_COMPACT, prefix=self.file_prefix))
+
+    def _write_whole_files(self, pending: list[pa.Table], output_level: int,
+                           after: list[DataFileMeta]) -> tuple[list[pa.Table], int]:
+        """Write the pending rows that fill whole target-size files; the rest stays pending."""
+        rows = pa.concat_tables(pending)
+        per_file = max(1, int(self.writer.target_size // max(1, rows.nbytes // max(1, rows.num_rows))))
+        whole = rows.num_rows // per_file * per_file
+        if whole == 0:
+            return [rows], rows.nbytes
+        self._write_rows(rows.slice(0, whole), output_level, after)
+        rest = rows.slice(whole)
+        return ([rest], rest.nbytes) if rest.num_rows else ([], 0)
 
     def write_changelog(self, parts: Sequence[pa.Table]) -> list[DataFileMeta]:
         parts = [p for p in parts if p.num_rows]
