@@ -17,13 +17,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pyarrow as pa
 import pytest
 from lsmlake.catalog import FileSystemCatalog
 from lsmlake.kafka.broker import EmbeddedBroker
-from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2, compactor_pb2, \
-    compactor_pb2_grpc, writer_pb2_grpc
+from lsmlake.proto_gen.lsmlake.v1 import (
+    catalog_pb2,
+    catalog_pb2_grpc,
+    common_pb2,
+    compactor_pb2,
+    compactor_pb2_grpc,
+    writer_pb2_grpc,
+)
 
 from ..test_interop_pypaimon import pypaimon_read
 from ..writer_svc import procs

@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pyarrow as pa
 import pytest
 from lsmlake.catalog import FileSystemCatalog
