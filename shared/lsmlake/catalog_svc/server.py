@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
-import threading
 from collections.abc import Sequence
 from concurrent import futures
 from dataclasses import dataclass
@@ -18,7 +16,7 @@ from grpc_reflection.v1alpha import reflection
 from ..catalog import FileSystemCatalog
 from ..errors import InvalidInputError
 from ..metastore import MetaStore, open_store
-from ..observability import MetricsEndpoint, configure_logging
+from ..observability import MetricsEndpoint, configure_logging, run_until_signal
 from ..proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc
 from .maintenance import Maintenance, reconcile_all
 from .metrics import CatalogMetrics
@@ -180,23 +178,7 @@ class CatalogServer:
 
 def serve(settings: Settings) -> int:
     """Run until SIGTERM or SIGINT, then shut down gracefully; the exit code."""
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    server = CatalogServer(settings)
-    try:
-        port = server.start()
-    except BaseException:
-        server.stop()
-        raise
-    print(f"catalog_svc listening on {settings.host}:{port}", flush=True)
-    if server.metrics_port is not None:
-        print(f"catalog_svc metrics on http://{settings.host}:{server.metrics_port}/metrics", flush=True)
-    while not stop.wait(1.0):  # bounded waits keep the main thread responsive to signals
-        pass
-    _log.info("shutting down")
-    server.stop()
-    return 0
+    return run_until_signal(CatalogServer(settings), "catalog_svc", settings.host)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

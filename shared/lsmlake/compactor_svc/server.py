@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -19,7 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from ..errors import InvalidInputError
-from ..observability import MetricsEndpoint, configure_logging
+from ..observability import MetricsEndpoint, configure_logging, run_until_signal
 from ..proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
 from .event_feed import EventFeed
 from .metrics import CompactorMetrics
@@ -183,21 +181,8 @@ class CompactorServer:
 
 
 def serve(settings: Settings) -> int:
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    server = CompactorServer(settings)
-    try:
-        port = server.start()
-    except BaseException:
-        server.stop()
-        raise
-    print(f"compactor_svc {settings.compactor_id} listening on {settings.host}:{port}", flush=True)
-    while not stop.wait(1.0):
-        pass
-    _log.info("shutting down")
-    server.stop()
-    return 0
+    """Run until SIGTERM or SIGINT, then shut down gracefully; the exit code."""
+    return run_until_signal(CompactorServer(settings), f"compactor_svc {settings.compactor_id}", settings.host)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import socket
-import threading
 from collections.abc import Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -17,7 +15,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from ..errors import InvalidInputError
-from ..observability import MetricsEndpoint, configure_logging
+from ..observability import MetricsEndpoint, configure_logging, run_until_signal
 from ..proto_gen.lsmlake.v1 import writer_pb2, writer_pb2_grpc
 from .catalog_client import CatalogClient
 from .kafka_ingest import IngestTopic, KafkaIngest, parse_ingest
@@ -165,21 +163,8 @@ class WriterServer:
 
 
 def serve(settings: Settings) -> int:
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    server = WriterServer(settings)
-    try:
-        port = server.start()
-    except BaseException:
-        server.stop()
-        raise
-    print(f"writer_svc listening on {settings.host}:{port}", flush=True)
-    while not stop.wait(1.0):
-        pass
-    _log.info("shutting down")
-    server.stop()
-    return 0
+    """Run until SIGTERM or SIGINT, then shut down gracefully; the exit code."""
+    return run_until_signal(WriterServer(settings), "writer_svc", settings.host)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
