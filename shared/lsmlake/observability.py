@@ -77,25 +77,3 @@ class MetricsEndpoint:
             self._server.server_close()
             self._server = None
 
-
-def run_until_signal(server: Any, name: str, host: str) -> int:
-    """Start a service (`start()` returns its port; `stop()` shuts it down gracefully), print where it listens,
-    run until SIGTERM or SIGINT, then stop it; the exit code. A failed start stops what did start."""
-    import signal
-
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    try:
-        port = server.start()
-    except BaseException:
-        server.stop()
-        raise
-    print(f"{name} listening on {host}:{port}", flush=True)
-    if getattr(server, "metrics_port", None) is not None:
-        print(f"{name} metrics on http://{host}:{server.metrics_port}/metrics", flush=True)
-    while not stop.wait(1.0):  # bounded waits keep the main thread responsive to signals
-        pass
-    logging.getLogger(__name__).info("%s shutting down", name)
-    server.stop()
-    return 0

@@ -6,17 +6,15 @@ import argparse
 import logging
 import os
 from collections.abc import Sequence
-from concurrent import futures
 from dataclasses import dataclass
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health
 
 from ..catalog import FileSystemCatalog
-from ..errors import InvalidInputError
+from ..grpc_server import int_or_none, new_server, run_until_signal, set_serving
 from ..metastore import MetaStore, open_store
-from ..observability import MetricsEndpoint, configure_logging, run_until_signal
+from ..observability import MetricsEndpoint, configure_logging
 from ..proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc
 from .maintenance import Maintenance, reconcile_all
 from .metrics import CatalogMetrics
@@ -65,7 +63,7 @@ class Settings:
         p.add_argument("--grace", type=float, default=10.0, help="seconds for in-flight RPCs at shutdown")
         p.add_argument("--host", default=env.get("LSMLAKE_CATALOG_HOST", HOST),
                        help="address to listen on (0.0.0.0 in a container)")
-        p.add_argument("--metrics-port", type=int, default=_int_or_none(env.get("LSMLAKE_METRICS_PORT")),
+        p.add_argument("--metrics-port", type=int, default=int_or_none(env.get("LSMLAKE_METRICS_PORT")),
                        help="serve Prometheus metrics on this port (0 picks one); off when not set")
         p.add_argument("--expire-interval", type=float, default=float(env.get("LSMLAKE_EXPIRE_INTERVAL", "300")),
                        help="seconds between snapshot expirations of every table (0: off)")
@@ -96,9 +94,6 @@ class Settings:
                         fault=a.fault)
 
 
-def _int_or_none(text: str | None) -> int | None:
-    return None if text in (None, "") else int(text)
-
 
 class CatalogServer:
     """The running service: store, warehouse, relay, gRPC server and health, started and stopped in order."""
@@ -119,16 +114,7 @@ class CatalogServer:
     def start(self) -> int:
         """Start serving; health turns SERVING only once the store and the warehouse are open. The port."""
         s = self.settings
-        opts = [("grpc.max_receive_message_length", s.max_message_bytes),
-                ("grpc.max_send_message_length", s.max_message_bytes)]
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=s.workers), options=opts)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        for name in ("", SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-        self.port = server.add_insecure_port(f"{s.host}:{s.port}")
-        if self.port == 0:
-            raise InvalidInputError(f"cannot listen on {s.host}:{s.port}")
+        server, self.port = new_server(SERVICE_NAME, self.health, s.host, s.port, s.workers, s.max_message_bytes)
         self._server = server
         self._store = open_store(s.metastore)
         catalog = FileSystemCatalog(s.warehouse)
@@ -149,8 +135,7 @@ class CatalogServer:
         self._relay.start()
         self._maintenance = Maintenance(catalog, self._store, self.metrics, s.expire_interval_s,
                                         s.orphan_interval_s, s.reconcile_interval_s).start()
-        for name in ("", SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        set_serving(self.health, SERVICE_NAME, True)
         return self.port
 
     def stop(self) -> None:

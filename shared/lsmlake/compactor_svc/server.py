@@ -9,15 +9,14 @@ import socket
 import time
 import uuid
 from collections.abc import Sequence
-from concurrent import futures
 from dataclasses import dataclass, field
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health
 
 from ..errors import InvalidInputError
-from ..observability import MetricsEndpoint, configure_logging, run_until_signal
+from ..grpc_server import int_or_none, new_server, run_until_signal, set_serving
+from ..observability import MetricsEndpoint, configure_logging
 from ..proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
 from .event_feed import EventFeed
 from .metrics import CompactorMetrics
@@ -75,7 +74,7 @@ class Settings:
         p.add_argument("--max-plan-buckets", type=int, default=64)
         p.add_argument("--reconcile-interval", type=float, default=30.0,
                        help="seconds between looks at every owned bucket (finds lost events)")
-        p.add_argument("--metrics-port", type=int, default=_int_or_none(env.get("LSMLAKE_METRICS_PORT")))
+        p.add_argument("--metrics-port", type=int, default=int_or_none(env.get("LSMLAKE_METRICS_PORT")))
         p.add_argument("--grace", type=float, default=30.0)
         a = p.parse_args(argv)
         if not (a.warehouse and a.catalog and a.kafka):
@@ -100,9 +99,6 @@ class Settings:
                         **extra)
 
 
-def _int_or_none(text: str | None) -> int | None:
-    return None if text in (None, "") else int(text)
-
 
 class CompactorServer:
     def __init__(self, settings: Settings) -> None:
@@ -125,14 +121,7 @@ class CompactorServer:
         # warm before the first plan, since a cold session costs seconds
         self._spark = SparkCompactor(s.spark_master, conf=dict(s.spark_conf))
         self._start_spark()
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        for name in ("", SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-        self.port = server.add_insecure_port(f"{s.host}:{s.port}")
-        if self.port == 0:
-            raise InvalidInputError(f"cannot listen on {s.host}:{s.port}")
+        server, self.port = new_server(SERVICE_NAME, self.health, s.host, s.port, workers=8)
         self._server = server
         self._timeline = TimelineClient(s.catalog)
         self._scheduler = Scheduler(s.warehouse, self._timeline, self._spark, self.ownership, self.metrics,
@@ -145,8 +134,7 @@ class CompactorServer:
             self.metrics_port = self._metrics_endpoint.start()
         server.start()
         self._feed = EventFeed(s.kafka, self.ownership, self._scheduler, self.metrics).start()
-        for name in ("", SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        set_serving(self.health, SERVICE_NAME, True)
         return self.port
 
     def _start_spark(self, attempts: int = 3) -> None:

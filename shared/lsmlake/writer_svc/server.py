@@ -7,15 +7,14 @@ import logging
 import os
 import socket
 from collections.abc import Sequence
-from concurrent import futures
 from dataclasses import dataclass, field
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health
 
 from ..errors import InvalidInputError
-from ..observability import MetricsEndpoint, configure_logging, run_until_signal
+from ..grpc_server import int_or_none, new_server, run_until_signal, set_serving
+from ..observability import MetricsEndpoint, configure_logging
 from ..proto_gen.lsmlake.v1 import writer_pb2, writer_pb2_grpc
 from .catalog_client import CatalogClient
 from .kafka_ingest import IngestTopic, KafkaIngest, parse_ingest
@@ -70,7 +69,7 @@ class Settings:
         p.add_argument("--max-poll-records", type=int, default=20_000, help="Kafka records per poll")
         p.add_argument("--spill-dir", default=env.get("LSMLAKE_SPILL_DIR") or None)
         p.add_argument("--grace", type=float, default=30.0, help="seconds for in-flight writes at shutdown")
-        p.add_argument("--metrics-port", type=int, default=_int_or_none(env.get("LSMLAKE_METRICS_PORT")))
+        p.add_argument("--metrics-port", type=int, default=int_or_none(env.get("LSMLAKE_METRICS_PORT")))
         a = p.parse_args(argv)
         if not a.warehouse or not a.catalog:
             p.error("--warehouse and --catalog are required")
@@ -88,9 +87,6 @@ class Settings:
                         commit_rows=a.commit_rows, spill_dir=a.spill_dir, grace_s=a.grace,
                         metrics_port=a.metrics_port, max_poll_records=a.max_poll_records)
 
-
-def _int_or_none(text: str | None) -> int | None:
-    return None if text in (None, "") else int(text)
 
 
 class WriterServer:
@@ -110,16 +106,7 @@ class WriterServer:
 
     def start(self) -> int:
         s = self.settings
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=s.workers),
-                             options=[("grpc.max_receive_message_length", 64 << 20),
-                                      ("grpc.max_send_message_length", 64 << 20)])
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        for name in ("", SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-        self.port = server.add_insecure_port(f"{s.host}:{s.port}")
-        if self.port == 0:
-            raise InvalidInputError(f"cannot listen on {s.host}:{s.port}")
+        server, self.port = new_server(SERVICE_NAME, self.health, s.host, s.port, s.workers)
         self._server = server
         self._client = CatalogClient(s.catalog)
         self._tables = Tables(s.warehouse, self._client, self.metrics, s.writer_id, s.commit_interval_s,
@@ -135,8 +122,7 @@ class WriterServer:
             self._kafka = KafkaIngest(s.kafka, s.ingest, s.warehouse, self._client, self.metrics,
                                       f"{s.writer_id}-kafka", s.commit_interval_s, s.spill_dir,
                                       max_poll_records=s.max_poll_records).start()
-        for name in ("", SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        set_serving(self.health, SERVICE_NAME, True)
         return self.port
 
     def stop(self) -> None:
