@@ -1,0 +1,261 @@
+"""Where a Spark job finds a table: the catalog service (`catalog=host:port`) or a warehouse folder.
+
+The driver plans, resolves time travel and commits through a `TableAccess`; executors only get a
+`TableRef` (plain values, picklable) and open the table's files from its location.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..catalog import FileSystemCatalog, split_identifier
+from ..commit import CommitResult
+from ..errors import CommitStateUnknownError, InvalidInputError, NotFoundError, ServiceUnavailableError
+from ..fileio import FileIO
+from ..predicate import Predicate, Term
+from ..scan import Split
+from ..schema import SchemaManager
+from ..snapshot import Snapshot
+from ..table import FileStoreTable
+from ..table_write import CommitMessage
+
+_log = logging.getLogger(__name__)
+_COMMIT_ATTEMPTS = 5  # a commit RPC that found the catalog unavailable is retried, idempotently
+_RETRY_PAUSE_S = 1.0
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """How an executor opens a table: its files' location and the schema version the driver planned with."""
+
+    identifier: str
+    location: str
+    schema_id: int
+
+    def open(self) -> FileStoreTable:
+        """The table at `location`, read with schema `schema_id` (files of other versions are mapped by field id)."""
+        fio, path = FileIO.for_path(self.location)
+        manager = SchemaManager(fio, path)
+        try:
+            schema = manager.schema(self.schema_id)
+        except NotFoundError:
+            raise NotFoundError(f"table {self.identifier}: schema {self.schema_id} not found at {self.location}; "
+                                "executors must see the same warehouse as the driver") from None
+        table = FileStoreTable(fio, path, self.identifier, schema)
+        table.refresh_schema = lambda: False  # type: ignore[method-assign]  # keep the planned schema
+        return table
+
+
+def parse_timestamp(text: str) -> int:
+    """Milliseconds since the epoch from digits (milliseconds) or ISO-8601 text (UTC unless it names a zone)."""
+    text = text.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidInputError(f"option 'timestamp' = {text!r}: use milliseconds since the epoch or ISO-8601 "
+                                "such as 2024-01-01T12:00:00") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return int(t.timestamp() * 1000)
+
+
+class TableAccess:
+    """The driver's view of one table: describe, plan, time travel, commit."""
+
+    identifier: str
+    table: FileStoreTable  # the table's files, opened on the driver
+
+    location: str  # the table folder as a path or URI that executors can open
+
+    def ref(self) -> TableRef:
+        return TableRef(self.identifier, self.location, self.table.schema.id)
+
+    def latest_snapshot_id(self) -> int | None:
+        return self.table.snapshots.latest_id()
+
+    def snapshot_at(self, time_millis: int) -> int:
+        """The newest snapshot committed at or before `time_millis`."""
+        best = None
+        for s in self.table.snapshots.snapshots():
+            if s.time_millis <= time_millis:
+                best = s.id
+        if best is None:
+            raise NotFoundError(f"table {self.identifier} has no snapshot at or before {time_millis} ms")
+        return best
+
+    def plan(self, snapshot_id: int | None, predicate: Predicate) -> list[Split]:
+        snap: Snapshot | None = self.table.snapshot(snapshot_id)
+        return self.table.new_scan(predicate, snap).plan()
+
+    def commit(self, messages: Sequence[CommitMessage], overwrite: bool) -> CommitResult:
+        raise NotImplementedError
+
+    def after_write(self) -> None:
+        """Work due after a committed write (none unless the table needs it)."""
+
+    def close(self) -> None:
+        """Release connections (none for a warehouse)."""
+
+
+class WarehouseAccess(TableAccess):
+    """A table in a warehouse folder, committed to directly (no services)."""
+
+    def __init__(self, warehouse: str, identifier: str) -> None:
+        self.identifier = identifier
+        self.table = FileSystemCatalog(warehouse).get_table(identifier)
+        self.location = table_location(warehouse, identifier, self.table.path)
+
+    def commit(self, messages: Sequence[CommitMessage], overwrite: bool) -> CommitResult:
+        """One APPEND snapshot, or an OVERWRITE one replacing the partitions the messages touch."""
+        t = self.table
+        if overwrite:
+            return t.new_commit().overwrite(messages, t._overwritten_partitions(messages, None))
+        return t.commit_messages(messages)
+
+    def after_write(self) -> None:
+        """Move level 0 of a deletion-vector table up (its readers do not see level 0), as `write_arrow` does.
+
+        Through the catalog this is the compactor service's job: nothing commits around the catalog.
+        """
+        try:
+            self.table._compact_after_write()
+        except Exception as e:  # noqa: BLE001 - the write is committed; a compactor can catch up
+            _log.warning("compaction after the spark write to %s failed: %s", self.identifier, e)
+
+
+class CatalogAccess(TableAccess):
+    """A table of the catalog service: planned by PlanScan, committed by Commit."""
+
+    def __init__(self, target: str, identifier: str, warehouse: str | None = None) -> None:
+        """`warehouse`: the warehouse as this process (and the executors) see it, when not at the reported location."""
+        from ..client import Client
+
+        self.identifier = identifier
+        self.client = Client(target, warehouse=warehouse)
+        try:
+            self.info = self.client.table(identifier)
+            self.table = self.client._open(self.info)
+        except BaseException:
+            self.client.close()
+            raise
+        self.location = (table_location(warehouse, identifier, self.table.path) if warehouse is not None
+                         else self.info.location)
+
+    def _stub(self):  # type: ignore[no-untyped-def]
+        return self.client._catalog
+
+    def latest_snapshot_id(self) -> int | None:
+        s = self.client.latest_snapshot(self.identifier)
+        return s.id if s is not None else None
+
+    def snapshot_at(self, time_millis: int) -> int:
+        from ..proto_gen.lsmlake.v1 import catalog_pb2
+
+        req = catalog_pb2.SnapshotAtTimeRequest(table=_ident(self.identifier), time_millis=time_millis)
+        reply = self.client._call(self._stub().SnapshotAtTime, req)
+        if not reply.HasField("snapshot"):
+            raise NotFoundError(f"table {self.identifier} has no snapshot at or before {time_millis} ms")
+        return int(reply.snapshot.id)
+
+    def plan(self, snapshot_id: int | None, predicate: Predicate) -> list[Split]:
+        """The catalog's plan; terms whose literal cannot travel as text only filter rows (they prune less)."""
+        from ..client import _split_from_proto
+        from ..proto_gen.lsmlake.v1 import catalog_pb2
+
+        schema = self.table.schema
+        req = catalog_pb2.PlanScanRequest(table=_ident(self.identifier))
+        for t in predicate.terms:
+            p = _term_to_proto(t)
+            if p is None:
+                continue
+            (req.partition_filter if t.column in schema.partition_keys else req.key_filter).append(p)
+        if snapshot_id is not None:
+            req.snapshot_id = snapshot_id
+        reply = self.client._call(self._stub().PlanScan, req)
+        return [_split_from_proto(s, self.table) for s in reply.splits]
+
+    def commit(self, messages: Sequence[CommitMessage], overwrite: bool) -> CommitResult:
+        """One Commit RPC; retried while the catalog is unavailable, with the same (user, identifier).
+
+        Raises CommitStateUnknownError when the last attempt's outcome is unknown (files must stay).
+        """
+        from ..catalog_svc.convert import changes_to_proto
+        from ..proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
+
+        req = catalog_pb2.CommitRequest(
+            table=_ident(self.identifier), commit_user=f"spark-{uuid.uuid4()}", commit_identifier=1,
+            kind=common_pb2.COMMIT_KIND_OVERWRITE if overwrite else common_pb2.COMMIT_KIND_APPEND,
+            changes=[changes_to_proto(m) for m in messages])
+        if overwrite:
+            if self.table.schema.partition_keys:
+                req.overwrite_partitions.extend(sorted({m.partition for m in messages}))
+            else:
+                req.overwrite_all_partitions = True
+        for attempt in range(1, _COMMIT_ATTEMPTS + 1):
+            try:
+                reply = self.client._call(self._stub().Commit, req)
+                return CommitResult(int(reply.snapshot_id), bool(reply.already_committed))
+            except ServiceUnavailableError as e:
+                if attempt == _COMMIT_ATTEMPTS:
+                    raise CommitStateUnknownError(f"commit to {self.identifier}: catalog unavailable: {e}") from e
+                time.sleep(_RETRY_PAUSE_S * attempt)
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def table_location(warehouse: str, identifier: str, local_path: str) -> str:
+    """The table folder as executors can open it: the local path, or the URI under an object-store warehouse."""
+    if "://" not in warehouse:
+        return local_path
+    db, name = split_identifier(identifier)
+    return f"{warehouse.rstrip('/')}/{db}.db/{name}"
+
+
+def _ident(identifier: str):  # type: ignore[no-untyped-def]
+    from ..proto_gen.lsmlake.v1 import common_pb2
+
+    db, name = split_identifier(identifier)
+    return common_pb2.TableIdentifier(database=db, table=name)
+
+
+def _term_to_proto(t: Term):  # type: ignore[no-untyped-def]
+    """The PlanScan form of a term, or None when a literal has no exact text form for the catalog."""
+    from ..proto_gen.lsmlake.v1 import catalog_pb2
+
+    ops = {"=": catalog_pb2.PREDICATE_OP_EQ, "!=": catalog_pb2.PREDICATE_OP_NOT_EQ, "<": catalog_pb2.PREDICATE_OP_LT,
+           "<=": catalog_pb2.PREDICATE_OP_LE, ">": catalog_pb2.PREDICATE_OP_GT, ">=": catalog_pb2.PREDICATE_OP_GE,
+           "in": catalog_pb2.PREDICATE_OP_IN, "is_null": catalog_pb2.PREDICATE_OP_IS_NULL,
+           "is_not_null": catalog_pb2.PREDICATE_OP_IS_NOT_NULL}
+    out = catalog_pb2.PredicateTerm(column=t.column, op=ops[t.op])
+    if t.op in ("is_null", "is_not_null"):
+        return out
+    values = list(t.value) if t.op == "in" else [t.value]
+    texts = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, str, dt.date)) or isinstance(v, dt.datetime):
+            return None  # floats, decimals, timestamps: only filter rows after the read
+        texts.append(v.isoformat() if isinstance(v, dt.date) else str(v))
+    if t.op == "in":
+        out.values.extend(texts)
+    else:
+        out.value = texts[0]
+    return out
+
+
+def open_access(options: dict[str, str], identifier: str) -> TableAccess:
+    """`catalog` (with an optional `warehouse` override of the table location) or `warehouse` alone."""
+    catalog, warehouse = options.get("catalog"), options.get("warehouse")
+    if catalog:
+        return CatalogAccess(catalog, identifier, warehouse or None)
+    if warehouse:
+        return WarehouseAccess(warehouse, identifier)
+    raise InvalidInputError("lsmlake needs option('catalog', 'host:port') or option('warehouse', DIR)")

@@ -1,0 +1,108 @@
+"""The options of `spark.read/readStream/write.format("lsmlake")`, read and checked once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from ..catalog import split_identifier
+from ..errors import InvalidInputError
+from ..predicate import Predicate
+from .access import TableAccess, open_access, parse_timestamp
+from .filters import parse_filter
+
+DEFAULT_SPLIT_TARGET_BYTES = 8 << 20
+DEFAULT_WRITE_BUFFER_BYTES = 128 << 20
+
+# key -> what it means (also the list of accepted keys, for the error on a typo)
+KEYS = {
+    "path": "the table, DATABASE.TABLE (the argument of load/save)",
+    "table": "the table, DATABASE.TABLE, when load/save get no argument",
+    "catalog": "host:port of the catalog service",
+    "warehouse": "the warehouse folder or URI (alone: no services; with catalog: where this job sees the files)",
+    "snapshot": "batch read: read this snapshot id (time travel); stream read: start after it",
+    "timestamp": "batch read: read the newest snapshot at or before this time (ms since the epoch or ISO-8601)",
+    "filter": "conjunction of comparisons pruning partitions and files and filtering rows, e.g. \"dt = '2024-01-01'\"",
+    "columns": "comma-separated columns to read (column pruning)",
+    "row-kind": "true: add a `_row_kind` column (+I, -U, +U, -D): the change kind in streams, +I in batch reads",
+    "split.target-size": "bytes of files per Spark partition when small buckets are packed together",
+    "write.buffer-size": "bytes of rows a write task gathers before writing them as files",
+}
+
+
+def _int(options: Mapping[str, str], key: str, default: int | None, minimum: int) -> int | None:
+    raw = options.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidInputError(f"option {key!r} = {raw!r} is not an integer") from None
+    if value < minimum:
+        raise InvalidInputError(f"option {key!r} = {value} must be at least {minimum}")
+    return value
+
+
+def _bool(options: Mapping[str, str], key: str) -> bool:
+    raw = options.get(key, "false").strip().lower()
+    if raw not in ("true", "false"):
+        raise InvalidInputError(f"option {key!r} = {raw!r}: use true or false")
+    return raw == "true"
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Everything a read or write job was asked for (plain values: pickled to Spark's Python workers)."""
+
+    identifier: str
+    catalog: str | None
+    warehouse: str | None
+    snapshot: int | None
+    timestamp_ms: int | None
+    filter: str
+    columns: tuple[str, ...] | None
+    row_kind: bool
+    split_target_bytes: int
+    write_buffer_bytes: int
+
+    @staticmethod
+    def parse(raw: Mapping[str, str]) -> ReadOptions:
+        options = {str(k).lower(): str(v) for k, v in raw.items()}
+        unknown = sorted(k for k in options if k not in KEYS)
+        if unknown:
+            raise InvalidInputError(f"unknown lsmlake option(s) {unknown}; known: {sorted(KEYS)}")
+        identifier = options.get("path") or options.get("table")
+        if not identifier:
+            raise InvalidInputError('name the table: load("db.t") / save("db.t") or option("table", "db.t")')
+        split_identifier(identifier)
+        if not options.get("catalog") and not options.get("warehouse"):
+            raise InvalidInputError("lsmlake needs option('catalog', 'host:port') or option('warehouse', DIR)")
+        snapshot = _int(options, "snapshot", None, 0)
+        ts = options.get("timestamp")
+        if snapshot is not None and ts:
+            raise InvalidInputError("options 'snapshot' and 'timestamp' exclude each other")
+        cols = options.get("columns")
+        columns = tuple(c.strip() for c in cols.split(",") if c.strip()) if cols else None
+        return ReadOptions(
+            identifier, options.get("catalog") or None, options.get("warehouse") or None, snapshot,
+            parse_timestamp(ts) if ts else None, options.get("filter", ""), columns,
+            _bool(options, "row-kind"),
+            _int(options, "split.target-size", DEFAULT_SPLIT_TARGET_BYTES, 1) or DEFAULT_SPLIT_TARGET_BYTES,
+            _int(options, "write.buffer-size", DEFAULT_WRITE_BUFFER_BYTES, 1) or DEFAULT_WRITE_BUFFER_BYTES)
+
+    def access(self) -> TableAccess:
+        opts = {"catalog": self.catalog or "", "warehouse": self.warehouse or ""}
+        return open_access(opts, self.identifier)
+
+    def predicate(self, schema: pa.Schema) -> Predicate:
+        return parse_filter(self.filter, schema) if self.filter.strip() else Predicate()
+
+    def snapshot_id(self, access: TableAccess) -> int | None:
+        """The snapshot a batch read reads: `snapshot`, the one at `timestamp`, or None for the newest."""
+        if self.timestamp_ms is not None:
+            return access.snapshot_at(self.timestamp_ms)
+        if self.snapshot is not None:
+            access.table.snapshots.snapshot(self.snapshot)  # NotFoundError naming the id before any work
+        return self.snapshot

@@ -1,0 +1,82 @@
+"""`LakeDataSource`: the `lsmlake` format of `spark.read`, `spark.readStream` and `df.write`."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
+from pyspark.sql.types import StringType, StructField, StructType
+
+from .. import features
+from ..errors import InvalidInputError
+from .arrow_types import arrow_target, check_columns, spark_schema
+from .batch_read import LakeBatchReader
+from .batch_write import LakeBatchWriter
+from .read_options import ReadOptions
+from .stream_read import ROW_KIND, LakeStreamReader
+
+
+class LakeDataSource(DataSource):
+    """Reads (batch and streaming) and writes lsmlake tables; options in `read_options.KEYS`."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.parsed = ReadOptions.parse(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return "lsmlake"
+
+    def schema(self) -> StructType:
+        """The table's columns (or those of option `columns`), plus `_row_kind` with option `row-kind`."""
+        access = self.parsed.access()
+        try:
+            arrow = access.table.schema.arrow_schema
+        finally:
+            access.close()
+        if self.parsed.columns is not None:
+            check_columns(StructType([StructField(c, StringType()) for c in self.parsed.columns]), arrow.names,
+                          "option 'columns'")
+            arrow = pa.schema([arrow.field(c) for c in self.parsed.columns])
+        out = spark_schema(arrow)
+        if self.parsed.row_kind:
+            out = out.add(ROW_KIND, StringType(), True)
+        return out
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        target = arrow_target(schema)
+        if ROW_KIND in schema.names:
+            return _RowKindReader(self.parsed, target)
+        return LakeBatchReader(self.parsed, target)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        access = self.parsed.access()
+        try:
+            pk = access.table.schema.is_primary_key_table
+        finally:
+            access.close()
+        if pk and ROW_KIND not in schema.names:
+            raise InvalidInputError(f"streaming primary-key table {self.parsed.identifier} needs "
+                                    "option('row-kind', 'true'): its changes include updates and deletes")
+        return LakeStreamReader(self.parsed, arrow_target(schema))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        access = self.parsed.access()
+        try:
+            features.check(access.table.schema, self.parsed.identifier, for_write=True)
+            ref = access.ref()
+        finally:
+            access.close()
+        return LakeBatchWriter(self.parsed, ref, overwrite)
+
+
+class _RowKindReader(LakeBatchReader):
+    """A batch read with a `_row_kind` column: the merged rows of a snapshot are all `+I`."""
+
+    def __init__(self, options: ReadOptions, target: pa.Schema) -> None:
+        super().__init__(options, pa.schema([f for f in target if f.name != ROW_KIND]))
+        self.outer = target
+
+    def read(self, partition):  # type: ignore[no-untyped-def]
+        from .stream_read import _with_insert_kind
+
+        yield from _with_insert_kind(super().read(partition), self.outer)
