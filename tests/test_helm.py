@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import importlib
+import json
 import re
 import sys
 import tomllib
@@ -74,6 +75,14 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "egress-restricted": _merge(SPARK_K8S, {"networkPolicy": {"egress": {"allowAll": False, "extraRules": [
         {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 443, "protocol": "TCP"}]}]}}}),
     "three-compactors": {"compactor": {"replicas": 3}},
+    "tls-and-tokens": {"security": {"tls": {"secretName": "lake-tls"}, "auth": {
+        "tokensSecret": "lake-tokens", "serviceTokensSecret": "lake-service-tokens"}}},
+    "mutual-tls-kafka-sasl-ssl": {
+        "security": {"tls": {"secretName": "lake-tls", "mutual": True, "healthPort": 50070},
+                     "auth": {"tokensSecret": "lake-tokens", "tokensKey": "t.json",
+                              "serviceTokensSecret": "lake-service-tokens"}},
+        "kafka": {"security": {"protocol": "SASL_SSL", "saslMechanism": "SCRAM-SHA-512", "saslUsername": "lake",
+                               "saslPasswordSecret": "lake-kafka", "caSecret": "kafka-ca"}}},
     "file-warehouse-no-metrics": {"warehouse": {"uri": "file:///data/warehouse/lake",
                                                 "persistence": {"existingClaim": "lake-rwx"}},
                                   "metrics": {"enabled": False}, "catalog": {"extraArgs": ["--grace", "20"]}},
@@ -169,6 +178,42 @@ FIELD_VALUES = {"metadata.name": "lake-lsmlake-pod-0", "status.podIP": "192.0.2.
 SECRET_VALUES = {"LSMLAKE_METASTORE": "postgresql://lsmlake:secret@postgres.invalid:5432/lake?schema=lsmlake"}
 
 
+# what the Secrets the chart mounts hold, by Secret name and key (written out by `mount_secrets`)
+SECRET_FILES = {"lake-tls": ("tls.crt", "tls.key", "ca.crt"), "lake-tokens": ("tokens.json", "t.json"),
+                "lake-service-tokens": ("writer", "compactor"), "kafka-ca": ("ca.crt",)}
+
+
+@functools.cache
+def _secret_contents(root: str) -> dict[str, str]:
+    """PEM files of a test CA and server, a token file and service tokens (file name -> text)."""
+    from tests.auth.certs import make_certs
+
+    folder = Path(root)
+    folder.mkdir(parents=True, exist_ok=True)
+    certs = make_certs(folder)
+    token = "a-service-token-of-role-writer"
+    tokens = json.dumps({"tokens": [{"principal": "svc", "role": "writer", "token": token}]})
+    return {"tls.crt": Path(certs.server_cert).read_text(), "tls.key": Path(certs.server_key).read_text(),
+            "ca.crt": Path(certs.ca).read_text(), "tokens.json": tokens, "t.json": tokens, "writer": token,
+            "compactor": token}
+
+
+def mount_secrets(pod_spec: dict[str, Any], container: dict[str, Any], root: Path) -> None:
+    """Write, below `root`, the files the container's Secret volumes would show at their mount paths."""
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    contents = _secret_contents(str(root / "_generated"))
+    for m in container.get("volumeMounts", []):
+        secret = volumes[m["name"]].get("secret")
+        if secret is None:
+            continue
+        folder = root / m["mountPath"].lstrip("/")
+        folder.mkdir(parents=True, exist_ok=True)
+        items = secret.get("items") or [{"key": k, "path": k} for k in SECRET_FILES[secret["secretName"]]]
+        for item in items:
+            assert item["key"] in SECRET_FILES[secret["secretName"]], f"{secret['secretName']} has no {item['key']}"
+            (folder / item["path"]).write_text(contents[item["key"]])
+
+
 def container_env(container: dict[str, Any]) -> dict[str, str]:
     """The container's environment as the process sees it, with secrets and fields replaced by stand-ins."""
     env: dict[str, str] = {}
@@ -243,8 +288,12 @@ def test_probe_and_service_ports_are_the_services_port_flags(value_set: str) -> 
         port = int(flag(c, "--port"))
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         assert ports["grpc"] == port
+        # with TLS the kubelet (which cannot speak TLS) probes the plaintext health port
+        env = container_env(c)
+        probed = int(env["LSMLAKE_HEALTH_PORT"]) if "LSMLAKE_TLS_CERT" in env else port
+        assert ports.get("health", port) == probed
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-            assert c[probe]["grpc"]["port"] == port, f"{c['name']} {probe}"
+            assert c[probe]["grpc"]["port"] == probed, f"{c['name']} {probe}"
         pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
         grpc_services = [s for s in services if s["spec"].get("clusterIP") != "None"
                          and matches(s["spec"]["selector"], pod_labels)]
@@ -264,19 +313,21 @@ def test_probe_and_service_ports_are_the_services_port_flags(value_set: str) -> 
 
 
 @pytest.mark.parametrize("value_set", VALUE_SET_NAMES)
-def test_commands_are_console_scripts_that_accept_the_flags(value_set: str) -> None:
+def test_commands_are_console_scripts_that_accept_the_flags(value_set: str, tmp_path: Path) -> None:
     """Each container runs a console script of pyproject.toml, and that service's `Settings.from_args`
-    accepts the rendered flags with the rendered environment."""
+    accepts the rendered flags with the rendered environment (and the files of the Secrets it mounts)."""
     objects = render(value_set)
     values = _chart().merge_values(VALUE_SETS[value_set])
     catalog_service = named(objects, "Service", f"{RELEASE}-lsmlake-catalog")
     catalog_address = f"{catalog_service['metadata']['name']}:{catalog_service['spec']['ports'][0]['port']}"
     seen = set()
-    for _, c in workload_containers(objects):
+    for deployment, c in workload_containers(objects):
         assert len(c["command"]) == 1 and c["command"][0] in console_scripts(), c["command"]
         command = c["command"][0]
         seen.add(command)
-        env = container_env(c)
+        root = tmp_path / command
+        mount_secrets(deployment["spec"]["template"]["spec"], c, root)
+        env = {k: str(root) + v if v.startswith("/etc/lsmlake/") else v for k, v in container_env(c).items()}
         argv = [expand(a, env) for a in c["args"]]
         assert not any("$(" in a for a in argv), f"{command}: unexpanded variable in {argv}"
         try:
@@ -665,3 +716,47 @@ def test_dockerignore_keeps_generated_code_out() -> None:
     assert "shared/lsmlake/proto_gen/" in lines
     for needed in ("pyproject.toml", "proto/", "scripts/", "shared/"):
         assert f"!{needed}" in lines
+
+
+def test_tls_and_tokens_reach_every_service_from_their_secrets(tmp_path: Path) -> None:
+    values = VALUE_SETS["mutual-tls-kafka-sasl-ssl"]
+    objects = render("mutual-tls-kafka-sasl-ssl")
+    for deployment, c in workload_containers(objects):
+        command = c["command"][0]
+        root = tmp_path / command
+        mount_secrets(deployment["spec"]["template"]["spec"], c, root)
+        raw = container_env(c)
+        env = {k: str(root) + v if v.startswith("/etc/lsmlake/") else v for k, v in raw.items()}
+        s = service_settings_class(command).from_args([expand(a, env) for a in c["args"]], env=env)
+        assert s.security.tls_cert == f"{root}/etc/lsmlake/tls/tls.crt"
+        assert s.security.tls_client_ca == f"{root}/etc/lsmlake/tls/ca.crt"  # mutual TLS
+        assert s.security.auth_tokens == f"{root}/etc/lsmlake/auth/t.json"
+        assert s.health_port == values["security"]["tls"]["healthPort"]
+        assert s.kafka_security.kwargs() == {
+            "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "lake",
+            "sasl_plain_password": "from-a-secret", "ssl_check_hostname": True,
+            "ssl_cafile": f"{root}/etc/lsmlake/kafka-tls/ca.crt"}
+        assert env_of(c)["LSMLAKE_KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+            "name": "lake-kafka", "key": "password"}
+        if command == "catalog-svc":
+            assert "LSMLAKE_CATALOG_TOKEN_FILE" not in raw
+            continue
+        # the writers and compactors call the catalog over TLS with their own certificate and token
+        assert s.catalog_security.tls_ca == f"{root}/etc/lsmlake/tls/ca.crt"
+        assert s.catalog_security.tls_cert == f"{root}/etc/lsmlake/tls/tls.crt"
+        assert s.catalog_security.token == "a-service-token-of-role-writer"
+        [tokens] = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "service-tokens"]
+        component = command.removesuffix("-svc")
+        assert tokens["secret"]["items"] == [{"key": component, "path": component}]
+
+
+def test_without_security_values_nothing_is_mounted_or_set() -> None:
+    for _, c in workload_containers(render("default")):
+        assert not [e for e in env_of(c) if "TLS" in e or "TOKEN" in e or "KAFKA_S" in e], c["name"]
+        assert not [m for m in c["volumeMounts"] if m["mountPath"].startswith("/etc/lsmlake")]
+
+
+def test_tokens_without_the_services_own_tokens_are_refused() -> None:
+    with pytest.raises(Exception, match="serviceTokensSecret"):
+        _chart().render(values={"security": {"auth": {"tokensSecret": "t"}}}, name=RELEASE, namespace=NAMESPACE,
+                        is_install=True)

@@ -10,7 +10,10 @@ against the README's own `catalog-svc` and `writer-svc` lines (without their opt
 folder, which then holds `shop.orders`, serves the service lines with all their flags (`--ingest
 shop.orders:debezium`); the `lake` CLI block runs in order in another folder, and the cluster block starts
 `lake up` on that warehouse, where the CLI commands that need a cluster (`timeline`, and `lake produce` from
-the prose) run against it.
+the prose) run against it. The *Security* section runs in a folder of its own: its token file (the ```json
+block), its catalog line with TLS and tokens (test certificates from tests/auth/certs.py as `server.crt`,
+`server.key` and `ca.crt`), then its client snippet and its `lake` command against that catalog. The *Spark*
+script runs in a folder of its own too, and starts the local Spark session it uses itself.
 
 Substituted, and nothing else: free ports for the README's fixed ones (the same free port for the same
 README port within a section), the embedded broker's address for `127.0.0.1:9092`, a temporary folder for
@@ -72,6 +75,8 @@ PLACEHOLDER = "..."
 # optional groups that name a placeholder, and the test that substitutes something real for it
 PLACEHOLDERS = {("catalog-svc", "--metastore"): "test_catalog_svc_on_postgresql"}
 PARTITION_VALUES = ("2026-11-21", "2026-11-22")  # the day the README's `--partition`/`--where` examples name
+SECURITY = "Security"  # the section whose commands run against a catalog with TLS and tokens (test_security_section)
+SPARK = "Spark"  # the section whose script test_spark_block runs with a real Spark session
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -98,6 +103,7 @@ class Command:
     line: int
     text: str
     words: tuple[Word, ...]
+    heading: str = ""
 
     @property
     def program(self) -> str:
@@ -187,7 +193,7 @@ def block_commands(block: Block) -> list[Command]:
         words = shlex.split(text, comments=True)
         if words:
             where = f"README.md:{block.line + first}"
-            commands.append(Command(block.line + first, " ".join(words), _group(words, where)))
+            commands.append(Command(block.line + first, " ".join(words), _group(words, where), block.heading))
     return commands
 
 
@@ -207,14 +213,15 @@ def prose_lake_commands() -> list[Command]:
 
 
 def only(program: str) -> Command:
-    found = [c for c in sh_commands() if c.program == program]
+    """The one `program` line outside the *Security* section (whose lines test_security_section runs)."""
+    found = [c for c in sh_commands() if c.program == program and c.heading != SECURITY]
     assert len(found) == 1, f"expected one `{program}` command in the README, found {[str(c) for c in found]}"
     return found[0]
 
 
-def python_block(heading: str) -> Block:
-    found = [b for b in readme_blocks() if b.lang == "python" and b.heading == heading]
-    assert len(found) == 1, f"expected one python block under '## {heading}'"
+def python_block(heading: str, lang: str = "python") -> Block:
+    found = [b for b in readme_blocks() if b.lang == lang and b.heading == heading]
+    assert len(found) == 1, f"expected one {lang} block under '## {heading}'"
     return found[0]
 
 
@@ -289,10 +296,12 @@ class Service:
             time.sleep(0.05)  # polling interval, bounded by the deadline
         return int(given)
 
-    def wait_serving(self) -> None:
-        """Poll gRPC health until SERVING (and the metrics endpoint, when asked for), within the deadline."""
+    def wait_serving(self, credentials: grpc.ChannelCredentials | None = None) -> None:
+        """Poll gRPC health until SERVING (and the metrics endpoint, when asked for), within the deadline; over
+        TLS with `credentials`. Health needs no token."""
         deadline = time.monotonic() + START_TIMEOUT_S
-        with grpc.insecure_channel(f"127.0.0.1:{self.port(deadline)}") as channel:
+        target = f"127.0.0.1:{self.port(deadline)}"
+        with (grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)) as channel:
             health = health_pb2_grpc.HealthStub(channel)
             while True:
                 self._alive(deadline, "never SERVING")
@@ -470,9 +479,10 @@ def positionals(args: list[str], after: str) -> list[str]:
 
 def test_every_readme_command_is_run() -> None:
     blocks = readme_blocks()
-    assert {b.lang for b in blocks} <= {"sh", "python"}, [b.lang for b in blocks]
+    assert {b.lang for b in blocks} <= {"sh", "python", "json"}, [b.lang for b in blocks]
     # the python snippets each have their test below; a new one needs a test too
-    assert sorted(b.heading for b in blocks if b.lang == "python") == ["The client", "The library"]
+    assert sorted(b.heading for b in blocks if b.lang == "python") == [SECURITY, SPARK, "The client", "The library"]
+    assert [b.heading for b in blocks if b.lang == "json"] == [SECURITY]  # the token file of test_security_section
     commands = sh_commands()
     for c in commands:
         assert c.program in PROGRAMS, f"{c}\nno test runs `{c.program}` commands: add one to tests/test_readme.py"
@@ -589,6 +599,62 @@ def test_catalog_svc_on_postgresql(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Security: the catalog with TLS and tokens, the client and `lake` with a token
+# ---------------------------------------------------------------------------------------------------------
+
+def test_security_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The token file (the ```json block) as the file the catalog line names, test certificates as the
+    `server.crt`, `server.key` and `ca.crt` the section names, and the section's catalog line as a real process
+    serving TLS. A call without a token is refused with UNAUTHENTICATED and changes nothing; the client snippet
+    with the admin token in `LAKE_TOKEN` creates its database; the `lake` command, with that token in its
+    `--token-file` and no `LAKE_TOKEN`, creates its table through the catalog. The catalog then exits 0."""
+    from lsmlake.client import Client
+    from lsmlake.errors import LakeError
+
+    from tests.auth.certs import make_certs
+
+    commands = [c for c in sh_commands() if c.heading == SECURITY]
+    assert sorted(c.program for c in commands) == ["catalog-svc", "lake"], [str(c) for c in commands]
+    assert not any(c.groups for c in commands), "optional groups in the Security section: run them here"
+    (service,) = [c for c in commands if c.program == "catalog-svc"]
+    ports = Ports()
+    args = ports.args(service.args())
+    tokens = python_block(SECURITY, "json").text
+    auth_tokens = _flag(args, "--auth-tokens")
+    assert auth_tokens and _flag(args, "--tls-cert") and _flag(args, "--tls-key"), service
+    (tmp_path / auth_tokens).write_text(tokens)
+    (admin,) = [e["token"] for e in json.loads(tokens)["tokens"] if e["role"] == "admin"]
+    certs = make_certs(tmp_path)
+    for name in (_flag(args, "--tls-cert"), _flag(args, "--tls-key"), "ca.crt"):
+        assert (tmp_path / name).exists(), f"{service}: tests/auth/certs.py wrote no {name}"
+    warehouse = FileSystemCatalog(str(tmp_path / (_flag(args, "--warehouse") or "")))
+    monkeypatch.delenv("LAKE_TOKEN", raising=False)
+    block = python_block(SECURITY)
+    with services() as running:
+        start(running, service, args, tmp_path).wait_serving(grpc.ssl_channel_credentials(Path(certs.ca).read_bytes()))
+        with Client(f"127.0.0.1:{_flag(args, '--port')}", tls_ca=certs.ca) as anonymous, \
+                pytest.raises(LakeError, match="^UNAUTHENTICATED"):
+            anonymous.create_database("shop")
+        assert "shop" not in warehouse.list_databases()
+
+        monkeypatch.setenv("LAKE_TOKEN", admin)
+        output, _ = run_python(block, ports.text(block.text), tmp_path)
+        assert "shop" in ast.literal_eval(output.strip().splitlines()[-1]), output
+        assert "shop" in warehouse.list_databases()
+        monkeypatch.delenv("LAKE_TOKEN")
+
+        for command in (c for c in commands if c.program == "lake"):
+            lake_args = ports.args(command.args())
+            token_file = _flag(lake_args, "--token-file")
+            assert token_file and command.subcommand == "table", f"{command}: extend test_security_section"
+            (tmp_path / token_file).write_text(admin + "\n")
+            run_lake(lake_args, tmp_path)
+            (name,) = positionals(lake_args, "create")
+            assert warehouse.table_exists(name), command
+        stop_all(running)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # The library
 # ---------------------------------------------------------------------------------------------------------
 
@@ -601,6 +667,81 @@ def test_library_block(tmp_path: Path) -> None:
     assert isinstance(table, FileStoreTable)
     # still readable after the compactions, the expiry and the orphan cleanup, at its latest snapshot
     assert table.to_arrow().column_names == table.schema.arrow_schema.names
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Spark
+# ---------------------------------------------------------------------------------------------------------
+
+SPARK_TRIES = 3  # the JVM launch fails now and then on this machine (before the script has done anything)
+
+
+def shown_tables(output: str) -> list[list[tuple[str, ...]]]:
+    """The tables `DataFrame.show()` printed, in order: each a list of rows of the cells' text, header first."""
+    tables: list[list[tuple[str, ...]]] = []
+    inside = False  # a table is a run of border (`+---+`) and row (`| a |`) lines; show() ends it with a blank line
+    for line in output.splitlines():
+        if not line.startswith(("+-", "|")):
+            inside = False
+            continue
+        if not inside:
+            tables.append([])
+            inside = True
+        if line.startswith("|"):
+            tables[-1].append(tuple(c.strip() for c in line.strip("|").split("|")))
+    return tables
+
+
+def test_spark_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The *Spark* script as a user runs it, in an empty folder (its `wh`, `changes` and `checkpoint` are relative
+    to it), with a real local Spark session that the script starts. What it printed is what the writes should
+    leave: the newest snapshot after the partition overwrite, snapshot 1 by id and by time, the filtered and
+    pruned read; the stream's sink, written by two runs of the query on one checkpoint, holds each change once.
+    The warehouse then holds the same rows for lsmlake's own reader."""
+    from pyspark.sql import SparkSession
+
+    # the script's relative paths resolve against the JVM's folder: the script must start the JVM itself
+    if SparkSession._instantiatedSession is not None:  # left by another test module
+        SparkSession._instantiatedSession.stop()
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # restored afterwards; the script sets the same
+    block = python_block(SPARK)
+    for attempt in range(SPARK_TRIES):
+        home = tmp_path / f"run{attempt}"
+        home.mkdir()
+        try:
+            output, namespace = run_python(block, block.text, home)
+            break
+        except Exception as e:
+            session = SparkSession._instantiatedSession
+            if session is not None:
+                session.stop()
+            if session is not None or "JAVA_GATEWAY_EXITED" not in str(e) or attempt == SPARK_TRIES - 1:
+                raise
+            time.sleep(2 * (attempt + 1))  # a failed JVM launch: the script did nothing yet
+    try:
+        latest, first, as_of, d1, changes = shown_tables(output)
+        header = ("id", "v", "dt")
+        assert latest == [header, ("1", "a", "d1"), ("2", "B", "d1"), ("5", "e", "d2")], output  # d2 overwritten
+        assert first == as_of == [header, ("1", "a", "d1"), ("2", "b", "d1"), ("3", "c", "d2")], output
+        assert d1 == [("id", "v"), ("2", "B")], output
+        # run 1: the newest snapshot as +I; run 2 (from the checkpoint): only the update and the delete
+        assert changes == [(*header, "_row_kind"), ("1", "a", "d1", "+I"), ("2", "B", "d1", "+I"),
+                           ("5", "e", "d2", "+I"), ("1", "A", "d1", "+U"), ("5", "NULL", "d2", "-D")], output
+        assert sorted(p.name for p in (home / "checkpoint" / "commits").iterdir() if p.name.isdigit()) == \
+            ["0", "1"], "expected one micro-batch per run of the query"
+        sink = pq.read_table(home / "changes").to_pylist()
+        assert sorted(sink, key=lambda r: (r["_row_kind"], r["id"])) == [
+            {"id": 1, "v": "a", "dt": "d1", "_row_kind": "+I"}, {"id": 2, "v": "B", "dt": "d1", "_row_kind": "+I"},
+            {"id": 5, "v": "e", "dt": "d2", "_row_kind": "+I"}, {"id": 1, "v": "A", "dt": "d1", "_row_kind": "+U"},
+            {"id": 5, "v": None, "dt": "d2", "_row_kind": "-D"}]
+        table = FileSystemCatalog(str(home / "wh")).get_table("db.t")
+        rows = sorted(table.to_arrow().to_pylist(), key=lambda r: r["id"])
+        assert rows == [{"id": 1, "v": "A", "dt": "d1"}, {"id": 2, "v": "B", "dt": "d1"}]
+        assert sorted(r["id"] for r in namespace["latest"].collect()) == [1, 2]  # Spark reads the newest too
+        assert [table.snapshots.snapshot(i).commit_kind for i in (1, 2, 3, 4)] == \
+            ["APPEND", "APPEND", "OVERWRITE", "APPEND"]
+    finally:
+        namespace["spark"].stop()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -624,7 +765,8 @@ def cli_section(tmp_path_factory: pytest.TempPathFactory) -> CliSection:
     section = CliSection(tmp_path_factory.mktemp("readme-cli"))
     models: dict[str, Model] = {}
     for command in sh_commands():
-        if command.program != "lake" or command.subcommand in CLUSTER_BLOCK | NEEDS_CLUSTER:
+        if command.program != "lake" or command.subcommand in CLUSTER_BLOCK | NEEDS_CLUSTER \
+                or command.heading == SECURITY:
             continue
         for args in command.variants():
             warehouse = _flag(args, "--warehouse")
@@ -659,7 +801,8 @@ def cli_section(tmp_path_factory: pytest.TempPathFactory) -> CliSection:
 
 
 def test_cli_block(cli_section: CliSection) -> None:
-    readme = [c for c in sh_commands() if c.program == "lake" and c.subcommand not in CLUSTER_BLOCK | NEEDS_CLUSTER]
+    readme = [c for c in sh_commands() if c.program == "lake" and c.subcommand not in CLUSTER_BLOCK | NEEDS_CLUSTER
+              and c.heading != SECURITY]
     assert len(cli_section.ran) == sum(len(c.variants()) for c in readme)
     # the README writes, scans (jsonl) and deletes: each of those results was compared with what it should be
     assert {"scan", "delete"} <= set(cli_section.checked), cli_section.checked

@@ -177,12 +177,15 @@ def test_sequence_numbers_continue_across_commits_and_after_reopening(tmp_path) 
     assert max(_max_seq(reopened).values()) == 48
 
 
-def test_a_failed_flush_leaves_no_spill_files_and_no_data_files(tmp_path, monkeypatch) -> None:
+def test_a_failed_flush_keeps_the_rows_deletes_its_files_and_can_be_retried(tmp_path, monkeypatch) -> None:
     t = _table(_catalog(tmp_path), "t", {})
     bw = BufferedTableWrite(t, spill_root=str(tmp_path))
+    model: dict = {}
     for i in range(20):
         bw.write(_batch([(k, i, None, None, "+I") for k in range(7)]))
+        model.update({k: (i, None, None) for k in range(7)})
     assert bw.stats().spill_count > 0 and _spill_files(bw)
+    buffered = bw.stats().buffered_rows
     calls = itertools.count()
     real = TableWrite.write_files
 
@@ -194,16 +197,46 @@ def test_a_failed_flush_leaves_no_spill_files_and_no_data_files(tmp_path, monkey
     monkeypatch.setattr(TableWrite, "write_files", failing)
     with pytest.raises(OSError, match="disk full"):
         bw.prepare_commit()
+    handed = {f.file_name for m in bw._pending.values() for f in m.new_files}
+    data_files = {f for _, _, fs in os.walk(t.path) for f in fs if f.startswith("data-")}
+    assert data_files == handed, "the failed bucket's files must be gone, the flushed bucket's kept"
+    assert bw.stats().buffered_rows + sum(f.row_count for m in bw._pending.values() for f in m.new_files) >= 7
+    assert bw.stats().buffered_rows <= buffered
+    monkeypatch.setattr(TableWrite, "write_files", real)
+    t.commit_messages(bw.prepare_commit())  # the retry writes what was left, once
+    assert _read(t) == model
+    bw.write(_batch([(1, 5, None, None, "+I")]))  # the writer is usable again
+    t.commit_messages(bw.prepare_commit())
+    assert _read(t)[1] == (5, None, None)
+    bw.close()
+    assert not os.path.exists(bw.spill_dir)
+
+
+def test_abort_after_a_failed_flush_leaves_no_spill_files_and_no_data_files(tmp_path, monkeypatch) -> None:
+    t = _table(_catalog(tmp_path), "t", {})
+    bw = BufferedTableWrite(t, spill_root=str(tmp_path))
+    for i in range(20):
+        bw.write(_batch([(k, i, None, None, "+I") for k in range(7)]))
+    calls = itertools.count()
+    real = TableWrite.write_files
+
+    def failing(self, *args, **kwargs):
+        if next(calls) == 1:
+            raise OSError("disk full")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TableWrite, "write_files", failing)
+    with pytest.raises(OSError, match="disk full"):
+        bw.prepare_commit()
+    bw.abort()
     assert _spill_files(bw) == []
     assert bw.stats().buffered_rows == 0
-    data_files = [f for _, _, fs in os.walk(t.path) for f in fs if f.startswith("data-")]
-    assert data_files == []
+    assert [f for _, _, fs in os.walk(t.path) for f in fs if f.startswith("data-")] == []
     monkeypatch.setattr(TableWrite, "write_files", real)
-    bw.write(_batch([(1, 5, None, None, "+I")]))  # the writer is usable again
+    bw.write(_batch([(1, 5, None, None, "+I")]))
     t.commit_messages(bw.prepare_commit())
     assert _read(t) == {1: (5, None, None)}
     bw.close()
-    assert not os.path.exists(bw.spill_dir)
 
 
 def test_a_failed_spill_keeps_the_rows_and_asks_for_a_flush(tmp_path, monkeypatch) -> None:

@@ -15,13 +15,17 @@ from .schema_change import SchemaChange, alter_table
 from .table import FileStoreTable
 from .types import DataField, parse_schema_fields
 
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-]{0,254}")
+#: a database folder is `<name>.db` and file systems cap a path element at 255 bytes
+MAX_NAME_CHARS = 200
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-]*")
 
 
 def check_name(name: str, what: str) -> str:
-    """A database or table name: letters, digits, '_' and '-' (nothing path-like)."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise InvalidInputError(f"invalid {what} name {name!r}: use letters, digits, '_' and '-' (at most 255)")
+    """A database or table name: letters, digits, '_' and '-' (nothing path-like), at most 200 of them."""
+    if not isinstance(name, str) or len(name) > MAX_NAME_CHARS or not _NAME.fullmatch(name):
+        shown = repr(name) if not isinstance(name, str) or len(name) <= 60 else f"{name[:40]!r}... ({len(name)} chars)"
+        raise InvalidInputError(f"invalid {what} name {shown}: use letters, digits, '_' and '-' "
+                                f"(at most {MAX_NAME_CHARS})")
     return name
 
 

@@ -421,6 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
                             metavar="HOST:PORT", default=os.environ.get(env),
                             help=f"the {name} {'service' if name != 'kafka' else 'bootstrap'} (default: ${env}, "
                                  "else the cluster `lake up` runs on the warehouse)")
+    from .auth import ChannelSecurity
+
+    ChannelSecurity.add_arguments(parser, os.environ, "", "LAKE_", "the services")
     # Every command also accepts --warehouse after its name.
     common = _Parser(add_help=False, allow_abbrev=False)
     common.add_argument("--warehouse", metavar="DIR", default=argparse.SUPPRESS,
@@ -671,10 +674,13 @@ def _services(args: argparse.Namespace) -> _Services | None:
 
 
 def _client(services: _Services, args: argparse.Namespace) -> Any:
+    from .auth import ChannelSecurity
     from .client import Client
 
     warehouse = args.warehouse or os.environ.get(ENV_WAREHOUSE) or None
-    return Client(services.catalog, writer=services.writer, compactor=services.compactor, warehouse=warehouse)
+    sec = ChannelSecurity.from_args(args, "")
+    return Client(services.catalog, writer=services.writer, compactor=services.compactor, warehouse=warehouse,
+                  token=sec.token, tls_ca=sec.tls_ca, tls_cert=sec.tls_cert, tls_key=sec.tls_key)
 
 
 def _out(text: str = "") -> None:
@@ -1656,7 +1662,8 @@ def _message_key(doc: Any, keys: Sequence[str], debezium: bool) -> bytes | None:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    from .kafka.client import producer
+    from .kafka.client import configure_security, producer
+    from .kafka.security import KafkaSecurity
     from .writer_svc.kafka_ingest import TOPIC_PREFIX
 
     services = _services(args)
@@ -1671,6 +1678,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         data = sys.stdin.buffer.read() if f == "-" else Path(f).read_bytes()
         lines += [ln for ln in data.splitlines() if ln.strip()]
     topic = TOPIC_PREFIX + args.table
+    configure_security(KafkaSecurity.from_env(os.environ))
     p = producer(bootstrap, linger_ms=20)
     try:
         futures = []

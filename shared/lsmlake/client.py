@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import grpc
 import pyarrow as pa
 
+from .auth import ChannelSecurity
 from .binary_row import deserialize_row
 from .catalog import FileSystemCatalog, split_identifier
 from .catalog_svc.convert import KIND_FROM_PROTO, file_from_proto, index_from_proto
@@ -330,10 +331,17 @@ class Client:
         warehouse: the warehouse folder or URI as this process sees it; when None, scans read each
             table at the location the catalog reports (which must then be reachable from here).
         timeout_s: deadline of each call.
+        token: bearer token sent with every call, for services that check tokens (docs/security.md).
+        tls_ca: connect over TLS, trusting this CA certificate (PEM file).
+        tls_cert, tls_key: client certificate and key (PEM files), for services that require mutual TLS.
+        tls: connect over TLS trusting the system's root certificates (implied by `tls_ca` and `tls_cert`).
     """
 
     def __init__(self, catalog: str = "127.0.0.1:50051", writer: str | None = None, compactor: str | None = None,
-                 warehouse: str | None = None, timeout_s: float = 60) -> None:
+                 warehouse: str | None = None, timeout_s: float = 60, *, token: str | None = None,
+                 tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
+                 tls: bool = False) -> None:
+        security = ChannelSecurity(tls_ca, tls_cert, tls_key, token, tls)
         options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
         self.timeout_s = timeout_s
@@ -341,7 +349,7 @@ class Client:
         self._channels: list[grpc.Channel] = []
 
         def channel(target: str) -> grpc.Channel:
-            ch = grpc.insecure_channel(target, options=options)
+            ch = security.open_channel(target, options=options)
             self._channels.append(ch)
             return ch
 

@@ -86,10 +86,14 @@ class ClusterState:
 
 
 def _serving(target: str, timeout_s: float = 1.0) -> bool:
+    """Whether the service at `target` answers SERVING. Plaintext unless `LAKE_TLS_CA` (or a client certificate
+    in `LAKE_TLS_CERT`) says the services serve TLS, as they do when `lake up` runs with `LSMLAKE_TLS_CERT`."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(target) as ch:
+    from .auth import ChannelSecurity
+
+    with ChannelSecurity.from_env(os.environ, "LAKE_").open_channel(target) as ch:
         try:
             reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
         except grpc.RpcError:

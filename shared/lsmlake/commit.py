@@ -6,7 +6,9 @@ The protocol, for one commit:
 2. check that every file the commit deletes is still live (else: conflict, give up for good);
 3. write the delta manifest (once) and a base manifest list holding the previous snapshot's manifests;
 4. publish `snapshot-<latest+1>` with a write-if-absent; losing the race goes back to 1.
-Files written for a lost attempt are deleted; on an unknown outcome nothing is deleted.
+Files written for a lost attempt are deleted; on an unknown outcome nothing is deleted. A storage failure
+(disk full) before or while publishing fails the commit with StorageError after deleting the metadata
+it wrote: nothing was applied and the caller may retry the same messages once there is space.
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import CommitConflictError, CommitRetryExhaustedError, CommitStateUnknownError, NotFoundError
+from .errors import (
+    CommitConflictError,
+    CommitRetryExhaustedError,
+    CommitStateUnknownError,
+    NotFoundError,
+    StorageError,
+)
 from .index_manifest import DELETION_VECTORS, IndexEntry, IndexManifestStore
 from .manifest import ADD, DELETE, ManifestEntry, ManifestFileMeta, ManifestStore, merge_entries
 from .snapshot import APPEND, BATCH_COMMIT_IDENTIFIER, COMPACT, OVERWRITE, Snapshot, SnapshotManager
@@ -92,9 +100,16 @@ class FileStoreCommit:
             return self._attempts(changes, kind, identifier, properties, overwrite_partitions, changelog,
                                   index_changes, written)
         except CommitConflictError:
-            for name in written:
-                self.manifests.io.delete_quietly(self.manifests.path(name))
+            self._delete(written)
             raise
+        except StorageError as e:  # raised only where nothing was published (see `_publish`)
+            self._delete(written)
+            raise StorageError(f"commit of {len(changes)} file change(s) to {self.snapshots.dir.rsplit('/', 1)[0]} "
+                               f"was not applied: {e}") from e
+
+    def _delete(self, names: list[str]) -> None:
+        for name in names:
+            self.manifests.io.delete_quietly(self.manifests.path(name))
 
     def _attempts(self, changes: list[ManifestEntry], kind: str, identifier: int,
                   properties: dict[str, str] | None, overwrite_partitions: set[bytes] | None,
@@ -108,8 +123,9 @@ class FileStoreCommit:
         if changelog:
             # the changelog does not depend on the previous snapshot: written once for all attempts
             cl_meta = self.manifests.write_manifest(changelog, self.schema_id)
+            written.append(cl_meta.file_name)
             changelog_list = self.manifests.write_list([cl_meta])
-            written += [cl_meta.file_name, changelog_list[0]]
+            written.append(changelog_list[0])
         for _attempt in range(self.max_retries + 1):
             latest = self.snapshots.latest()
             done = self._find_committed(latest, identifier, kind)
@@ -127,8 +143,10 @@ class FileStoreCommit:
             if delta_meta is None or overwrite:
                 if delta_meta is not None:
                     self.manifests.io.delete_quietly(self.manifests.path(delta_meta.file_name))
+                    written.remove(delta_meta.file_name)
                 delta_meta = self.manifests.write_manifest(entries, self.schema_id)
                 written.append(delta_meta.file_name)
+            kept = len(written)  # what this attempt writes from here on is dropped if it loses the race
             index_manifest = latest.index_manifest if latest else None
             added_idx, removed_idx = index_changes
             if overwrite and self.indexes is not None and index_manifest:
@@ -138,13 +156,12 @@ class FileStoreCommit:
             if added_idx or removed_idx:
                 live_after = merge_entries(list(live.values()) + entries) if live or entries else {}
                 index_manifest = self._index_manifest(latest, added_idx, removed_idx, live_after)
-            base_metas, merged_files = self._base_manifests(latest)
-            attempt_files = list(merged_files)
-            if index_manifest and (added_idx or removed_idx):
-                attempt_files.append(index_manifest)
+                written.append(index_manifest)
+            base_metas = self._base_manifests(latest, written)
             base_name, base_size = self.manifests.write_list(base_metas)
+            written.append(base_name)
             delta_name, delta_size = self.manifests.write_list([delta_meta])
-            attempt_files += [base_name, delta_name]
+            written.append(delta_name)
             delta_rows = sum(e.file.row_count if e.kind == ADD else -e.file.row_count for e in entries)
             snap = Snapshot(
                 id=(latest.id + 1) if latest else 1, schema_id=self.schema_id,
@@ -161,16 +178,11 @@ class FileStoreCommit:
                 watermark=latest.watermark if latest else None,
                 next_row_id=latest.next_row_id if latest else None,
                 properties=dict(properties) if properties else None, uuid=str(uuid.uuid4()))
-            try:
-                published = self.snapshots.publish(snap)
-            except OSError as e:
-                if self._landed(snap):
-                    return CommitResult(snap.id)
-                raise CommitStateUnknownError(f"publishing snapshot {snap.id} failed: {e}") from e
+            published = self._publish(snap)
             if published:
                 return CommitResult(snap.id)
-            for name in attempt_files:  # lost the race: these were never referenced
-                self.manifests.io.delete_quietly(self.manifests.path(name))
+            self._delete(written[kept:])  # lost the race: these were never referenced
+            del written[kept:]
         raise CommitRetryExhaustedError(
             f"commit of {len(changes)} file change(s) lost the snapshot race {self.max_retries + 1} times")
 
@@ -202,11 +214,29 @@ class FileStoreCommit:
                                               "live; this commit was not applied")
         return self.indexes.write(kept + list(added))
 
-    def _landed(self, snap: Snapshot) -> bool:
+    def _publish(self, snap: Snapshot) -> bool:
+        """Publish the snapshot; False when another commit took its id.
+
+        A failed publication is settled by reading the target back: our snapshot there is a success,
+        another one a lost race; an absent target on a local filesystem (where publication is one
+        hard link) means nothing was published, and the StorageError propagates as a definite failure.
+        Anything else is an unknown outcome.
+        """
         try:
-            return self.snapshots.snapshot(snap.id).uuid == snap.uuid
-        except Exception:
-            return False
+            return self.snapshots.publish(snap)
+        except OSError as e:
+            try:
+                found: Snapshot | None = self.snapshots.snapshot(snap.id)
+            except NotFoundError:
+                found = None
+            except Exception:
+                raise CommitStateUnknownError(f"publishing snapshot {snap.id} failed ({e}) and the snapshot "
+                                              "cannot be read back") from e
+            if found is not None:
+                return found.uuid == snap.uuid or False
+            if isinstance(e, StorageError) and self.snapshots.io.local:
+                raise
+            raise CommitStateUnknownError(f"publishing snapshot {snap.id} failed: {e}") from e
 
     def _find_committed(self, latest: Snapshot | None, identifier: int, kind: str) -> int | None:
         """The snapshot this user already made with this identifier and kind, if any.
@@ -247,14 +277,16 @@ class FileStoreCommit:
             return {}
         return self.manifests.live(snapshot.base_manifest_list, snapshot.delta_manifest_list)
 
-    def _base_manifests(self, latest: Snapshot | None) -> tuple[list[ManifestFileMeta], list[str]]:
-        """The manifests of the previous snapshot, merged into few files once there are many."""
+    def _base_manifests(self, latest: Snapshot | None, written: list[str]) -> list[ManifestFileMeta]:
+        """The manifests of the previous snapshot, merged into few files once there are many (added to `written`)."""
         if latest is None:
-            return [], []
+            return []
         metas = self.manifests.snapshot_manifests(latest.base_manifest_list, latest.delta_manifest_list)
         if len(metas) < self.merge_min_count:
-            return metas, []
+            return metas
         live = list(self.manifests.live(latest.base_manifest_list, latest.delta_manifest_list).values())
-        merged = [self.manifests.write_manifest(live[i:i + _MANIFEST_ENTRIES_PER_FILE], self.schema_id)
-                  for i in range(0, len(live), _MANIFEST_ENTRIES_PER_FILE)]
-        return merged, [m.file_name for m in merged]
+        merged = []
+        for i in range(0, len(live), _MANIFEST_ENTRIES_PER_FILE):
+            merged.append(self.manifests.write_manifest(live[i:i + _MANIFEST_ENTRIES_PER_FILE], self.schema_id))
+            written.append(merged[-1].file_name)
+        return merged

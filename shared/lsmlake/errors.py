@@ -43,6 +43,11 @@ class CommitStateUnknownError(LakeError):
     """The outcome of a commit is unknown: the caller must not delete the files it wrote."""
 
 
+class StorageError(LakeError, OSError):
+    """Writing to the warehouse failed (disk full, quota exceeded, I/O error): the operation that raised it
+    was not applied and left nothing visible; retry once the storage is back. `errno` is the cause's."""
+
+
 class CorruptMetadataError(LakeError):
     """A metadata file on disk cannot be parsed."""
 

@@ -8,6 +8,7 @@ primitive through `pyarrow.fs`, so there the commit must be serialised by a lock
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import uuid
@@ -16,7 +17,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from .errors import NotFoundError
+from .errors import NotFoundError, StorageError
+
+#: environment variable that turns on fault injection (a test facility: see `fault_fs`)
+FAULT_FS_ENV = "LSMLAKE_FAULT_FS"
 
 # Object stores have no write-if-absent through pyarrow.fs: within one process this lock makes the
 # check-and-move atomic; across processes the catalog service is the single committer.
@@ -43,13 +47,24 @@ class FileIO:
 
     @staticmethod
     def for_path(uri: str, fs: pafs.FileSystem | None = None) -> tuple[FileIO, str]:
-        """The FileIO for a warehouse URI or plain path (or a path in the given filesystem)."""
+        """The FileIO for a warehouse URI or plain path (or a path in the given filesystem).
+
+        With `LSMLAKE_FAULT_FS` set (a test facility, see `fault_fs`) the FileIO injects storage faults;
+        the check happens here, once per FileIO, so a normal FileIO pays nothing for it.
+        """
         if fs is not None:
-            return FileIO(fs, isinstance(fs, pafs.LocalFileSystem)), uri.rstrip("/")
-        if "://" not in uri:
-            return FileIO(pafs.LocalFileSystem(), True), os.path.abspath(uri)
-        fs, path = pafs.FileSystem.from_uri(uri)
-        return FileIO(fs, isinstance(fs, pafs.LocalFileSystem)), path
+            fs, path, local = fs, uri.rstrip("/"), isinstance(fs, pafs.LocalFileSystem)
+        elif "://" not in uri:
+            fs, path, local = pafs.LocalFileSystem(), os.path.abspath(uri), True
+        else:
+            fs, path = pafs.FileSystem.from_uri(uri)
+            local = isinstance(fs, pafs.LocalFileSystem)
+        spec = os.environ.get(FAULT_FS_ENV)
+        if spec:
+            from .fault_fs import FaultyFileIO, injector_for
+
+            return FaultyFileIO(fs, local, injector_for(spec)), path
+        return FileIO(fs, local), path
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -106,8 +121,56 @@ class FileIO:
             self.fs.create_dir(path, recursive=True)
 
     def write_bytes(self, path: str, data: bytes) -> None:
-        """Write a new file under a fresh name (no other writer uses this name)."""
-        self.mkdirs(os.path.dirname(path))
+        """Write a new file under a fresh name (no other writer uses this name).
+
+        On failure (disk full, say) the partial file is removed and StorageError raised.
+        """
+        try:
+            self.mkdirs(os.path.dirname(path))  # a full disk refuses new directories too
+            self._write_file(path, data)
+        except OSError as e:
+            self.delete_quietly(path)
+            raise _storage_error("write", path, e) from e
+
+    def overwrite_atomic(self, path: str, data: bytes) -> None:
+        """Replace a file so that readers see the old or the new content, never a torn one."""
+        tmp = self._temp_name(path)
+        self.write_bytes(tmp, data)
+        try:
+            self._rename(tmp, path)
+        except OSError as e:
+            self.delete_quietly(tmp)
+            raise _storage_error("replace", path, e) from e
+
+    def write_if_absent(self, path: str, data: bytes) -> bool:
+        """Publish `data` at `path` only if nothing is there; False when the target exists.
+
+        1. write a temp file beside the target; 2. hard-link it to the target (fails if the target
+        exists, atomically across processes); 3. remove the temp name. A StorageError from step 1 means
+        nothing was published; from step 2, the caller checks whether the target holds its content.
+        """
+        tmp = self._temp_name(path)
+        self.write_bytes(tmp, data)
+        try:
+            if self.local:
+                try:
+                    self._link(tmp, path)
+                except FileExistsError:
+                    return False
+                return True
+            with _PUBLISH_LOCK:
+                if self.exists(path):
+                    return False
+                self._rename(tmp, path)
+                return True
+        except OSError as e:
+            raise _storage_error("publish", path, e) from e
+        finally:
+            self.delete_quietly(tmp)
+
+    # -- the primitives a fault-injecting FileIO (`fault_fs`) wraps ---------------------------
+
+    def _write_file(self, path: str, data: bytes) -> None:
         if self.local:
             with open(path, "wb") as f:
                 f.write(data)
@@ -115,37 +178,14 @@ class FileIO:
             with self.fs.open_output_stream(path) as f:
                 f.write(data)
 
-    def overwrite_atomic(self, path: str, data: bytes) -> None:
-        """Replace a file so that readers see the old or the new content, never a torn one."""
-        tmp = self._temp_name(path)
-        self.write_bytes(tmp, data)
+    def _rename(self, src: str, dst: str) -> None:
         if self.local:
-            os.replace(tmp, path)
+            os.replace(src, dst)
         else:
-            self.fs.move(tmp, path)
+            self.fs.move(src, dst)
 
-    def write_if_absent(self, path: str, data: bytes) -> bool:
-        """Publish `data` at `path` only if nothing is there; False when the target exists.
-
-        1. write a temp file beside the target; 2. hard-link it to the target (fails if the target
-        exists, atomically across processes); 3. remove the temp name.
-        """
-        tmp = self._temp_name(path)
-        self.write_bytes(tmp, data)
-        try:
-            if self.local:
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    return False
-                return True
-            with _PUBLISH_LOCK:
-                if self.exists(path):
-                    return False
-                self.fs.move(tmp, path)
-                return True
-        finally:
-            self.delete_quietly(tmp)
+    def _link(self, src: str, dst: str) -> None:
+        os.link(src, dst)
 
     def delete(self, path: str) -> None:
         if self.local:
@@ -173,3 +213,14 @@ class FileIO:
     def _temp_name(path: str) -> str:
         d, name = os.path.split(path)
         return os.path.join(d, f".{name}.{uuid.uuid4()}.tmp")
+
+
+def _storage_error(action: str, path: str, cause: OSError) -> StorageError:
+    """A StorageError naming the file and the storage's complaint (errno kept for callers that branch on it)."""
+    if isinstance(cause, StorageError):
+        return cause
+    what = os.strerror(cause.errno) if cause.errno else str(cause)
+    hint = " (the warehouse storage is full)" if cause.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    e = StorageError(f"cannot {action} {path}: {what}{hint}")
+    e.errno = cause.errno
+    return e

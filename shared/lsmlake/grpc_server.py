@@ -1,11 +1,13 @@
-"""What the three services share about being a gRPC server: the server with health checking and
-reflection, the SERVING switch, and running until a signal."""
+"""What the three services share about being a gRPC server: the server with health checking, reflection,
+TLS and token checking, the SERVING switch, and running until a signal."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 import threading
+from collections.abc import Mapping
 from concurrent import futures
 from typing import Any
 
@@ -13,22 +15,42 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from .auth import ServerSecurity
 from .errors import InvalidInputError
+from .rpc_errors import UndecodableRequests
 
 
 def new_server(service_name: str, health_servicer: health.HealthServicer, host: str, port: int, workers: int,
-               max_message_bytes: int = 64 << 20) -> tuple[grpc.Server, int]:
+               max_message_bytes: int = 64 << 20,
+               security: ServerSecurity | None = None) -> tuple[grpc.Server, int]:
     """A gRPC server bound to host:port (0 picks a free port) with health (NOT_SERVING until `set_serving`) and
-    reflection; the service itself is added by the caller. The server and its port."""
+    reflection, serving TLS and checking tokens as `security` says; the service itself is added by the caller.
+    The server and its port."""
+    security = security or ServerSecurity()
     opts = [("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes)]
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=opts)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=opts,
+                         interceptors=[*security.interceptors(), UndecodableRequests()])
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     set_serving(health_servicer, service_name, False)
     reflection.enable_server_reflection((service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    credentials = security.credentials()
+    address = f"{host}:{port}"
+    bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     if bound == 0:
         raise InvalidInputError(f"cannot listen on {host}:{port}")
+    return server, bound
+
+
+def new_health_server(health_servicer: health.HealthServicer, host: str, port: int) -> tuple[grpc.Server, int]:
+    """A plaintext server answering only health checks, for probes that cannot speak TLS (the kubelet's gRPC
+    probes) when the service itself serves TLS. Started here; the server and its port."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise InvalidInputError(f"cannot listen on {host}:{port} (health port)")
+    server.start()
     return server, bound
 
 
@@ -62,3 +84,23 @@ def run_until_signal(server: Any, name: str, host: str) -> int:
     logging.getLogger(__name__).info("%s shutting down", name)
     server.stop()
     return 0
+
+
+def add_security_arguments(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
+    """The flags of a service's TLS, tokens (`ServerSecurity`) and plaintext health port."""
+    ServerSecurity.add_arguments(p, env)
+    p.add_argument("--health-port", type=int, default=int_or_none(env.get("LSMLAKE_HEALTH_PORT")),
+                   help="also answer health checks in plaintext on this port, for probes that cannot speak TLS "
+                        "(env LSMLAKE_HEALTH_PORT; 0 picks one); off when not set")
+
+
+def security_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> ServerSecurity:
+    """The `ServerSecurity` of parsed flags, every file read once; a bad setting is a usage error."""
+    try:
+        security = ServerSecurity.from_args(a)
+        security.check()
+    except InvalidInputError as e:
+        p.error(str(e))
+    if a.health_port is not None and not 0 <= a.health_port <= 65535:
+        p.error(f"--health-port {a.health_port} is not a port number")
+    return security

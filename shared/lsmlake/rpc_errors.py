@@ -24,6 +24,7 @@ from .errors import (
     LakeError,
     NotFoundError,
     ServiceUnavailableError,
+    StorageError,
 )
 from .metastore.errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError
 
@@ -37,6 +38,7 @@ class UnimplementedError(LakeError):
 _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (UnimplementedError, grpc.StatusCode.UNIMPLEMENTED),
     (BackPressureError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (StorageError, grpc.StatusCode.RESOURCE_EXHAUSTED),  # disk full: retry once there is space
     (ServiceUnavailableError, grpc.StatusCode.UNAVAILABLE),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (InvalidInputError, grpc.StatusCode.INVALID_ARGUMENT),  # incl. SchemaMismatchError, UnknownOptionError
@@ -53,6 +55,14 @@ _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
 
 
 INTERNAL_MESSAGE = "internal error in the service; see its log"
+#: a status message travels in a gRPC trailer (8 KiB by default): a reason that echoes a huge input is cut
+MAX_MESSAGE_CHARS = 2_000
+
+
+def _short(message: str) -> str:
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return f"{message[:MAX_MESSAGE_CHARS - 40]}... ({len(message)} chars in all)"
 
 
 def status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
@@ -62,10 +72,10 @@ def status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
     """
     code = getattr(error, "code", None)
     if isinstance(error, LakeError) and isinstance(code, grpc.StatusCode):
-        return code, str(error) or type(error).__name__
+        return code, _short(str(error) or type(error).__name__)
     for cls, code in _CODES:
         if isinstance(error, cls):
-            return code, str(error) or cls.__name__
+            return code, _short(str(error) or cls.__name__)
     return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
 
 
@@ -110,3 +120,68 @@ def guarded_stream(method: F) -> F:
             context.abort(code, message)
 
     return wrapper  # type: ignore[return-value]
+
+
+class _Undecodable:
+    """Stands for a request whose bytes are not a message of the method's request type."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _lenient(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    owner = getattr(deserializer, "__self__", None)
+    type_name = getattr(getattr(owner, "DESCRIPTOR", None), "full_name", "request message")
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as e:  # protobuf's DecodeError, whatever the implementation
+            return _Undecodable(f"the request is not a valid {type_name} ({len(data)} bytes): {e}")
+
+    return parse
+
+
+def _refuse_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    def handle(request: Any, context: grpc.ServicerContext) -> Any:
+        if isinstance(request, _Undecodable):
+            _log.info("refused: %s", request.reason)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, _short(request.reason))
+        return behavior(request, context)
+
+    return handle
+
+
+def _checked_stream(requests: Any) -> Any:
+    for r in requests:
+        if isinstance(r, _Undecodable):
+            raise InvalidInputError(r.reason)  # inside the servicer, so `guarded` answers INVALID_ARGUMENT
+        yield r
+
+
+def _refuse_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    def handle(requests: Any, context: grpc.ServicerContext) -> Any:
+        return behavior(_checked_stream(requests), context)
+
+    return handle
+
+
+class UndecodableRequests(grpc.ServerInterceptor):
+    """Answers INVALID_ARGUMENT, naming the expected message type, to a request whose bytes do not decode.
+
+    Without it gRPC answers such a request INTERNAL ("Exception deserializing request!"), which reads as a
+    fault of the service. Install it on every server: `grpc.server(..., interceptors=[UndecodableRequests()])`.
+    """
+
+    def intercept_service(self, continuation: Callable[[Any], Any], handler_call_details: Any) -> Any:
+        handler = continuation(handler_call_details)
+        if handler is None or handler.request_deserializer is None or not hasattr(handler, "_replace"):
+            return handler
+        lenient = _lenient(handler.request_deserializer)
+        if handler.unary_unary is not None:
+            return handler._replace(request_deserializer=lenient, unary_unary=_refuse_unary(handler.unary_unary))
+        if handler.unary_stream is not None:
+            return handler._replace(request_deserializer=lenient, unary_stream=_refuse_unary(handler.unary_stream))
+        if handler.stream_unary is not None:
+            return handler._replace(request_deserializer=lenient, stream_unary=_refuse_stream(handler.stream_unary))
+        return handler._replace(request_deserializer=lenient, stream_stream=_refuse_stream(handler.stream_stream))

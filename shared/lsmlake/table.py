@@ -17,7 +17,7 @@ from . import options as opts
 from .binary_row import deserialize_row
 from .commit import CommitResult, FileStoreCommit
 from .data_file_writer import bucket_dir
-from .errors import CommitConflictError, CommitStateUnknownError, InvalidInputError, NotFoundError
+from .errors import CommitConflictError, CommitStateUnknownError, InvalidInputError, NotFoundError, StorageError
 from .fileio import FileIO
 from .index_manifest import IndexManifestStore
 from .manifest import ManifestStore
@@ -145,6 +145,10 @@ class FileStoreTable:
             except CommitConflictError as e:
                 # the write is committed; another writer or compactor is moving level 0 up already
                 _log.info("compaction after a write to %s skipped: %s", self.identifier, e)
+            except StorageError as e:
+                # the write is committed (raising would invite a retry that applies it twice); the next
+                # compaction moves level 0 up once the storage has room again
+                _log.warning("compaction after a write to %s failed: %s", self.identifier, e)
 
     def commit_messages(self, messages: Sequence[CommitMessage], commit_user: str | None = None,
                         properties: dict[str, str] | None = None) -> CommitResult:

@@ -292,8 +292,8 @@ class WriteBuffer:
         """Merge the in-memory rows and the spilled runs and write them as level-0 files.
 
         Returns the bucket's new data (and changelog) files; the spill files are deleted. On failure
-        the buffered rows are dropped as well (nothing is left on local disk) and the error is raised:
-        the caller discards the whole batch of writes since the last commit (`BufferedTableWrite.abort`).
+        (a full warehouse disk, say) the files this flush wrote are deleted and the buffered rows kept, so
+        that the flush can be retried; the caller may instead drop everything (`BufferedTableWrite.abort`).
         """
         message = CommitMessage(self.target.partition, self.target.bucket, self.schema.num_buckets)
         if self.is_empty:
@@ -316,7 +316,9 @@ class WriteBuffer:
             data.close()
             changelog.close()
         except BaseException:
-            self.discard()
+            directory = bucket_dir(table_write.table_path, self.target.partition_path, self.target.bucket)
+            for f in message.new_files + message.changelog_files:
+                table_write.io.delete_quietly(f"{directory}/{f.file_name}")
             raise
         finally:
             for r in readers:
@@ -463,20 +465,18 @@ class BufferedTableWrite:
     def flush(self) -> None:
         """Write every buffer as level-0 files; they are committed with the next `prepare_commit`.
 
-        On failure everything since the last `prepare_commit` is discarded (see `abort`) and the error raised.
+        On failure the error is raised with nothing lost: the buffers written so far hold their files for
+        the next `prepare_commit`, the failed one and the rest still hold their rows, so `flush` (or
+        `prepare_commit`) can be called again; `abort` drops everything instead.
         """
-        try:
-            for key, buffer in self._buffers.items():
-                if buffer.is_empty:
-                    continue
-                message = buffer.flush(self._write)
-                pending = self._pending.setdefault(key, CommitMessage(message.partition, message.bucket,
-                                                                      message.total_buckets))
-                pending.new_files.extend(message.new_files)
-                pending.changelog_files.extend(message.changelog_files)
-        except BaseException:
-            self.abort()
-            raise
+        for key, buffer in self._buffers.items():
+            if buffer.is_empty:
+                continue
+            message = buffer.flush(self._write)
+            pending = self._pending.setdefault(key, CommitMessage(message.partition, message.bucket,
+                                                                  message.total_buckets))
+            pending.new_files.extend(message.new_files)
+            pending.changelog_files.extend(message.changelog_files)
         self._must_flush = False
 
     def prepare_commit(self) -> list[CommitMessage]:
@@ -485,7 +485,7 @@ class BufferedTableWrite:
         The caller owns the returned files from now on: it commits them, and deletes them with
         `delete_files` only when the commit definitely failed (never when its outcome is unknown).
         Sequence numbers continue in the buffers; buckets first seen later restore theirs from the
-        table's latest snapshot.
+        table's latest snapshot. On failure nothing is handed over and nothing is lost (see `flush`).
         """
         self.flush()
         messages = [m for m in self._pending.values() if m.new_files or m.changelog_files]

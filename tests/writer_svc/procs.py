@@ -13,7 +13,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from lsmlake.kafka.broker import free_port
 
-START_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 180.0  # a compactor starts a JVM; on a loaded machine that alone can take a minute
 
 
 class Service:

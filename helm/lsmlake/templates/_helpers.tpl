@@ -125,23 +125,34 @@ prometheus.io/path: /metrics
 {{- end }}
 {{- end -}}
 
+{{/* Where the kubelet's gRPC probes go: the service's port, or with TLS on the plaintext health port
+(kubelet probes cannot speak TLS). Call with (dict "root" $ "port" N). */}}
+{{- define "lsmlake.probePort" -}}
+{{- if .root.Values.security.tls.secretName -}}
+{{- .root.Values.security.tls.healthPort -}}
+{{- else -}}
+{{- .port -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The gRPC probes of a container listening on port N; call with (dict "root" $ "port" N). */}}
 {{- define "lsmlake.grpcProbes" -}}
 {{- $p := .root.Values.probes -}}
+{{- $port := include "lsmlake.probePort" . -}}
 startupProbe:
   grpc:
-    port: {{ .port }}
+    port: {{ $port }}
   periodSeconds: {{ $p.startup.periodSeconds }}
   failureThreshold: {{ $p.startup.failureThreshold }}
 livenessProbe:
   grpc:
-    port: {{ .port }}
+    port: {{ $port }}
   periodSeconds: {{ $p.liveness.periodSeconds }}
   timeoutSeconds: {{ $p.liveness.timeoutSeconds }}
   failureThreshold: {{ $p.liveness.failureThreshold }}
 readinessProbe:
   grpc:
-    port: {{ .port }}
+    port: {{ $port }}
   periodSeconds: {{ $p.readiness.periodSeconds }}
   timeoutSeconds: {{ $p.readiness.timeoutSeconds }}
   failureThreshold: {{ $p.readiness.failureThreshold }}
@@ -152,6 +163,11 @@ readinessProbe:
 - name: grpc
   containerPort: {{ .port }}
   protocol: TCP
+{{- if .root.Values.security.tls.secretName }}
+- name: health
+  containerPort: {{ .root.Values.security.tls.healthPort }}
+  protocol: TCP
+{{- end }}
 {{- if .root.Values.metrics.enabled }}
 - name: metrics
   containerPort: {{ .metricsPort }}
@@ -233,6 +249,16 @@ affinity:
 {{- if not .Values.kafka.bootstrap -}}
 {{- fail "kafka.bootstrap is required (the compactors and --ingest need it)" -}}
 {{- end -}}
+{{- $sec := .Values.security -}}
+{{- if and $sec.auth.tokensSecret (not $sec.auth.serviceTokensSecret) -}}
+{{- fail "security.auth.tokensSecret needs security.auth.serviceTokensSecret (the writers' and compactors' own tokens for the catalog)" -}}
+{{- end -}}
+{{- if and $sec.tls.mutual (not $sec.tls.secretName) -}}
+{{- fail "security.tls.mutual needs security.tls.secretName" -}}
+{{- end -}}
+{{- if not (has .Values.kafka.security.protocol (list "PLAINTEXT" "SSL" "SASL_PLAINTEXT" "SASL_SSL")) -}}
+{{- fail "kafka.security.protocol must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL" -}}
+{{- end -}}
 {{- if not (has .Values.compactor.spark.mode (list "local" "kubernetes")) -}}
 {{- fail "compactor.spark.mode must be local or kubernetes" -}}
 {{- end -}}
@@ -245,4 +271,120 @@ affinity:
 {{- $names = append $names .name -}}
 {{- end -}}
 {{- join "," $names -}}
+{{- end -}}
+
+{{/* gRPC TLS, token files and Kafka security of one service container: environment. Call with
+(dict "root" $ "component" "catalog"|"writer"|"compactor"). */}}
+{{- define "lsmlake.securityEnv" -}}
+{{- $s := .root.Values.security -}}
+{{- $k := .root.Values.kafka.security -}}
+{{- if $s.tls.secretName }}
+- name: LSMLAKE_TLS_CERT
+  value: /etc/lsmlake/tls/tls.crt
+- name: LSMLAKE_TLS_KEY
+  value: /etc/lsmlake/tls/tls.key
+- name: LSMLAKE_HEALTH_PORT
+  value: {{ $s.tls.healthPort | quote }}
+{{- if $s.tls.mutual }}
+- name: LSMLAKE_TLS_CLIENT_CA
+  value: /etc/lsmlake/tls/ca.crt
+{{- end }}
+{{- if ne .component "catalog" }}
+- name: LSMLAKE_CATALOG_TLS_CA
+  value: /etc/lsmlake/tls/ca.crt
+{{- if $s.tls.mutual }}
+- name: LSMLAKE_CATALOG_TLS_CERT
+  value: /etc/lsmlake/tls/tls.crt
+- name: LSMLAKE_CATALOG_TLS_KEY
+  value: /etc/lsmlake/tls/tls.key
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $s.auth.tokensSecret }}
+- name: LSMLAKE_AUTH_TOKENS
+  value: /etc/lsmlake/auth/{{ $s.auth.tokensKey }}
+{{- if ne .component "catalog" }}
+- name: LSMLAKE_CATALOG_TOKEN_FILE
+  value: /etc/lsmlake/service-tokens/{{ .component }}
+{{- end }}
+{{- end }}
+{{- if ne $k.protocol "PLAINTEXT" }}
+- name: LSMLAKE_KAFKA_SECURITY_PROTOCOL
+  value: {{ $k.protocol | quote }}
+{{- end }}
+{{- with $k.saslMechanism }}
+- name: LSMLAKE_KAFKA_SASL_MECHANISM
+  value: {{ . | quote }}
+{{- end }}
+{{- with $k.saslUsername }}
+- name: LSMLAKE_KAFKA_SASL_USERNAME
+  value: {{ . | quote }}
+{{- end }}
+{{- with $k.saslPasswordSecret }}
+- name: LSMLAKE_KAFKA_SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $k.saslPasswordKey }}
+{{- end }}
+{{- if $k.caSecret }}
+- name: LSMLAKE_KAFKA_SSL_CAFILE
+  value: /etc/lsmlake/kafka-tls/ca.crt
+{{- end }}
+{{- end -}}
+
+{{/* The Secrets of lsmlake.securityEnv as read-only volumes; same argument. */}}
+{{- define "lsmlake.securityVolumes" -}}
+{{- $s := .root.Values.security -}}
+{{- with $s.tls.secretName }}
+- name: tls
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+{{- end }}
+{{- if $s.auth.tokensSecret }}
+- name: auth-tokens
+  secret:
+    secretName: {{ $s.auth.tokensSecret }}
+    defaultMode: 0440
+{{- if ne .component "catalog" }}
+- name: service-tokens
+  secret:
+    secretName: {{ $s.auth.serviceTokensSecret }}
+    defaultMode: 0440
+    items:
+      - key: {{ .component }}
+        path: {{ .component }}
+{{- end }}
+{{- end }}
+{{- with .root.Values.kafka.security.caSecret }}
+- name: kafka-tls
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+{{- end }}
+{{- end -}}
+
+{{- define "lsmlake.securityVolumeMounts" -}}
+{{- $s := .root.Values.security -}}
+{{- if $s.tls.secretName }}
+- name: tls
+  mountPath: /etc/lsmlake/tls
+  readOnly: true
+{{- end }}
+{{- if $s.auth.tokensSecret }}
+- name: auth-tokens
+  mountPath: /etc/lsmlake/auth
+  readOnly: true
+{{- if ne .component "catalog" }}
+- name: service-tokens
+  mountPath: /etc/lsmlake/service-tokens
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- if .root.Values.kafka.security.caSecret }}
+- name: kafka-tls
+  mountPath: /etc/lsmlake/kafka-tls
+  readOnly: true
+{{- end }}
 {{- end -}}

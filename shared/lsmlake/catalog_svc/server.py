@@ -6,13 +6,25 @@ import argparse
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health
 
+from ..auth import ServerSecurity
 from ..catalog import FileSystemCatalog
-from ..grpc_server import int_or_none, new_server, run_until_signal, set_serving
+from ..errors import InvalidInputError
+from ..grpc_server import (
+    add_security_arguments,
+    int_or_none,
+    new_health_server,
+    new_server,
+    run_until_signal,
+    security_from_args,
+    set_serving,
+)
+from ..kafka.client import configure_security
+from ..kafka.security import KafkaSecurity
 from ..metastore import MetaStore, open_store
 from ..observability import MetricsEndpoint, configure_logging
 from ..proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc
@@ -45,12 +57,16 @@ class Settings:
     orphan_interval_s: float = 86_400.0
     reconcile_interval_s: float = 10.0
     fault: str | None = None  # crash injection for the recovery tests
+    security: ServerSecurity = field(default_factory=ServerSecurity)
+    health_port: int | None = None  # plaintext health checks for probes that cannot speak TLS
+    kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
 
     @staticmethod
     def from_args(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> Settings:
         """Flags win over the environment: `LSMLAKE_WAREHOUSE`, `LSMLAKE_METASTORE`, `LSMLAKE_CATALOG_HOST`,
         `LSMLAKE_CATALOG_PORT`, `LSMLAKE_KAFKA`, `LSMLAKE_METRICS_PORT`, `LSMLAKE_EXPIRE_INTERVAL`,
-        `LSMLAKE_ORPHAN_INTERVAL`, `LSMLAKE_RECONCILE_INTERVAL`, `LSMLAKE_CATALOG_FAULT`."""
+        `LSMLAKE_ORPHAN_INTERVAL`, `LSMLAKE_RECONCILE_INTERVAL`, `LSMLAKE_CATALOG_FAULT`, and those of TLS,
+        tokens and Kafka security (docs/security.md)."""
         env = dict(os.environ if env is None else env)
         p = argparse.ArgumentParser(prog="catalog-svc", description="lsmlake catalog service (gRPC)")
         p.add_argument("--warehouse", default=env.get("LSMLAKE_WAREHOUSE"),
@@ -74,7 +90,14 @@ class Settings:
                        help="seconds between looks for snapshots written by other engines (0: off)")
         p.add_argument("--fault", default=env.get("LSMLAKE_CATALOG_FAULT") or None, choices=[f for f in FAULTS if f],
                        help="testing only: crash at this point of the first commit")
+        add_security_arguments(p, env)
+        KafkaSecurity.add_arguments(p, env)
         a = p.parse_args(argv)
+        security = security_from_args(p, a)
+        try:
+            kafka_security = KafkaSecurity.from_args(a)
+        except InvalidInputError as e:
+            p.error(str(e))
         if not a.warehouse:
             p.error("--warehouse (or LSMLAKE_WAREHOUSE) is required")
         if not 0 <= a.port <= 65535:
@@ -91,7 +114,8 @@ class Settings:
         return Settings(warehouse=a.warehouse, metastore=metastore, port=a.port, kafka=a.kafka, grace_s=a.grace,
                         host=a.host, metrics_port=a.metrics_port, expire_interval_s=a.expire_interval,
                         orphan_interval_s=a.orphan_interval, reconcile_interval_s=a.reconcile_interval,
-                        fault=a.fault)
+                        fault=a.fault, security=security, health_port=a.health_port,
+                        kafka_security=kafka_security)
 
 
 
@@ -110,12 +134,18 @@ class CatalogServer:
         self._servicer: CatalogService | None = None
         self._maintenance: Maintenance | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
+        self._health_server: grpc.Server | None = None
+        self.health_port: int | None = None
 
     def start(self) -> int:
         """Start serving; health turns SERVING only once the store and the warehouse are open. The port."""
         s = self.settings
-        server, self.port = new_server(SERVICE_NAME, self.health, s.host, s.port, s.workers, s.max_message_bytes)
+        configure_security(s.kafka_security)
+        server, self.port = new_server(SERVICE_NAME, self.health, s.host, s.port, s.workers, s.max_message_bytes,
+                                       s.security)
         self._server = server
+        if s.health_port is not None:
+            self._health_server, self.health_port = new_health_server(self.health, s.host, s.health_port)
         self._store = open_store(s.metastore)
         catalog = FileSystemCatalog(s.warehouse)
         catalog.io.mkdirs(catalog.root)
@@ -151,6 +181,8 @@ class CatalogServer:
             self._servicer.stopping.set()
         if self._server is not None:
             self._server.stop(self.settings.grace_s).wait(self.settings.grace_s + 5)
+        if self._health_server is not None:
+            self._health_server.stop(0)
         if self._maintenance is not None:
             self._maintenance.stop()
         if self._relay is not None:

@@ -31,6 +31,7 @@ from ..table import FileStoreTable
 from ..table_write import CommitMessage
 from ..types import parse_schema_fields
 from . import convert
+from .commit_checks import check_changes
 from .events import snapshot_events
 from .metrics import CatalogMetrics
 from .reconcile import reconcile_table
@@ -44,6 +45,12 @@ MAX_FILES_PER_COMMIT = 100_000
 MAX_PROPERTIES = 1_000
 MAX_PROPERTY_CHARS = 64 * 1024
 _COMMIT_KINDS = (APPEND, COMPACT, OVERWRITE)
+POSTPONE_BUCKET = -2  # Paimon's bucket of files written in postpone-bucket mode
+# Bounds on a column definition: the type parser recurses per nesting level, and names are quoted in `...`
+MAX_COLUMNS = 10_000
+MAX_COLUMN_NAME_CHARS = 255
+MAX_TYPE_CHARS = 4_096
+MAX_TYPE_NESTING = 32
 
 
 _ident = convert.table_id
@@ -78,9 +85,37 @@ def _check_commit(request: catalog_pb2.CommitRequest) -> str:
     return kind
 
 
+def _check_column(where: str, name: str, type_text: str) -> None:
+    """InvalidInputError naming `where` for a column name or type text the schema parser must not see."""
+    if not name or len(name) > MAX_COLUMN_NAME_CHARS or "`" in name or "\x00" in name:
+        shown = name if len(name) <= 60 else f"{name[:40]}... ({len(name)} chars)"
+        raise InvalidInputError(f"{where}: column name {shown!r} is invalid: 1 to {MAX_COLUMN_NAME_CHARS} characters, "
+                                "no backtick or NUL")
+    if len(type_text) > MAX_TYPE_CHARS:
+        raise InvalidInputError(f"{where}: the type of column {name!r} is {len(type_text)} characters long; "
+                                f"at most {MAX_TYPE_CHARS}")
+    depth = deepest = 0
+    for ch in type_text:
+        depth += (ch in "<(") - (ch in ">)")
+        deepest = max(deepest, depth)
+    if deepest > MAX_TYPE_NESTING:
+        raise InvalidInputError(f"{where}: the type of column {name!r} is nested {deepest} levels deep; "
+                                f"at most {MAX_TYPE_NESTING}")
+
+
+def _check_columns(columns: Sequence[Any]) -> None:
+    if not columns:
+        raise InvalidInputError("columns must not be empty")
+    if len(columns) > MAX_COLUMNS:
+        raise InvalidInputError(f"columns has {len(columns)} entries; at most {MAX_COLUMNS}")
+    for i, c in enumerate(columns):
+        _check_column(f"columns[{i}]", c.name, c.type)
+
+
 def _schema_change(i: int, c: Any) -> SchemaChange:
     which = c.WhichOneof("change")
     if which == "add_column":
+        _check_column(f"changes[{i}].add_column", c.add_column.name, c.add_column.type)
         return AddColumn(c.add_column.name, c.add_column.type, c.add_column.comment or None)
     if which == "rename_column":
         return RenameColumn(c.rename_column.old_name, c.rename_column.new_name)
@@ -149,8 +184,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     @guarded
     def CreateTable(self, request: Any, context: grpc.ServicerContext) -> Any:
         tid = _ident(request.table)
-        if not request.columns:
-            raise InvalidInputError("columns must not be empty")
+        _check_columns(request.columns)
         fields = parse_schema_fields(", ".join(f"`{c.name}` {c.type}" for c in request.columns))
         fields = tuple(dataclasses.replace(f, description=c.comment or None)
                        for f, c in zip(fields, request.columns, strict=True))
@@ -204,7 +238,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         """Commit file changes as one snapshot (see `_commit`)."""
         kind = _check_commit(request)
         tid = _ident(request.table)
-        self.catalog.get_table(tid)  # NotFoundError before any work
+        check_changes(self.catalog.get_table(tid), request.changes, request.overwrite_partitions)  # before any work
         messages = [convert.changes_from_proto(c) for c in request.changes]
         snapshot_id, again, _ = self._commit(tid, request.table, kind, request, messages, request.changes)
         return catalog_pb2.CommitResponse(snapshot_id=snapshot_id, already_committed=again)
@@ -372,6 +406,10 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         splits = table.new_scan(Predicate(tuple(terms)), snap, all_levels=request.all_levels).plan()
         if request.buckets:
             wanted = set(request.buckets)
+            bad = sorted(b for b in wanted if b < 0 and b != POSTPONE_BUCKET)
+            if bad:
+                raise InvalidInputError(f"buckets {bad} are not bucket numbers (0 and up, or {POSTPONE_BUCKET} for "
+                                        "postponed files)")
             splits = [s for s in splits if s.bucket in wanted]
         return catalog_pb2.PlanScanResponse(snapshot_id=snap.id, schema_id=snap.schema_id,
                                             splits=[convert.split_to_proto(table, s) for s in splits])
@@ -428,7 +466,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
                                            kind=common_pb2.COMMIT_KIND_COMPACT, changes=request.changes,
                                            properties=request.properties)
         _check_commit(commit)
-        self.catalog.get_table(tid)
+        check_changes(self.catalog.get_table(tid), request.changes)
         messages = [convert.changes_from_proto(c) for c in request.changes]
         snapshot_id, again, _ = self._commit(tid, request.table, COMPACT, commit, messages, request.changes,
                                              plan_check=lambda: self.timeline.check_completion(tid, request))

@@ -17,7 +17,7 @@ import posixpath
 import uuid
 from collections.abc import Sequence
 
-from ..catalog import FileSystemCatalog, check_name
+from ..catalog import FileSystemCatalog
 from ..data_file_writer import bucket_dir
 from ..errors import InvalidInputError, NotFoundError
 from ..expire import referenced_files
@@ -26,6 +26,7 @@ from ..metastore import ABANDONED, COMPLETED, PENDING_STATES, PLAN_STATES, ROLLE
 from ..metastore.errors import PlanStateError
 from ..proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
 from ..table import FileStoreTable
+from .commit_checks import check_file_name
 from .convert import table_id
 
 _log = logging.getLogger(__name__)
@@ -181,7 +182,9 @@ class Timeline:
     def rollback(self, request: catalog_pb2.RollbackCompactionRequest) -> tuple[catalog_pb2.CompactionPlan, list[str]]:
         tid = table_id(request.table)
         plan_id = parse_plan_id(request.plan_id)
-        extra = [check_name(n, "output file") for n in request.output_files]
+        for i, n in enumerate(request.output_files):  # plain file names ("data-....parquet"), never paths
+            check_file_name(n, f"output_files[{i}]")
+        extra = list(request.output_files)
         reason = request.reason or "rolled back"
         with self.store.commit_lock(tid):
             plan = self._plan_of(tid, plan_id)

@@ -3,7 +3,9 @@
 kafka-python calls rebalance listeners on its IO thread, where no blocking consumer call may run, so the
 listener only flags the rebalance; the feed thread reads the new assignment after `poll` returns.
 Offsets are committed every few seconds: events are hints (the planner re-reads the tables), so a replay
-after a crash costs a look at some buckets, nothing more.
+after a crash costs a look at some buckets, nothing more. A topic whose id changes (a broker that lost its
+storage, a topic created again) is read again from its beginning: the positions pointed into a log that is
+gone, past the end of the new one, and would skip its events until it grew that long.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from kafka import TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
@@ -79,12 +82,15 @@ class EventFeed:
         c = consumer(self.bootstrap, self.group_id, TOPICS, listener=_Flag(self.rebalanced),
                      client_id=f"compactor-{uuid.uuid4().hex[:6]}")
         last_commit = time.monotonic()
+        topic_ids: dict[str, object] = {}
         try:
             while not self._stop.is_set():
                 batches = c.poll(timeout_ms=200)
                 if self.rebalanced.is_set():
                     self.rebalanced.clear()
                     self._on_assignment(c)
+                if self._restart_replaced_topics(c, topic_ids):
+                    last_commit = 0.0  # commit the new positions now, so a rejoin starts from them
                 for tp, records in batches.items():
                     self.metrics.events.labels(tp.topic).inc(len(records))
                     for r in records:
@@ -100,6 +106,27 @@ class EventFeed:
             raise
         finally:
             c.close(autocommit=False)
+
+    @staticmethod
+    def _restart_replaced_topics(c: Any, known: dict[str, object]) -> bool:
+        """Seek the partitions of every topic whose id changed to the beginning; whether any did."""
+        cluster = getattr(getattr(c, "_client", None), "cluster", None)  # kafka-python has no public accessor
+        if cluster is None or not hasattr(cluster, "topic_id"):
+            return False
+        replaced = False
+        for topic in TOPICS:
+            current = cluster.topic_id(topic)
+            if current is None:
+                continue
+            if known.get(topic, current) != current:
+                parts = [tp for tp in c.assignment() if tp.topic == topic]
+                _log.warning("event topic %s was created again (id %s, was %s): reading it from the beginning",
+                             topic, current, known[topic])
+                if parts:
+                    c.seek_to_beginning(*parts)
+                replaced = True
+            known[topic] = current
+        return replaced
 
     def _on_assignment(self, c: object) -> None:
         owned = {tp.partition for tp in c.assignment() if tp.topic == DATA_FILES_TOPIC}  # type: ignore[attr-defined]

@@ -14,8 +14,19 @@ from dataclasses import dataclass, field
 import grpc
 from grpc_health.v1 import health
 
+from ..auth import ChannelSecurity, ServerSecurity
 from ..errors import InvalidInputError
-from ..grpc_server import int_or_none, new_server, run_until_signal, set_serving
+from ..grpc_server import (
+    add_security_arguments,
+    int_or_none,
+    new_health_server,
+    new_server,
+    run_until_signal,
+    security_from_args,
+    set_serving,
+)
+from ..kafka.client import configure_security
+from ..kafka.security import KafkaSecurity
 from ..observability import MetricsEndpoint, configure_logging
 from ..proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
 from .event_feed import EventFeed
@@ -49,11 +60,16 @@ class Settings:
     reconcile_interval_s: float = 30.0
     metrics_port: int | None = None
     grace_s: float = 30.0
+    security: ServerSecurity = field(default_factory=ServerSecurity)
+    health_port: int | None = None  # plaintext health checks for probes that cannot speak TLS
+    catalog_security: ChannelSecurity = field(default_factory=ChannelSecurity)  # this compactor's catalog calls
+    kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
 
     @staticmethod
     def from_args(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> Settings:
         """Flags win over `LSMLAKE_WAREHOUSE`, `LSMLAKE_CATALOG`, `LSMLAKE_KAFKA`, `LSMLAKE_COMPACTOR_PORT`,
-        `LSMLAKE_COMPACTOR_HOST`, `LSMLAKE_SPARK_MASTER`, `LSMLAKE_METRICS_PORT`."""
+        `LSMLAKE_COMPACTOR_HOST`, `LSMLAKE_SPARK_MASTER`, `LSMLAKE_METRICS_PORT`, and those of TLS, tokens and
+        Kafka security (docs/security.md)."""
         env = dict(os.environ if env is None else env)
         p = argparse.ArgumentParser(prog="compactor-svc", description="lsmlake compactor service (Kafka + Spark)")
         p.add_argument("--warehouse", default=env.get("LSMLAKE_WAREHOUSE"))
@@ -76,7 +92,16 @@ class Settings:
                        help="seconds between looks at every owned bucket (finds lost events)")
         p.add_argument("--metrics-port", type=int, default=int_or_none(env.get("LSMLAKE_METRICS_PORT")))
         p.add_argument("--grace", type=float, default=30.0)
+        add_security_arguments(p, env)
+        ChannelSecurity.add_arguments(p, env, "catalog-", "LSMLAKE_CATALOG_", "the catalog")
+        KafkaSecurity.add_arguments(p, env)
         a = p.parse_args(argv)
+        security = security_from_args(p, a)
+        try:
+            catalog_security = ChannelSecurity.from_args(a, "catalog-")
+            kafka_security = KafkaSecurity.from_args(a)
+        except InvalidInputError as e:
+            p.error(str(e))
         if not (a.warehouse and a.catalog and a.kafka):
             p.error("--warehouse, --catalog and --kafka are required")
         conf = []
@@ -96,7 +121,8 @@ class Settings:
                         spark_master=a.spark_master, spark_conf=tuple(conf), trigger=trigger,
                         max_plan_bytes=a.max_plan_bytes, max_plan_buckets=a.max_plan_buckets,
                         reconcile_interval_s=a.reconcile_interval, metrics_port=a.metrics_port, grace_s=a.grace,
-                        **extra)
+                        security=security, health_port=a.health_port, catalog_security=catalog_security,
+                        kafka_security=kafka_security, **extra)
 
 
 
@@ -114,16 +140,21 @@ class CompactorServer:
         self._scheduler: Scheduler | None = None
         self._feed: EventFeed | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
+        self._health_server: grpc.Server | None = None
+        self.health_port: int | None = None
 
     def start(self) -> int:
         s = self.settings
+        configure_security(s.kafka_security)
         # Spark first: its JVM is started by fork+exec, which is best done before gRPC has threads of its own;
         # warm before the first plan, since a cold session costs seconds
         self._spark = SparkCompactor(s.spark_master, conf=dict(s.spark_conf))
         self._start_spark()
-        server, self.port = new_server(SERVICE_NAME, self.health, s.host, s.port, workers=8)
+        server, self.port = new_server(SERVICE_NAME, self.health, s.host, s.port, workers=8, security=s.security)
         self._server = server
-        self._timeline = TimelineClient(s.catalog)
+        if s.health_port is not None:
+            self._health_server, self.health_port = new_health_server(self.health, s.host, s.health_port)
+        self._timeline = TimelineClient(s.catalog, security=s.catalog_security)
         self._scheduler = Scheduler(s.warehouse, self._timeline, self._spark, self.ownership, self.metrics,
                                     s.compactor_id, s.trigger, s.max_plan_bytes, s.max_plan_buckets,
                                     s.reconcile_interval_s).start()
@@ -156,6 +187,8 @@ class CompactorServer:
         self.health.enter_graceful_shutdown()
         if self._server is not None:
             self._server.stop(self.settings.grace_s).wait(self.settings.grace_s + 5)
+        if self._health_server is not None:
+            self._health_server.stop(0)
         if self._feed is not None:
             self._feed.stop()
         if self._scheduler is not None:

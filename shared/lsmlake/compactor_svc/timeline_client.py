@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from ..auth import ChannelSecurity
 from ..proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 
 _log = logging.getLogger(__name__)
@@ -27,9 +28,11 @@ def ident(table_id: str) -> common_pb2.TableIdentifier:
 
 
 class TimelineClient:
-    def __init__(self, target: str, timeout_s: float = 60.0, retry_for_s: float = 60.0) -> None:
-        self.channel = grpc.insecure_channel(target, options=[("grpc.max_send_message_length", 64 << 20),
-                                                              ("grpc.max_receive_message_length", 64 << 20)])
+    def __init__(self, target: str, timeout_s: float = 60.0, retry_for_s: float = 60.0,
+                 security: ChannelSecurity | None = None) -> None:
+        self.channel = (security or ChannelSecurity()).open_channel(
+            target, options=[("grpc.max_send_message_length", 64 << 20),
+                             ("grpc.max_receive_message_length", 64 << 20)])
         self.stub = catalog_pb2_grpc.CatalogServiceStub(self.channel)
         self.timeout_s = timeout_s
         self.retry_for_s = retry_for_s

@@ -16,6 +16,7 @@ from kafka.errors import KafkaError
 from kafka.producer.future import RecordMetadata
 
 from ..errors import LakeError
+from .security import KafkaSecurity
 
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "acks": "all",
@@ -43,6 +44,21 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
 
 _FORCE_CLOSE_JOIN_S = 5.0
 
+# The process's Kafka security (SASL, SSL), set once at start-up by the service's settings; every producer
+# and consumer made here uses it, so the code that creates them needs no security settings of its own.
+_security = KafkaSecurity()
+
+
+def configure_security(security: KafkaSecurity) -> None:
+    """Use `security` for every producer and consumer this process creates from now on."""
+    global _security
+    _security = security
+
+
+def client_settings(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """kafka-python settings of a new client: lsmlake's defaults, the process's security, then `overrides`."""
+    return {**defaults, **_security.kwargs(), **overrides}
+
 
 class PublishError(LakeError):
     """The broker did not acknowledge a record; it may or may not have been stored (retry; duplicates are possible)."""
@@ -50,7 +66,7 @@ class PublishError(LakeError):
 
 def producer(bootstrap: str, **overrides: Any) -> KafkaProducer:
     """A KafkaProducer with acks=all and idempotence; ``overrides`` are kafka-python settings."""
-    return KafkaProducer(bootstrap_servers=bootstrap, **{**PRODUCER_DEFAULTS, **overrides})
+    return KafkaProducer(bootstrap_servers=bootstrap, **client_settings(PRODUCER_DEFAULTS, overrides))
 
 
 def consumer(
@@ -65,7 +81,7 @@ def consumer(
 
     ``listener`` receives partition revocations and assignments (commit on revoke, restore on assign).
     """
-    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id, **{**CONSUMER_DEFAULTS, **overrides})
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id, **client_settings(CONSUMER_DEFAULTS, overrides))
     c.subscribe(topics=list(topics), listener=listener)
     return c
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import grpc
 
+from ..auth import ChannelSecurity
 from ..catalog_svc.convert import changes_to_proto
 from ..errors import CommitStateUnknownError, LakeError
 from ..proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
@@ -40,12 +41,14 @@ def ident(table_id: str) -> common_pb2.TableIdentifier:
 class CatalogClient:
     """One channel to the catalog service, shared by every table of the writer."""
 
-    def __init__(self, target: str, timeout_s: float = 30.0, retry_for_s: float = 60.0) -> None:
+    def __init__(self, target: str, timeout_s: float = 30.0, retry_for_s: float = 60.0,
+                 security: ChannelSecurity | None = None) -> None:
         self.target = target
         self.timeout_s = timeout_s
         self.retry_for_s = retry_for_s
-        self.channel = grpc.insecure_channel(target, options=[("grpc.max_send_message_length", 64 << 20),
-                                                              ("grpc.max_receive_message_length", 64 << 20)])
+        self.channel = (security or ChannelSecurity()).open_channel(
+            target, options=[("grpc.max_send_message_length", 64 << 20),
+                             ("grpc.max_receive_message_length", 64 << 20)])
         self.stub = catalog_pb2_grpc.CatalogServiceStub(self.channel)
 
     def close(self) -> None:

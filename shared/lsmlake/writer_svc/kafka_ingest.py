@@ -11,7 +11,14 @@ Exactly once, across crashes at any point:
 3. when partitions are assigned (at start, after a crash, after a rebalance) the buffers are dropped and
    the consumer seeks to the offsets found in the newest snapshot that records them, so rows in a lost
    buffer are read again and rows already committed are not;
-4. a dead letter is acknowledged by the broker before the offsets past it are committed.
+4. a dead letter is acknowledged by the broker before the offsets past it are committed;
+5. the Kafka topic id (a UUID the broker gives each topic when it creates it) is stored next to the
+   offsets (`lsmlake.kafka-topic-id.<topic>`). Offsets recorded under another id belong to a log that
+   no longer exists (a broker that lost its storage, a topic deleted and created again): they are not
+   used; the new log is read from its beginning, and a snapshot carrying only the new id is committed at
+   once, which marks the moment the old log's progress became final. Messages the lost log had
+   acknowledged past the offsets recorded under its id never reached the table: their producers must
+   send them again (see docs/reliability.md).
 A catalog commit that fails drops the buffers and rewinds every partition to the snapshot's offsets
 (the catalog client has retried the same commit identifier before giving up, so a commit still in
 flight has landed, or not, by then).
@@ -54,6 +61,7 @@ _log = logging.getLogger(__name__)
 TOPIC_PREFIX = "lake.ingest."
 DEAD_LETTER_PREFIX = "lake.deadletter."
 OFFSET_PROPERTY = "lsmlake.kafka-offset."
+TOPIC_ID_PROPERTY = "lsmlake.kafka-topic-id."
 GROUP_ID = "lsmlake-writer"
 PAUSE_S = 1.0  # a partition whose table's buckets are full is read again after this
 
@@ -88,9 +96,30 @@ def offset_key(topic: str, partition: int) -> str:
     return f"{OFFSET_PROPERTY}{topic}.{partition}"
 
 
+def topic_id_key(topic: str) -> str:
+    return f"{TOPIC_ID_PROPERTY}{topic}"
+
+
+def recorded_topic_id(catalog: FileSystemCatalog, table_id: str, topic: str) -> str | None:
+    """The topic id the newest snapshot recording one holds for `topic` (None: no kept snapshot has one)."""
+    snapshots = catalog.get_table(table_id).snapshots
+    latest, earliest = snapshots.latest_id(), snapshots.earliest_id()
+    if latest is None or earliest is None:
+        return None
+    for sid in range(latest, earliest - 1, -1):
+        value = (snapshots.snapshot(sid).properties or {}).get(topic_id_key(topic))
+        if value is not None:
+            return value
+    return None
+
+
 def committed_offsets(catalog: FileSystemCatalog, table_id: str, topic: str,
-                      partitions: Sequence[int]) -> dict[int, int]:
-    """The next offset of each partition, from the newest snapshots that record it (newest first)."""
+                      partitions: Sequence[int], topic_id: str | None = None) -> dict[int, int]:
+    """The next offset of each partition, from the newest snapshots that record it (newest first).
+
+    With `topic_id`, the search ends at the first snapshot that records another id for the topic: older
+    offsets belong to a log that is gone. Snapshots that record no id (written before ids were kept) count.
+    """
     wanted = set(partitions)
     found: dict[int, int] = {}
     snapshots = catalog.get_table(table_id).snapshots
@@ -99,6 +128,9 @@ def committed_offsets(catalog: FileSystemCatalog, table_id: str, topic: str,
         return found
     for sid in range(latest, earliest - 1, -1):
         props = snapshots.snapshot(sid).properties or {}
+        recorded = props.get(topic_id_key(topic))
+        if topic_id is not None and recorded is not None and recorded != topic_id:
+            break
         for p in list(wanted):
             value = props.get(offset_key(topic, p))
             if value is not None:
@@ -149,6 +181,7 @@ class KafkaIngest:
         self._known: dict[TopicPartition, int] = {}  # next offset committed (or restored), per partition
         self._paused: dict[TopicPartition, float] = {}  # partitions paused by back-pressure, until
         self._first_pending: float | None = None
+        self._topic_ids: dict[str, str] = {}  # the id of the log the positions were read from, per topic
         self.ready = threading.Event()  # set once the first assignment has been handled
         self.rebalanced = threading.Event()  # set by the rebalance listener, handled after `poll`
 
@@ -197,7 +230,11 @@ class KafkaIngest:
                     self._step(c)
                 except Exception as e:  # anything unexpected: start over from the committed offsets
                     _log.exception("ingestion step failed (%s): reading again from the offsets in the snapshots", e)
-                    self._reset()
+                    try:
+                        self._reset()
+                    except Exception:  # the thread must live on: the next step starts over again
+                        _log.exception("resetting the ingestion failed; trying again")
+                        self.rebalanced.set()
                     self._stop.wait(1.0)
             self.commit_all()
         finally:
@@ -213,8 +250,11 @@ class KafkaIngest:
         for tp, until in list(self._paused.items()):
             if now >= until:
                 del self._paused[tp]
-                c.resume(tp)
+                resume(c, tp)
+        free_parked_records(c)  # parked records come back one partition per poll: every poll may need it
         batches = c.poll(timeout_ms=200)
+        if self._topic_replaced(c):
+            self.rebalanced.set()  # the positions point into a log that is gone: start over as after a rebalance
         if self.rebalanced.is_set():
             self._after_rebalance()
             return  # what this poll returned was fetched from positions the rewind replaced
@@ -231,6 +271,15 @@ class KafkaIngest:
                 self.metrics.consumer_lag.labels(tp.topic).set(max(0, high - records[-1].offset - 1))
         if self._first_pending is not None and time.monotonic() - self._first_pending >= self.commit_interval_s:
             self.commit_all()
+
+    def _topic_replaced(self, c: Any) -> bool:
+        """Whether a topic read from now has another id than when the positions were restored."""
+        for topic, known in self._topic_ids.items():
+            current = _topic_id(c, topic)
+            if current is not None and current != known:
+                _log.warning("topic %s was created again (id %s, was %s)", topic, current, known)
+                return True
+        return False
 
     def _consume(self, tp: TopicPartition, records: Sequence[object]) -> bool:
         """Buffer the records of one partition; False (nothing buffered) when back-pressure refuses them."""
@@ -295,6 +344,8 @@ class KafkaIngest:
         try:
             for table_id, offsets in by_table.items():
                 props = {offset_key(tp.topic, tp.partition): str(o) for tp, o in offsets.items()}
+                props.update({topic_id_key(t): self._topic_ids[t] for t in {tp.topic for tp in offsets}
+                              if t in self._topic_ids})
                 self._table(table_id).commit(props)
                 done.update({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
         except Exception as e:
@@ -319,8 +370,10 @@ class KafkaIngest:
             ingest.discard(reason or RuntimeError("ingestion restarted from the committed offsets"))
         c = self._consumer
         if c is not None:
+            assigned = set(c.assignment())  # type: ignore[attr-defined]
             for tp in list(self._paused):
-                c.resume(tp)  # type: ignore[attr-defined]
+                if tp in assigned:  # a partition that left with a rebalance cannot be resumed (KeyError)
+                    resume(c, tp)
             self._paused.clear()
             self.rewind(list(c.assignment()))  # type: ignore[attr-defined]
 
@@ -345,7 +398,16 @@ class KafkaIngest:
             spec = self.topics.get(topic)
             if spec is None:
                 continue
-            offsets = committed_offsets(self.catalog, spec.table_id, topic, parts)
+            current = _topic_id(c, topic) if c is not None else None
+            if current is None:
+                self._topic_ids.pop(topic, None)
+            else:
+                self._topic_ids[topic] = current
+                recorded = recorded_topic_id(self.catalog, spec.table_id, topic)
+                if recorded is not None and recorded != current and c is not None:
+                    self._start_new_log(spec, [TopicPartition(topic, p) for p in parts], recorded, current)
+                    continue
+            offsets = committed_offsets(self.catalog, spec.table_id, topic, parts, current)
             for p in parts:
                 if p in offsets and c is not None:
                     c.seek(TopicPartition(topic, p), offsets[p])  # type: ignore[attr-defined]
@@ -360,3 +422,51 @@ class KafkaIngest:
                     else:
                         c.seek(tp, kafka_offset)  # type: ignore[attr-defined]
         self.ready.set()
+
+    def _start_new_log(self, spec: IngestTopic, parts: list[TopicPartition], old: str, new: str) -> None:
+        """Read a topic whose log was replaced from the new log's beginning, and commit a snapshot recording
+        the new id with those offsets: from it on the old log's offsets are final (every buffer read from
+        the old log was dropped before the rewind). Kafka's committed offsets are not used: a writer may
+        have committed old-log offsets to the new broker before it noticed."""
+        _log.warning("topic %s is a new log (id %s, the snapshots recorded %s): the old log is gone, reading the "
+                     "new one from its beginning; messages of the old log past the offsets the snapshots record "
+                     "must be produced again", spec.topic, new, old)
+        c: Any = self._consumer
+        starts = c.beginning_offsets(parts)
+        for tp in parts:
+            c.seek(tp, starts[tp])
+            self._known[tp] = starts[tp]
+        props = {offset_key(tp.topic, tp.partition): str(starts[tp]) for tp in parts}
+        props[topic_id_key(spec.topic)] = new
+        try:
+            self._table(spec.table_id).commit(props)
+        except Exception as e:  # only a marker: the next commit records the same; a later rewind starts over
+            _log.warning("cannot record the new log of %s yet: %s", spec.topic, e)
+
+
+def resume(c: Any, tp: TopicPartition) -> None:
+    """Resume a paused partition so that it is fetched again (see `free_parked_records`)."""
+    c.resume(tp)
+    free_parked_records(c)
+
+
+def free_parked_records(c: Any) -> None:
+    """Let the consumer hand back the records it parked for partitions that were paused; call before `poll`.
+
+    kafka-python 3.0.12 parks the records it had in hand for a partition that gets paused, and gives them
+    back, one partition per `poll`, only when its in-line batch slot is None; but a drained batch stays in
+    that slot (falsy, not None), and a partition with parked records is never fetched again: after a
+    back-pressure pause it stayed silent for ever (seen after a broker restart, where empty partitions
+    leave drained batches behind). A drained batch holds nothing, so the slot is freed.
+    """
+    fetcher = getattr(c, "_fetcher", None)  # no public API: kafka-python internals, checked by a test
+    in_line = getattr(fetcher, "_next_partition_records", None)
+    if in_line is not None and not in_line:
+        fetcher._next_partition_records = None  # type: ignore[union-attr]
+
+
+def _topic_id(c: Any, topic: str) -> str | None:
+    """The broker's id of `topic` from the consumer's metadata (None when the broker gives none)."""
+    cluster = getattr(getattr(c, "_client", None), "cluster", None)  # kafka-python has no public accessor
+    tid = cluster.topic_id(topic) if cluster is not None and hasattr(cluster, "topic_id") else None
+    return str(tid) if tid is not None else None

@@ -12,8 +12,19 @@ from dataclasses import dataclass, field
 import grpc
 from grpc_health.v1 import health
 
+from ..auth import ChannelSecurity, ServerSecurity
 from ..errors import InvalidInputError
-from ..grpc_server import int_or_none, new_server, run_until_signal, set_serving
+from ..grpc_server import (
+    add_security_arguments,
+    int_or_none,
+    new_health_server,
+    new_server,
+    run_until_signal,
+    security_from_args,
+    set_serving,
+)
+from ..kafka.client import configure_security
+from ..kafka.security import KafkaSecurity
 from ..observability import MetricsEndpoint, configure_logging
 from ..proto_gen.lsmlake.v1 import writer_pb2, writer_pb2_grpc
 from .catalog_client import CatalogClient
@@ -47,12 +58,17 @@ class Settings:
     max_request_bytes: int = 256 << 20
     metrics_port: int | None = None
     max_poll_records: int = 20_000
+    security: ServerSecurity = field(default_factory=ServerSecurity)
+    health_port: int | None = None  # plaintext health checks for probes that cannot speak TLS
+    catalog_security: ChannelSecurity = field(default_factory=ChannelSecurity)  # this writer's calls to the catalog
+    kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
 
     @staticmethod
     def from_args(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> Settings:
         """Flags win over `LSMLAKE_WAREHOUSE`, `LSMLAKE_CATALOG`, `LSMLAKE_WRITER_PORT`, `LSMLAKE_WRITER_HOST`,
         `LSMLAKE_KAFKA`, `LSMLAKE_INGEST` (comma-separated), `LSMLAKE_WRITER_ID`, `LSMLAKE_COMMIT_INTERVAL`,
-        `LSMLAKE_SPILL_DIR`, `LSMLAKE_METRICS_PORT`."""
+        `LSMLAKE_SPILL_DIR`, `LSMLAKE_METRICS_PORT`, and those of TLS, tokens and Kafka security
+        (docs/security.md)."""
         env = dict(os.environ if env is None else env)
         p = argparse.ArgumentParser(prog="writer-svc", description="lsmlake writer service (gRPC and Kafka)")
         p.add_argument("--warehouse", default=env.get("LSMLAKE_WAREHOUSE"), help="warehouse folder or URI")
@@ -70,7 +86,16 @@ class Settings:
         p.add_argument("--spill-dir", default=env.get("LSMLAKE_SPILL_DIR") or None)
         p.add_argument("--grace", type=float, default=30.0, help="seconds for in-flight writes at shutdown")
         p.add_argument("--metrics-port", type=int, default=int_or_none(env.get("LSMLAKE_METRICS_PORT")))
+        add_security_arguments(p, env)
+        ChannelSecurity.add_arguments(p, env, "catalog-", "LSMLAKE_CATALOG_", "the catalog")
+        KafkaSecurity.add_arguments(p, env)
         a = p.parse_args(argv)
+        security = security_from_args(p, a)
+        try:
+            catalog_security = ChannelSecurity.from_args(a, "catalog-")
+            kafka_security = KafkaSecurity.from_args(a)
+        except InvalidInputError as e:
+            p.error(str(e))
         if not a.warehouse or not a.catalog:
             p.error("--warehouse and --catalog are required")
         specs = a.ingest if a.ingest is not None else [s for s in env.get("LSMLAKE_INGEST", "").split(",") if s]
@@ -85,7 +110,9 @@ class Settings:
         return Settings(warehouse=a.warehouse, catalog=a.catalog, port=a.port, host=a.host, kafka=a.kafka,
                         ingest=ingest, writer_id=a.writer_id, commit_interval_s=a.commit_interval,
                         commit_rows=a.commit_rows, spill_dir=a.spill_dir, grace_s=a.grace,
-                        metrics_port=a.metrics_port, max_poll_records=a.max_poll_records)
+                        metrics_port=a.metrics_port, max_poll_records=a.max_poll_records, security=security,
+                        health_port=a.health_port, catalog_security=catalog_security,
+                        kafka_security=kafka_security)
 
 
 
@@ -103,12 +130,17 @@ class WriterServer:
         self._tables: Tables | None = None
         self._kafka: KafkaIngest | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
+        self._health_server: grpc.Server | None = None
+        self.health_port: int | None = None
 
     def start(self) -> int:
         s = self.settings
-        server, self.port = new_server(SERVICE_NAME, self.health, s.host, s.port, s.workers)
+        configure_security(s.kafka_security)
+        server, self.port = new_server(SERVICE_NAME, self.health, s.host, s.port, s.workers, security=s.security)
         self._server = server
-        self._client = CatalogClient(s.catalog)
+        if s.health_port is not None:
+            self._health_server, self.health_port = new_health_server(self.health, s.host, s.health_port)
+        self._client = CatalogClient(s.catalog, security=s.catalog_security)
         self._tables = Tables(s.warehouse, self._client, self.metrics, s.writer_id, s.commit_interval_s,
                               s.commit_rows, s.spill_dir)
         writer_pb2_grpc.add_WriterServiceServicer_to_server(
@@ -138,6 +170,8 @@ class WriterServer:
         self.health.enter_graceful_shutdown()
         if self._server is not None:
             self._server.stop(self.settings.grace_s).wait(self.settings.grace_s + 5)
+        if self._health_server is not None:
+            self._health_server.stop(0)
         if self._kafka is not None:
             self._kafka.stop()
         if self._tables is not None:

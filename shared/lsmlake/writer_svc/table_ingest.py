@@ -9,6 +9,15 @@ Back-pressure: writers never compact, but a write to a primary-key bucket whose 
 exceeds `num-sorted-run.stop-trigger` waits for the compactor (the count is re-read from the catalog
 while waiting) and fails with BackPressureError (RESOURCE_EXHAUSTED) at its deadline. The level-0
 backlog of a bucket thus stays bounded even when the compactor falls behind.
+
+Storage faults (a full disk): when the writer cannot write its level-0 files, the flush keeps the rows
+and the group's commit retries it; while it does, new writes are refused at once (StorageError,
+RESOURCE_EXHAUSTED, nothing buffered), which bounds the memory held. A catalog commit refused because the
+catalog could not write the snapshot's metadata (RESOURCE_EXHAUSTED) is retried with the same identifier
+and files. Both retry until shortly before the earliest deadline of the group's waiting requests (or
+`STORAGE_RETRY_S` when nobody waits, as for Kafka ingestion, which then reads the rows again); then the
+group fails and its rows and files are dropped. So a request either gets its snapshot id or an error
+after which none of its rows is visible.
 """
 
 from __future__ import annotations
@@ -19,11 +28,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import grpc
 import pyarrow as pa
 
-from ..errors import BackPressureError
+from ..errors import BackPressureError, StorageError
 from ..input_rows import conform
 from ..table import FileStoreTable
+from ..table_write import CommitMessage
 from ..write_buffer import BufferedTableWrite
 from .catalog_client import CatalogClient, CommitRefusedError
 from .metrics import WriterMetrics
@@ -32,6 +43,8 @@ _log = logging.getLogger(__name__)
 
 STALL_POLL_S = 0.5
 RUNS_REFRESH_S = 10.0
+STORAGE_RETRY_S = 10.0  # how long a refused commit is retried when no request waits for the group
+REPLY_MARGIN_S = 3.0  # a group gives up this long before its earliest waiter's deadline, so the error gets there
 
 
 @dataclass
@@ -43,9 +56,15 @@ class Group:
     first_write: float | None = None  # monotonic time of the first write
     snapshot_id: int | None = None
     error: BaseException | None = None
+    reply_by: float | None = None  # the earliest deadline (monotonic) of a request waiting for the group
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def wait(self, timeout_s: float | None) -> int:
         """The snapshot id once committed; raises the commit's error, or TimeoutError."""
+        if timeout_s is not None:
+            by = time.monotonic() + timeout_s
+            with self._lock:
+                self.reply_by = by if self.reply_by is None else min(self.reply_by, by)
         if not self.done.wait(timeout_s):
             raise TimeoutError("the group commit did not finish in time")
         if self.error is not None:
@@ -76,6 +95,7 @@ class TableIngest:
         self._stop_trigger = table.options.stop_trigger()
         self._stall_applies = table.schema.is_primary_key_table
         self._writing = 0  # writes in progress
+        self._storage_error: StorageError | None = None  # the current group's flush failed with this: retrying
         self.on_idle: Callable[[], None] = lambda: None  # called when the last write in progress has buffered
 
     # -- writes ------------------------------------------------------------------------------------
@@ -101,9 +121,13 @@ class TableIngest:
                 with self._lock:
                     over = self._over(keys) if keys else []
                     if not over:  # checked and buffered under one lock: no write slips past a full bucket
+                        if self._storage_error is not None:
+                            raise StorageError(f"the writer cannot write to the warehouse ({self._storage_error}); "
+                                               "it takes no new rows until its pending commit succeeds. Nothing "
+                                               "was written: retry later")
                         self._write.write(data)
                         if self._write.must_flush:
-                            self._write.flush()
+                            self._flush_full_buffer()
                         group = self._group
                         group.rows += data.num_rows
                         if group.first_write is None:
@@ -128,6 +152,21 @@ class TableIngest:
             self.on_idle()
         self.metrics.observe_buffer(self.table_id, stats)
         return group
+
+    def _flush_full_buffer(self) -> None:
+        """Flush a full buffer (under `_lock`). On a storage failure the rows stay for the group commit to retry;
+        on any other failure the whole group fails, as its rows are dropped."""
+        try:
+            self._write.flush()
+        except StorageError as e:
+            _log.warning("table %s: flushing a full write buffer failed: %s", self.table_id, e)
+            self._storage_error = e
+        except BaseException as e:
+            self._write.abort()
+            failed, self._group = self._group, Group()
+            failed.error = e
+            failed.done.set()
+            raise
 
     def _adopt_new_schema(self) -> None:
         """The table was altered: commit what was buffered under the old schema, then write with the new one."""
@@ -194,21 +233,10 @@ class TableIngest:
         group with CommitStateUnknownError and keeps the files (the snapshot may exist).
         """
         with self._commit_lock:
-            with self._lock:
-                group, self._group = self._group, Group()
-                if group.rows == 0 and not properties:
-                    group.snapshot_id = self.table.snapshots.latest_id() or 0  # an empty write is trivially durable
-                    group.done.set()
-                    return None
-                try:
-                    messages = self._write.prepare_commit()
-                except BaseException as e:
-                    group.error = e
-                    group.done.set()
-                    raise
-                adding = {(m.partition, m.bucket): len(m.new_files) for m in messages}
-                for key, n in adding.items():
-                    self._inflight[key] = self._inflight.get(key, 0) + n
+            prepared = self._prepare(properties)
+            if prepared is None:
+                return None
+            group, messages, adding = prepared
             if not messages and not properties:
                 # the rows left nothing to write (deletes of absent keys under ignore-delete, say): they are
                 # as durable as they will ever be in the current snapshot
@@ -218,7 +246,7 @@ class TableIngest:
             self._identifier += 1
             started = time.perf_counter()
             try:
-                sid = self.client.commit(self.table_id, self.commit_user, self._identifier, messages, properties)
+                sid = self._commit_retrying(group, messages, properties)
             except CommitRefusedError as e:
                 self._settle(adding, committed=False)
                 self._write.delete_files(messages)
@@ -241,6 +269,70 @@ class TableIngest:
             _log.debug("table %s: snapshot %d with %d rows", self.table_id, sid, group.rows)
             return sid
 
+    def _prepare(self, properties: dict[str, str] | None
+                 ) -> tuple[Group, list[CommitMessage], dict[tuple[bytes, int], int]] | None:
+        """Take the current group and flush its rows (retrying a storage failure while its waiters allow);
+        None for an empty group (then already answered)."""
+        backoff = 0.2
+        first = time.monotonic()
+        while True:
+            with self._lock:
+                group = self._group
+                if group.rows == 0 and not properties:
+                    self._group, self._storage_error = Group(), None
+                    group.snapshot_id = self.table.snapshots.latest_id() or 0  # an empty write is trivially durable
+                    group.done.set()
+                    return None
+                try:
+                    messages = self._write.prepare_commit()
+                except StorageError as e:
+                    self._storage_error = e
+                    if time.monotonic() + backoff > self._give_up(group, first):
+                        self._fail_group(group, e)
+                        raise
+                except BaseException as e:
+                    self._fail_group(group, e)
+                    raise
+                else:
+                    self._group, self._storage_error = Group(), None
+                    adding = {(m.partition, m.bucket): len(m.new_files) for m in messages}
+                    for key, n in adding.items():
+                        self._inflight[key] = self._inflight.get(key, 0) + n
+                    return group, messages, adding
+            _log.warning("table %s: flushing the group failed (%s); retrying in %.1f s", self.table_id,
+                         self._storage_error, backoff)
+            time.sleep(backoff)  # bounded by the group's deadline; new writes are refused meanwhile
+            backoff = min(backoff * 2, 2.0)
+
+    def _fail_group(self, group: Group, error: BaseException) -> None:
+        """Drop the group's rows and files and fail its requests (under `_lock`)."""
+        self._write.abort()
+        self._group, self._storage_error = Group(), None
+        group.error = error
+        group.done.set()
+
+    @staticmethod
+    def _give_up(group: Group, first: float) -> float:
+        """When retrying a group's flush or commit stops: before its earliest waiter's deadline."""
+        return group.reply_by - REPLY_MARGIN_S if group.reply_by is not None else first + STORAGE_RETRY_S
+
+    def _commit_retrying(self, group: Group, messages: list[CommitMessage], properties: dict[str, str] | None) -> int:
+        """The catalog commit, retried with the same identifier while the catalog's storage refuses it."""
+        backoff = 0.2
+        first = time.monotonic()
+        while True:
+            try:
+                return self.client.commit(self.table_id, self.commit_user, self._identifier, messages, properties)
+            except CommitRefusedError as e:
+                if e.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                if time.monotonic() + backoff > self._give_up(group, first):
+                    raise
+                _log.warning("commit %d of %s refused (%s); retrying in %.1f s", self._identifier, self.table_id, e,
+                             backoff)
+                time.sleep(backoff)  # bounded by the group's deadline
+                backoff = min(backoff * 2, 2.0)
+
     def _settle(self, adding: dict[tuple[bytes, int], int], committed: bool) -> None:
         """Move the files of a finished commit from in flight to committed (or drop them when it failed)."""
         with self._lock:
@@ -253,6 +345,7 @@ class TableIngest:
         """Drop what is buffered (a shutdown that cannot commit): its group fails with `reason`."""
         with self._lock:
             group, self._group = self._group, Group()
+            self._storage_error = None
             self._write.close()
             self._write = BufferedTableWrite(self.table, spill_root=self._spill_root)
         group.error = reason

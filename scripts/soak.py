@@ -1,0 +1,427 @@
+"""Soak test: the whole cluster under steady load for a bounded time, on loopback only.
+
+Starts the embedded broker, catalog, writer and compactor (Spark local) as real processes with
+`lsmlake.cluster.Cluster`, then runs `--writers` gRPC writer threads and one Kafka producer feeding the
+writer's ingestion, until `--minutes` have passed (or every writer made `--max-writes` writes). Every
+`--sample-s` seconds it records the rows acknowledged (gRPC) and committed (Kafka offsets in the snapshots),
+the resident memory of each service's process tree (VmRSS summed over the process and its children, so
+the compactor's JVM counts), and the sorted runs of every bucket of both tables.
+
+Both tables use the aggregation merge engine with `cnt` summed, and every row carries `cnt = 1`, so a row
+applied twice reads as 2: at the end the tables are read back and checked against the model of what was
+acknowledged (gRPC: every acknowledged id exactly once, no id of a refused write; Kafka: per key, the
+number of messages the broker acknowledged).
+
+Memory is "flat" when the median RSS of the last third of the samples is at most 10% (and at least 64 MB
+allowed) above the median of the middle third: the first third is warm-up (JVM start, caches, buffers).
+
+Prints a table, then the benchmark JSON line: the rows/s held over the last third against the rows/s of the
+middle third of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from lsmlake.catalog import FileSystemCatalog
+from lsmlake.client import Client
+from lsmlake.cluster import Cluster
+from lsmlake.errors import BackPressureError, InvalidInputError, LakeError
+from lsmlake.kafka.broker import free_port
+from lsmlake.kafka.client import close_producer, producer
+from lsmlake.writer_svc.kafka_ingest import committed_offsets
+
+GRPC_TABLE = "soak.grpc_rows"
+KAFKA_TABLE = "soak.kafka_rows"
+KAFKA_TOPIC = "lake.ingest." + KAFKA_TABLE
+TOPIC_PARTITIONS = 4
+COLUMNS = "id BIGINT NOT NULL, cnt BIGINT, w INT, payload STRING"
+TABLE_OPTIONS = {"bucket": "4", "merge-engine": "aggregation", "fields.cnt.aggregate-function": "sum",
+                 "fields.w.aggregate-function": "last_non_null_value",
+                 "fields.payload.aggregate-function": "last_non_null_value"}
+FLAT_FRACTION = 0.10
+FLAT_MIN_MB = 64.0
+SERVICES = ("catalog", "writer", "compactor", "broker")
+#: the embedded broker keeps every message in memory (Tansu memory storage): it grows by design, so it is
+#: reported but not judged
+JUDGED = ("catalog", "writer", "compactor")
+
+
+# -- process memory -------------------------------------------------------------------------------
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        out.setdefault(ppid, []).append(int(d))
+    return out
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def service_rss_mb() -> dict[str, float]:
+    """RSS (MB) of each service started by this process, summed over its process tree; `<service>.jvm`: the
+    part of it in Java child processes (the compactor's Spark driver), `<service>.children` in other child
+    processes (Spark's Python workers)."""
+    tree = _children()
+    out = {}
+    for pid in tree.get(os.getpid(), []):
+        cmd = _cmdline(pid)
+        name = next((s for s in SERVICES if f"lsmlake.{s}_svc" in cmd), "broker" if "tansu" in cmd else None)
+        if name is None:
+            continue
+        total, jvm, children, todo = 0, 0, 0, [pid]
+        while todo:
+            p = todo.pop()
+            kb = _rss_kb(p)
+            total += kb
+            if p != pid:
+                if "java" in _cmdline(p).split(" ", 1)[0]:
+                    jvm += kb
+                else:
+                    children += kb
+            todo.extend(tree.get(p, []))
+        out[name] = out.get(name, 0.0) + total / 1024
+        if jvm:
+            out[f"{name}.jvm"] = out.get(f"{name}.jvm", 0.0) + jvm / 1024
+        if children:
+            out[f"{name}.children"] = out.get(f"{name}.children", 0.0) + children / 1024
+    return out
+
+
+# -- load ----------------------------------------------------------------------------------------
+
+@dataclass
+class WriterStats:
+    """What one gRPC writer thread did."""
+
+    acked: list[np.ndarray] = field(default_factory=list)  # ids of acknowledged writes
+    refused: list[np.ndarray] = field(default_factory=list)  # ids of writes definitely not applied
+    unknown: list[np.ndarray] = field(default_factory=list)  # ids of writes with an unknown outcome
+    latencies: list[tuple[float, float]] = field(default_factory=list)  # (end time, seconds) of acked writes
+    acked_rows: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+def grpc_writer(index: int, writers: int, target: str, rows: int, stop: threading.Event, max_writes: int,
+                stats: WriterStats) -> None:
+    """Write batches of fresh ids (index, index + writers, ...: the writers' key ranges interleave)."""
+    rng = np.random.default_rng(index)
+    payload = pa.array(["x" * 40] * rows)
+    client = Client(target[0], writer=target[1], timeout_s=60)
+    n = 0
+    try:
+        while not stop.is_set() and n < max_writes:
+            ids = (np.arange(n * rows, (n + 1) * rows, dtype=np.int64) * writers + index)
+            rng.shuffle(ids)
+            batch = pa.table({"id": ids, "cnt": np.ones(rows, np.int64), "w": np.full(rows, index, np.int32),
+                              "payload": payload})
+            n += 1
+            started = time.perf_counter()
+            try:
+                client.write(GRPC_TABLE, batch)
+            except (BackPressureError, InvalidInputError) as e:
+                stats.refused.append(ids)
+                stats.errors[type(e).__name__] = stats.errors.get(type(e).__name__, 0) + 1
+                stop.wait(0.5)
+                continue
+            except LakeError as e:
+                stats.unknown.append(ids)
+                stats.errors[type(e).__name__] = stats.errors.get(type(e).__name__, 0) + 1
+                stop.wait(0.5)
+                continue
+            stats.latencies.append((time.monotonic(), time.perf_counter() - started))
+            stats.acked.append(ids)
+            stats.acked_rows += rows
+    finally:
+        client.close()
+
+
+@dataclass
+class ProducerStats:
+    """What the Kafka producer did: acknowledged messages per key, and how many were not acknowledged."""
+
+    acked: dict[int, int] = field(default_factory=dict)
+    failed: int = 0
+    sent: int = 0
+
+
+def kafka_producer(bootstrap: str, rate: float, keys: int, stop: threading.Event, stats: ProducerStats) -> None:
+    """Send `{"id", "cnt": 1}` messages at about `rate` per second, in batches of a tenth of a second."""
+    rng = random.Random(7)
+    p = producer(bootstrap, linger_ms=20)
+    per_tick = max(1, int(rate / 10))
+    try:
+        while not stop.is_set():
+            tick = time.monotonic()
+            pending = []
+            for _ in range(per_tick):
+                k = rng.randrange(keys)
+                value = json.dumps({"id": k, "cnt": 1, "w": -1, "payload": "k"}).encode()
+                pending.append((k, p.send(KAFKA_TOPIC, key=str(k).encode(), value=value)))
+            for k, fut in pending:
+                try:
+                    fut.get(timeout=30)
+                    stats.acked[k] = stats.acked.get(k, 0) + 1
+                except Exception:
+                    stats.failed += 1
+            stats.sent += len(pending)
+            stop.wait(max(0.0, 0.1 - (time.monotonic() - tick)))
+    finally:
+        close_producer(p, 10)
+
+
+# -- sampling ------------------------------------------------------------------------------------
+
+def sorted_runs(catalog: FileSystemCatalog, table_id: str) -> dict[int, int]:
+    """Sorted runs of each bucket in the latest snapshot: each level-0 file, plus each non-empty level."""
+    out = {}
+    for s in catalog.get_table(table_id).plan():
+        levels = [f.level for f in s.files]
+        out[s.bucket] = levels.count(0) + len({lv for lv in levels if lv > 0})
+    return out
+
+
+def kafka_committed(catalog: FileSystemCatalog) -> int:
+    return sum(committed_offsets(catalog, KAFKA_TABLE, KAFKA_TOPIC, list(range(TOPIC_PARTITIONS))).values())
+
+
+@dataclass
+class Sample:
+    t: float  # seconds since the load started
+    grpc_rows: int
+    kafka_rows: int
+    rss_mb: dict[str, float]
+    runs: dict[str, dict[int, int]]
+
+
+def third_medians(values: list[float]) -> tuple[float, float]:
+    """Medians of the middle and last third of a series."""
+    n = len(values)
+    a, b = n // 3, 2 * n // 3
+    mid, last = values[a:b] or values, values[b:] or values
+    return statistics.median(mid), statistics.median(last)
+
+
+def rate(samples: list[Sample], lo: int, hi: int) -> float:
+    """Rows per second (gRPC + Kafka) between samples `lo` and `hi`."""
+    if hi <= lo:
+        return 0.0
+    a, b = samples[lo], samples[hi]
+    return (b.grpc_rows + b.kafka_rows - a.grpc_rows - a.kafka_rows) / max(1e-9, b.t - a.t)
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(args.warehouse or tempfile.mkdtemp(prefix="lsmlake-soak-"))
+    warehouse = root / "warehouse"
+    ports = {"catalog": free_port(), "writer": free_port(), "compactor": free_port()}
+    cluster = Cluster(str(warehouse), ports=ports, spark_master=args.spark_master, commit_interval_s=1.0,
+                      ingest=[f"{KAFKA_TABLE}:json"], log_dir=str(root / "logs"))
+    print(f"starting the cluster in {root} ...", flush=True)
+    state = cluster.start()
+    report: dict[str, Any] = {"root": str(root)}
+    try:
+        with Client(state.catalog, writer=state.writer) as admin:
+            admin.create_database("soak")
+            admin.create_table(GRPC_TABLE, COLUMNS, primary_keys=["id"], options=TABLE_OPTIONS)
+            admin.create_table(KAFKA_TABLE, COLUMNS, primary_keys=["id"], options=TABLE_OPTIONS)
+        catalog = FileSystemCatalog(str(warehouse))
+        stop_trigger = catalog.get_table(GRPC_TABLE).options.stop_trigger()
+        stop = threading.Event()
+        wstats = [WriterStats() for _ in range(args.writers)]
+        pstats = ProducerStats()
+        threads = [threading.Thread(target=grpc_writer, name=f"writer-{i}", daemon=True,
+                                    args=(i, args.writers, (state.catalog, state.writer), args.rows, stop,
+                                          args.max_writes, wstats[i]))
+                   for i in range(args.writers)]
+        threads.append(threading.Thread(target=kafka_producer, name="producer", daemon=True,
+                                        args=(state.kafka, args.kafka_rate, args.kafka_keys, stop, pstats)))
+        started = time.monotonic()
+        end = started + args.minutes * 60
+        for t in threads:
+            t.start()
+        samples: list[Sample] = []
+        while True:
+            now = time.monotonic()
+            samples.append(Sample(now - started, sum(s.acked_rows for s in wstats), kafka_committed(catalog),
+                                  service_rss_mb(), {GRPC_TABLE: sorted_runs(catalog, GRPC_TABLE),
+                                                     KAFKA_TABLE: sorted_runs(catalog, KAFKA_TABLE)}))
+            s = samples[-1]
+            print(f"t={s.t:6.1f}s grpc={s.grpc_rows:>10,} kafka={s.kafka_rows:>9,} "
+                  f"rss={ {k: round(v) for k, v in sorted(s.rss_mb.items())} } "
+                  f"runs(max)={max(s.runs[GRPC_TABLE].values(), default=0)}/"
+                  f"{max(s.runs[KAFKA_TABLE].values(), default=0)}", flush=True)
+            writers_done = not any(t.is_alive() for t in threads[:-1])
+            if now >= end or writers_done:
+                break
+            time.sleep(min(args.sample_s, max(0.0, end - time.monotonic())))  # bounded by --minutes
+        stop.set()
+        for t in threads:
+            t.join(120)
+        load_s = time.monotonic() - started
+        # the Kafka messages acknowledged by the broker must all reach the table (bounded wait)
+        kafka_total = sum(pstats.acked.values()) + pstats.failed
+        deadline = time.monotonic() + 180
+        while kafka_committed(catalog) < kafka_total and time.monotonic() < deadline:
+            time.sleep(1.0)  # polling interval, bounded by the deadline
+        report["kafka_drain_complete"] = kafka_committed(catalog) >= kafka_total
+    finally:
+        codes = cluster.stop()
+    report["exit_codes"] = dict(codes)
+    report.update(verify(catalog, wstats, pstats))
+    report.update(summarise(samples, wstats, pstats, load_s, stop_trigger, args))
+    return report
+
+
+def verify(catalog: FileSystemCatalog, wstats: list[WriterStats], pstats: ProducerStats) -> dict[str, Any]:
+    """Check the tables against the model; the counts of each kind of discrepancy (all 0 when correct)."""
+    rows = catalog.get_table(GRPC_TABLE).to_arrow(projection=["id", "cnt"])
+    got = dict(zip(rows.column("id").to_numpy().tolist(), rows.column("cnt").to_numpy().tolist(), strict=True))
+    acked = np.concatenate([a for s in wstats for a in s.acked] or [np.zeros(0, np.int64)])
+    refused = np.concatenate([a for s in wstats for a in s.refused] or [np.zeros(0, np.int64)])
+    unknown = set(np.concatenate([a for s in wstats for a in s.unknown] or [np.zeros(0, np.int64)]).tolist())
+    acked_set = set(acked.tolist())
+    out = {
+        "grpc_acked_rows": len(acked),
+        "grpc_missing": sum(1 for i in acked_set if i not in got),
+        "grpc_duplicated": sum(1 for i, c in got.items() if c != 1),
+        "grpc_refused_present": sum(1 for i in refused.tolist() if i in got),
+        "grpc_unexpected": sum(1 for i in got if i not in acked_set and i not in unknown),
+        "grpc_unknown_rows": len(unknown),
+    }
+    krows = catalog.get_table(KAFKA_TABLE).to_arrow(projection=["id", "cnt"])
+    kgot = dict(zip(krows.column("id").to_numpy().tolist(), krows.column("cnt").to_numpy().tolist(), strict=True))
+    if pstats.failed == 0:
+        out["kafka_mismatched_keys"] = sum(1 for k in set(kgot) | set(pstats.acked)
+                                           if kgot.get(k, 0) != pstats.acked.get(k, 0))
+    else:  # a message the broker did not acknowledge may or may not be stored: bound the counts only
+        out["kafka_mismatched_keys"] = sum(1 for k, c in kgot.items() if c < pstats.acked.get(k, 0))
+    out["kafka_acked_messages"] = sum(pstats.acked.values())
+    out["kafka_unacked_messages"] = pstats.failed
+    out["kafka_rows_read"] = int(sum(kgot.values()))
+    return out
+
+
+def summarise(samples: list[Sample], wstats: list[WriterStats], pstats: ProducerStats, load_s: float,
+              stop_trigger: int, args: argparse.Namespace) -> dict[str, Any]:
+    n = len(samples)
+    a, b = n // 3, 2 * n // 3
+    lat = sorted(d for s in wstats for _, d in s.latencies)
+    memory = {}
+    for name in sorted({k for s in samples for k in s.rss_mb}, key=lambda k: (SERVICES.index(k.split(".")[0]), k)):
+        series = [s.rss_mb.get(name, 0.0) for s in samples]
+        mid, last = third_medians(series)
+        growth = last - mid
+        memory[name] = {"start_mb": round(series[0], 1), "mid_median_mb": round(mid, 1),
+                        "last_median_mb": round(last, 1), "max_mb": round(max(series), 1),
+                        "growth_mb": round(growth, 1), "growth_pct": round(100 * growth / max(mid, 1e-9), 1),
+                        "flat": growth <= max(FLAT_FRACTION * mid, FLAT_MIN_MB) if name in JUDGED else None}
+    runs_max = {t: max((max(s.runs[t].values(), default=0) for s in samples), default=0)
+                for t in (GRPC_TABLE, KAFKA_TABLE)}
+    return {
+        "minutes": args.minutes, "writers": args.writers, "rows_per_write": args.rows, "load_s": round(load_s, 1),
+        "samples": n, "grpc_rows_per_s": round(samples[-1].grpc_rows / max(1e-9, samples[-1].t), 1),
+        "kafka_rows_per_s": round(samples[-1].kafka_rows / max(1e-9, samples[-1].t), 1),
+        "rate_mid": round(rate(samples, a, b), 1), "rate_last": round(rate(samples, b, n - 1), 1),
+        "writes_acked": len(lat), "write_errors": {k: sum(s.errors.get(k, 0) for s in wstats)
+                                                   for k in {k for s in wstats for k in s.errors}},
+        "commit_latency_p50_s": round(float(np.percentile(lat, 50)), 3) if lat else None,
+        "commit_latency_p99_s": round(float(np.percentile(lat, 99)), 3) if lat else None,
+        "memory": memory, "stop_trigger": stop_trigger, "sorted_runs_max": runs_max,
+        "sorted_runs_last": {t: samples[-1].runs[t] for t in (GRPC_TABLE, KAFKA_TABLE)},
+        "kafka_sent": pstats.sent,
+    }
+
+
+def print_report(r: dict[str, Any]) -> None:
+    print()
+    print(f"soak: {r['minutes']} min, {r['writers']} gRPC writers x {r['rows_per_write']} rows/write + Kafka; "
+          f"load ran {r['load_s']} s, {r['samples']} samples")
+    print(f"{'held rate (gRPC acked)':34} {r['grpc_rows_per_s']:>12,.1f} rows/s")
+    print(f"{'held rate (Kafka committed)':34} {r['kafka_rows_per_s']:>12,.1f} rows/s")
+    print(f"{'rate middle third / last third':34} {r['rate_mid']:>12,.1f} / {r['rate_last']:,.1f} rows/s")
+    print(f"{'Write calls acknowledged':34} {r['writes_acked']:>12,}   errors {r['write_errors']}")
+    print(f"{'commit latency p50 / p99':34} {r['commit_latency_p50_s']} s / {r['commit_latency_p99_s']} s")
+    print(f"{'sorted runs max (grpc / kafka)':34} {r['sorted_runs_max'][GRPC_TABLE]} / "
+          f"{r['sorted_runs_max'][KAFKA_TABLE]} (stop-trigger {r['stop_trigger']})")
+    print(f"{'sorted runs at the end':34} {r['sorted_runs_last']}")
+    print(f"{'service':10} {'start MB':>9} {'mid med':>9} {'last med':>9} {'max':>9} {'growth':>14}  flat")
+    for name, m in r["memory"].items():
+        print(f"{name:10} {m['start_mb']:>9.1f} {m['mid_median_mb']:>9.1f} {m['last_median_mb']:>9.1f} "
+              f"{m['max_mb']:>9.1f} {m['growth_mb']:>+8.1f} ({m['growth_pct']:+.1f}%)  {m['flat']}")
+    print(f"model check: gRPC acked {r['grpc_acked_rows']:,} rows, missing {r['grpc_missing']}, "
+          f"duplicated {r['grpc_duplicated']}, refused-but-present {r['grpc_refused_present']}, "
+          f"unexpected {r['grpc_unexpected']}; Kafka acked {r['kafka_acked_messages']:,} messages, "
+          f"mismatched keys {r['kafka_mismatched_keys']}, drained {r['kafka_drain_complete']}")
+    print(f"exit codes: {r['exit_codes']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--minutes", type=float, default=10.0, help="load duration")
+    p.add_argument("--writers", type=int, default=8, help="gRPC writer threads")
+    p.add_argument("--rows", type=int, default=2000, help="rows per Write call")
+    p.add_argument("--max-writes", type=int, default=1_000_000, help="Write calls per writer at most")
+    p.add_argument("--kafka-rate", type=float, default=2000.0, help="Kafka messages per second")
+    p.add_argument("--kafka-keys", type=int, default=50_000, help="distinct keys of the Kafka messages")
+    p.add_argument("--sample-s", type=float, default=5.0, help="seconds between samples")
+    p.add_argument("--spark-master", default="local[2]")
+    p.add_argument("--warehouse", default=None, help="directory for the warehouse and logs (default: a temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the warehouse and logs")
+    p.add_argument("--report", default=None, help="write the full report as JSON to this file")
+    args = p.parse_args(argv)
+    report = run(args)
+    print_report(report)
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=2, default=str))
+    if not args.keep and not args.warehouse:
+        shutil.rmtree(report["root"], ignore_errors=True)
+    print(json.dumps({"bench": "soak_held_rate", "value": report["rate_last"], "unit": "rows/s",
+                      "anchor": "rows/s of the middle third of the same run", "anchor_value": report["rate_mid"],
+                      "ratio": round(report["rate_last"] / max(report["rate_mid"], 1e-9), 3),
+                      "target": ">= 0.8"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
