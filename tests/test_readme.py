@@ -700,9 +700,9 @@ def test_spark_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     The warehouse then holds the same rows for lsmlake's own reader."""
     from pyspark.sql import SparkSession
 
-    # the script's relative paths resolve against the JVM's folder: the script must start the JVM itself
-    if SparkSession._instantiatedSession is not None:  # left by another test module
-        SparkSession._instantiatedSession.stop()
+    # the sink's relative paths resolve against the JVM's folder: as when a user runs the script, it must start
+    # the JVM itself, in its own folder (a stopped session keeps its JVM: end that one first)
+    _end_jvm()
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # restored afterwards; the script sets the same
     block = python_block(SPARK)
     for attempt in range(SPARK_TRIES):
@@ -742,6 +742,30 @@ def test_spark_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             ["APPEND", "APPEND", "OVERWRITE", "APPEND"]
     finally:
         namespace["spark"].stop()
+        _end_jvm()  # later sessions get a JVM in the suite's folder, not in this test's
+
+
+def _end_jvm() -> None:
+    """Stop the active session, if any, and the JVM behind it, so that the next session launches a new one."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkSession._instantiatedSession is not None:
+        SparkSession._instantiatedSession.stop()
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    gateway.shutdown()
+    proc = getattr(gateway, "proc", None)
+    if proc is not None:  # the JVM ends when its stdin closes; kill it if it does not
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 # ---------------------------------------------------------------------------------------------------------

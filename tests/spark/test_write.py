@@ -136,3 +136,21 @@ def test_a_failed_commit_deletes_every_written_file(spark, warehouse) -> None:
     table = cat.get_table("db.pk")
     assert table.latest_snapshot() is None
     assert _files(warehouse) == before_files
+
+
+def test_relative_warehouse_means_the_folder_of_register(spark, warehouse, monkeypatch) -> None:
+    """Spark's Python workers run in the JVM's folder: a relative `warehouse` must still mean the user's."""
+    import lsmlake.spark
+
+    parent, name = os.path.split(warehouse)
+    monkeypatch.chdir(parent)
+    assert os.path.realpath(os.getcwd()) != os.path.realpath(spark.sparkContext._jvm.System.getProperty("user.dir"))
+    lsmlake.spark.register(spark)  # binds `name` to this folder
+    try:
+        data = batch([1, 2, 3], "r", ["p1", "p1", "p2"])
+        spark.createDataFrame(data).write.format("lsmlake").option("warehouse", name).mode("append").save("db.pk")
+        assert rows(FileSystemCatalog(warehouse).get_table("db.pk").to_arrow()) == rows(data)
+        assert spark_rows(spark.read.format("lsmlake").option("warehouse", name).load("db.pk")) == rows(data)
+    finally:
+        monkeypatch.undo()
+        lsmlake.spark.register(spark)  # back to the tests' own folder

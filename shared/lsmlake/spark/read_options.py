@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -68,7 +69,9 @@ class ReadOptions:
     write_buffer_bytes: int
 
     @staticmethod
-    def parse(raw: Mapping[str, str]) -> ReadOptions:
+    def parse(raw: Mapping[str, str], base_dir: str | None = None) -> ReadOptions:
+        """`base_dir`: where a relative `warehouse` is (the driver's folder at `register`; Spark runs this in
+        Python workers whose folder is the JVM's, not the user's)."""
         options = {str(k).lower(): str(v) for k, v in raw.items()}
         unknown = sorted(k for k in options if k not in KEYS)
         if unknown:
@@ -86,7 +89,7 @@ class ReadOptions:
         cols = options.get("columns")
         columns = tuple(c.strip() for c in cols.split(",") if c.strip()) if cols else None
         return ReadOptions(
-            identifier, options.get("catalog") or None, options.get("warehouse") or None, snapshot,
+            identifier, options.get("catalog") or None, _resolve(options.get("warehouse") or None, base_dir), snapshot,
             parse_timestamp(ts) if ts else None, options.get("filter", ""), columns,
             _bool(options, "row-kind"),
             _int(options, "split.target-size", DEFAULT_SPLIT_TARGET_BYTES, 1) or DEFAULT_SPLIT_TARGET_BYTES,
@@ -106,3 +109,10 @@ class ReadOptions:
         if self.snapshot is not None:
             access.table.snapshots.snapshot(self.snapshot)  # NotFoundError naming the id before any work
         return self.snapshot
+
+
+def _resolve(warehouse: str | None, base_dir: str | None) -> str | None:
+    """A relative local warehouse path against `base_dir`; URIs and absolute paths as they are."""
+    if warehouse is None or base_dir is None or "://" in warehouse or os.path.isabs(warehouse):
+        return warehouse
+    return os.path.join(base_dir, warehouse)

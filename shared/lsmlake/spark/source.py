@@ -18,9 +18,18 @@ from .stream_read import ROW_KIND, LakeStreamReader
 class LakeDataSource(DataSource):
     """Reads (batch and streaming) and writes lsmlake tables; options in `read_options.KEYS`."""
 
+    base_dir: str | None = None  # where a relative `warehouse` option is; set by `bound_to`
+
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        self.parsed = ReadOptions.parse(options)
+        self.parsed = ReadOptions.parse(options, self.base_dir)
+
+    @classmethod
+    def bound_to(cls, base_dir: str) -> type[LakeDataSource]:
+        """This source with relative warehouse paths resolved against `base_dir`. A class made here is
+        not importable by name, so Spark ships it to its Python workers by value, `base_dir` included."""
+        return type(cls.__name__, (cls,), {"base_dir": base_dir, "__qualname__": f"{cls.__qualname__}.bound",
+                                           "__module__": cls.__module__})
 
     @classmethod
     def name(cls) -> str:
