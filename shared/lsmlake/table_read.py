@@ -8,8 +8,9 @@ keeps its values, a column added later reads as nulls.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -78,10 +79,12 @@ class TableRead:
         else:
             needed, system = wanted, []
         vectors = load_vectors(self.io, self.table_path, split.dv_index)
+        partition = dict(zip(schema.partition_keys, split.partition_values, strict=True))
 
         def read(f: DataFileMeta) -> pa.Table:
             return read_data_file(self.io, f"{directory}/{f.file_name}", schema, needed, system,
-                                  vectors.get(f.file_name), file_schema=self.history.file_schema(f.schema_id, schema))
+                                  vectors.get(f.file_name), file_schema=self.history.file_schema(f.schema_id, schema),
+                                  constants=partition)
 
         if len(split.files) > 1 and not merge:
             with ThreadPoolExecutor(max_workers=2) as pool:  # raw files decode independently
@@ -108,15 +111,17 @@ def load_vectors(fio: FileIO, table_path: str, entry: IndexEntry | None) -> dict
 
 def read_data_file(fio: FileIO, path: str, schema: TableSchema, columns: list[str], system: list[str],
                    deleted: BitMap | None = None, positions: bool = False,
-                   file_schema: TableSchema | None = None) -> pa.Table:
+                   file_schema: TableSchema | None = None, constants: Mapping[str, Any] | None = None) -> pa.Table:
     """Read table columns (named and typed as in `schema`; absent ones as nulls) plus system columns.
 
     `file_schema` is the schema the file was written with (its `schema_id`); columns are found in
     the file by field id through it. Without it the file's schema comes from `schema.history` when
     the table ever renamed a column, else columns are found by name. Rows whose position is in
     `deleted` (the file's deletion vector) are skipped; with `positions`, a `_ROW_POSITION` column
-    gives each row's position in the file.
+    gives each row's position in the file. `constants` are columns with one value in the whole file (a
+    partition's keys, which Paimon writes into every row): they are built from that value, not decoded.
     """
+    constants = {c: v for c, v in (constants or {}).items() if c in columns}
     if file_schema is None and schema.history is not None:
         file_schema = schema.history.for_file(path.rsplit("/", 1)[-1], schema)
     if file_schema is None or file_schema is schema or file_schema.id == schema.id:
@@ -127,7 +132,7 @@ def read_data_file(fio: FileIO, path: str, schema: TableSchema, columns: list[st
     with fio.open_input(path) as f:
         pf = pq.ParquetFile(f)
         present = set(pf.schema_arrow.names)
-        wanted = [s for s in source.values() if s is not None and s in present]
+        wanted = [s for c, s in source.items() if s is not None and s in present and c not in constants]
         t = pf.read(columns=wanted + [c for c in system if c in present])
     pos = None
     if deleted is not None and len(deleted):
@@ -136,6 +141,7 @@ def read_data_file(fio: FileIO, path: str, schema: TableSchema, columns: list[st
         keep[gone[gone < t.num_rows]] = False
         pos = np.flatnonzero(keep)
         t = t.take(pa.array(pos))
+    rows = t.num_rows if pos is None else len(pos)  # a table of no columns (all constant) forgets its length
     if positions and pos is None:
         pos = np.arange(t.num_rows, dtype=np.int64)
     arrays = []
@@ -143,7 +149,9 @@ def read_data_file(fio: FileIO, path: str, schema: TableSchema, columns: list[st
     for c in columns:
         af = schema.arrow_schema.field(c)
         src = source[c]
-        if src is not None and src in present:
+        if c in constants:
+            col = pa.repeat(pa.scalar(constants[c], af.type), rows)
+        elif src is not None and src in present:
             col = t.column(src)
             if not col.type.equals(af.type):
                 try:
@@ -151,7 +159,7 @@ def read_data_file(fio: FileIO, path: str, schema: TableSchema, columns: list[st
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
                     raise InvalidInputError(f"file {path}: column {c!r} cannot be read as {af.type}: {e}") from None
         else:
-            col = pa.nulls(t.num_rows, af.type)
+            col = pa.nulls(rows, af.type)
         arrays.append(col)
         fields.append(af.with_nullable(True))
     for c in system:

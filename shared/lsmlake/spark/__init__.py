@@ -30,8 +30,9 @@ _log = logging.getLogger(__name__)
 def register(spark: SparkSession) -> None:
     """Make `format("lsmlake")` available in this session (reads, streaming reads and writes).
 
-    A relative `warehouse` option is taken relative to the current folder at this call. Warns when the session's Python workers may run another interpreter than this one (one without
-    lsmlake): set PYSPARK_PYTHON (or `spark.pyspark.python` on a cluster) to an interpreter that has it.
+    A relative `warehouse` option is taken relative to the current folder at this call. Warns when the
+    session's Python workers may run another interpreter than this one (one without lsmlake): set
+    PYSPARK_PYTHON (or `spark.pyspark.python` on a cluster) to an interpreter that has it.
     """
     # relative warehouse paths mean this process's folder, wherever Spark's Python workers run
     spark.dataSource.register(LakeDataSource.bound_to(os.getcwd()))
