@@ -220,3 +220,65 @@ def test_killed_compactor_hands_its_buckets_over(broker: EmbeddedBroker, tmp_pat
     finally:
         for s in reversed(services):
             s.stop()
+
+
+def test_a_requested_plan_nobody_runs_is_adopted(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """A RequestCompaction whose reply was lost (the catalog recorded the plan, then died; the compactor's
+    retry meets its own plan as a conflict) leaves a REQUESTED plan holding the bucket's files. The owner of
+    the bucket, failing to plan it, adopts that plan and runs it instead of waiting for a rebalance."""
+    from lsmlake.catalog_svc.convert import changes_to_proto, file_to_proto
+
+    warehouse = tmp_path / "wh"
+    cat = procs.catalog(warehouse, broker.bootstrap)
+    services = [cat]
+    try:
+        cstub = catalog_pb2_grpc.CatalogServiceStub(cat.channel)
+        ident = _create(cstub, "orphan", 1, {"num-sorted-run.compaction-trigger": "1000",
+                                             "num-sorted-run.stop-trigger": "100000"})
+        table = FileSystemCatalog(str(warehouse)).get_table("db.orphan")
+        model: dict[int, int] = {}
+        for r in range(3):
+            ids = list(range(r * 50, r * 50 + 200))
+            w = table.new_write()
+            w.write(pa.table({"id": pa.array(ids, pa.int64()), "v": [f"r{r}"] * len(ids),
+                              "n": pa.array([r] * len(ids), pa.int64())}))
+            cstub.Commit(catalog_pb2.CommitRequest(table=ident, commit_user="loader", commit_identifier=r + 1,
+                                                   kind=common_pb2.COMMIT_KIND_APPEND,
+                                                   changes=[changes_to_proto(m) for m in w.prepare_commit()]),
+                         timeout=60)
+            model.update((i, r) for i in ids)
+        c = procs.compactor(warehouse, cat.port, broker.bootstrap, "--compactor-id", "compactor-c",
+                            "--reconcile-interval", "3600")
+        services.append(c)
+        stub = compactor_pb2_grpc.CompactorServiceStub(c.channel)
+        deadline = time.monotonic() + 60
+        while len(stub.CompactionStatus(compactor_pb2.CompactionStatusRequest(), timeout=30).owned_partitions) < 4:
+            assert time.monotonic() < deadline, c.tail()
+            time.sleep(0.2)
+        time.sleep(1.0)  # the start-up recovery has run: what follows is not found by it
+        (split,) = FileSystemCatalog(str(warehouse)).get_table("db.orphan").plan()
+        assert len(split.files) == 3
+        top = table.options.num_levels() - 1
+        unit = catalog_pb2.CompactionUnit(partition=split.partition, bucket=split.bucket,
+                                          total_buckets=split.total_buckets,
+                                          input_files=[file_to_proto(f) for f in split.files], output_level=top)
+        orphan = cstub.RequestCompaction(catalog_pb2.RequestCompactionRequest(table=ident, units=[unit], full=True),
+                                         timeout=30).plan
+        stub.TriggerCompaction(compactor_pb2.TriggerCompactionRequest(table=ident, full=True), timeout=60)
+        deadline = time.monotonic() + 120
+        while True:
+            (p,) = [p for p in cstub.ListCompactionPlans(catalog_pb2.ListCompactionPlansRequest(table=ident),
+                                                         timeout=30).plans if p.plan_id == orphan.plan_id]
+            if p.state == S.COMPACTION_PLAN_STATE_COMPLETED:
+                break
+            assert time.monotonic() < deadline, f"plan {orphan.plan_id} never ran: {p}\n{c.tail()}"
+            time.sleep(0.2)
+        assert p.owner == "compactor-c"
+        (split,) = FileSystemCatalog(str(warehouse)).get_table("db.orphan").plan()
+        assert [f.level for f in split.files] == [top]
+        got = {r["id"]: r["n"] for r in FileSystemCatalog(str(warehouse)).get_table("db.orphan").to_arrow().to_pylist()}
+        assert got == model
+        assert c.stop() == 0, c.tail()
+    finally:
+        for s in reversed(services):
+            s.stop()

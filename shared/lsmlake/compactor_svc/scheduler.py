@@ -10,9 +10,10 @@ goes through the catalog's timeline: RequestCompaction, StartCompaction, one Spa
 per bucket, then CompleteCompaction (the COMPACT commit); a conflict or a failure rolls it back (its
 outputs deleted) and the buckets are looked at again later.
 
-Recovery: when buckets are gained (at start and at every rebalance) the plans of those buckets left
-INFLIGHT by another owner are rolled back and, with REQUESTED ones, run again (or abandoned by the catalog
-when their inputs are gone). A plan spanning buckets of several owners is recovered by the owner of its
+Recovery: when buckets are gained (at start and at every rebalance), and after a plan request fails (its
+reply lost, or its inputs held by a pending plan), the plans of owned buckets left INFLIGHT by another
+owner (or by this one before it restarted) are rolled back and, with REQUESTED ones, run again (or
+abandoned by the catalog when their inputs are gone). A plan spanning buckets of several owners is recovered by the owner of its
 first bucket.
 """
 
@@ -304,8 +305,12 @@ class Scheduler:
         try:
             plan = self.timeline.request(table_id, units, plan_full)
         except grpc.RpcError as e:
-            # typically: some input is in another pending plan; its completion event brings the bucket back
+            # typically: some input is in another pending plan; its completion event brings the bucket back.
+            # That plan may be one nobody runs: a request whose reply was lost (the catalog recorded it, then
+            # died or timed out) leaves a REQUESTED plan holding the inputs. Recovery adopts such plans.
             _log.info("cannot plan %d bucket(s) of %s: %s", len(units), table_id, e.details())
+            with self._lock:
+                self._recover = True
             return
         self._execute(table_id, plan, {key: full or unit.file_rewrite for _, key, _, unit, full in chosen})
 
