@@ -142,16 +142,22 @@ class WriterStats:
 
 
 def grpc_writer(index: int, writers: int, target: str, rows: int, stop: threading.Event, max_writes: int,
-                stats: WriterStats) -> None:
-    """Write batches of fresh ids (index, index + writers, ...: the writers' key ranges interleave)."""
+                stats: WriterStats, keys: int = 0) -> None:
+    """Write batches of ids of this writer's class (index, index + writers, ...: the writers' key ranges
+    interleave): fresh ids with `keys` 0 (the table grows all run long), else `rows` distinct ids drawn from
+    the class's share of `keys` (the table reaches a steady size and every row is an update)."""
     rng = np.random.default_rng(index)
     payload = pa.array(["x" * 40] * rows)
     client = Client(target[0], writer=target[1], timeout_s=60)
+    share = max(rows, keys // writers)
     n = 0
     try:
         while not stop.is_set() and n < max_writes:
-            ids = (np.arange(n * rows, (n + 1) * rows, dtype=np.int64) * writers + index)
-            rng.shuffle(ids)
+            if keys:
+                ids = rng.choice(share, rows, replace=False).astype(np.int64) * writers + index
+            else:
+                ids = (np.arange(n * rows, (n + 1) * rows, dtype=np.int64) * writers + index)
+                rng.shuffle(ids)
             batch = pa.table({"id": ids, "cnt": np.ones(rows, np.int64), "w": np.full(rows, index, np.int32),
                               "payload": payload})
             n += 1
@@ -272,7 +278,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         pstats = ProducerStats()
         threads = [threading.Thread(target=grpc_writer, name=f"writer-{i}", daemon=True,
                                     args=(i, args.writers, (state.catalog, state.writer), args.rows, stop,
-                                          args.max_writes, wstats[i]))
+                                          args.max_writes, wstats[i], args.grpc_keys))
                    for i in range(args.writers)]
         threads.append(threading.Thread(target=kafka_producer, name="producer", daemon=True,
                                         args=(state.kafka, args.kafka_rate, args.kafka_keys, stop, pstats)))
@@ -314,20 +320,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def verify(catalog: FileSystemCatalog, wstats: list[WriterStats], pstats: ProducerStats) -> dict[str, Any]:
-    """Check the tables against the model; the counts of each kind of discrepancy (all 0 when correct)."""
+    """Check the tables against the model; the counts of each kind of discrepancy (all 0 when correct).
+
+    Per gRPC id: `cnt` must be at least the acknowledged writes of it (else missing) and at most those
+    plus the writes of unknown outcome (else: applied twice, or a refused write applied, or never written).
+    """
     rows = catalog.get_table(GRPC_TABLE).to_arrow(projection=["id", "cnt"])
-    got = dict(zip(rows.column("id").to_numpy().tolist(), rows.column("cnt").to_numpy().tolist(), strict=True))
-    acked = np.concatenate([a for s in wstats for a in s.acked] or [np.zeros(0, np.int64)])
-    refused = np.concatenate([a for s in wstats for a in s.refused] or [np.zeros(0, np.int64)])
-    unknown = set(np.concatenate([a for s in wstats for a in s.unknown] or [np.zeros(0, np.int64)]).tolist())
-    acked_set = set(acked.tolist())
+    ids = rows.column("id").to_numpy()
+
+    def per_id(parts: list[np.ndarray], size: int, weights: np.ndarray | None = None) -> np.ndarray:
+        flat = np.concatenate(parts or [np.zeros(0, np.int64)])
+        return np.bincount(flat, weights=weights, minlength=size).astype(np.int64)
+
+    acked_parts = [a for s in wstats for a in s.acked]
+    refused_parts = [a for s in wstats for a in s.refused]
+    unknown_parts = [a for s in wstats for a in s.unknown]
+    size = 1 + max([int(ids.max()) if len(ids) else -1] + [int(a.max()) for a in
+                                                           acked_parts + refused_parts + unknown_parts if len(a)])
+    got = per_id([ids], size, rows.column("cnt").to_numpy())
+    acked, refused, unknown = (per_id(p, size) for p in (acked_parts, refused_parts, unknown_parts))
+    extra = got - acked - unknown
     out = {
-        "grpc_acked_rows": len(acked),
-        "grpc_missing": sum(1 for i in acked_set if i not in got),
-        "grpc_duplicated": sum(1 for i, c in got.items() if c != 1),
-        "grpc_refused_present": sum(1 for i in refused.tolist() if i in got),
-        "grpc_unexpected": sum(1 for i in got if i not in acked_set and i not in unknown),
-        "grpc_unknown_rows": len(unknown),
+        "grpc_acked_rows": int(acked.sum()),
+        "grpc_missing": int(np.count_nonzero(got < acked)),
+        "grpc_duplicated": int(np.count_nonzero((extra > 0) & (refused == 0) & (acked + unknown > 0))),
+        "grpc_refused_present": int(np.count_nonzero((extra > 0) & (refused > 0))),
+        "grpc_unexpected": int(np.count_nonzero((got > 0) & (acked + unknown + refused == 0))),
+        "grpc_unknown_rows": int(unknown.sum()),
     }
     krows = catalog.get_table(KAFKA_TABLE).to_arrow(projection=["id", "cnt"])
     kgot = dict(zip(krows.column("id").to_numpy().tolist(), krows.column("cnt").to_numpy().tolist(), strict=True))
@@ -359,7 +378,8 @@ def summarise(samples: list[Sample], wstats: list[WriterStats], pstats: Producer
     runs_max = {t: max((max(s.runs[t].values(), default=0) for s in samples), default=0)
                 for t in (GRPC_TABLE, KAFKA_TABLE)}
     return {
-        "minutes": args.minutes, "writers": args.writers, "rows_per_write": args.rows, "load_s": round(load_s, 1),
+        "minutes": args.minutes, "writers": args.writers, "rows_per_write": args.rows,
+        "grpc_keys": args.grpc_keys, "load_s": round(load_s, 1),
         "samples": n, "grpc_rows_per_s": round(samples[-1].grpc_rows / max(1e-9, samples[-1].t), 1),
         "kafka_rows_per_s": round(samples[-1].kafka_rows / max(1e-9, samples[-1].t), 1),
         "rate_mid": round(rate(samples, a, b), 1), "rate_last": round(rate(samples, b, n - 1), 1),
@@ -375,7 +395,8 @@ def summarise(samples: list[Sample], wstats: list[WriterStats], pstats: Producer
 
 def print_report(r: dict[str, Any]) -> None:
     print()
-    print(f"soak: {r['minutes']} min, {r['writers']} gRPC writers x {r['rows_per_write']} rows/write + Kafka; "
+    keys = f"{r['grpc_keys']:,} ids" if r["grpc_keys"] else "fresh ids"
+    print(f"soak: {r['minutes']} min, {r['writers']} gRPC writers x {r['rows_per_write']} rows/write ({keys}) + Kafka; "
           f"load ran {r['load_s']} s, {r['samples']} samples")
     print(f"{'held rate (gRPC acked)':34} {r['grpc_rows_per_s']:>12,.1f} rows/s")
     print(f"{'held rate (Kafka committed)':34} {r['kafka_rows_per_s']:>12,.1f} rows/s")
@@ -401,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=10.0, help="load duration")
     p.add_argument("--writers", type=int, default=8, help="gRPC writer threads")
     p.add_argument("--rows", type=int, default=2000, help="rows per Write call")
+    p.add_argument("--grpc-keys", type=int, default=400_000,
+                   help="distinct ids of the gRPC writes (the table's steady size); 0: fresh ids, the table grows")
     p.add_argument("--max-writes", type=int, default=1_000_000, help="Write calls per writer at most")
     p.add_argument("--kafka-rate", type=float, default=2000.0, help="Kafka messages per second")
     p.add_argument("--kafka-keys", type=int, default=50_000, help="distinct keys of the Kafka messages")

@@ -13,8 +13,8 @@ outputs deleted) and the buckets are looked at again later.
 Recovery: when buckets are gained (at start and at every rebalance), and after a plan request fails (its
 reply lost, or its inputs held by a pending plan), the plans of owned buckets left INFLIGHT by another
 owner (or by this one before it restarted) are rolled back and, with REQUESTED ones, run again (or
-abandoned by the catalog when their inputs are gone). A plan spanning buckets of several owners is recovered by the owner of its
-first bucket.
+abandoned by the catalog when their inputs are gone). A plan spanning buckets of several owners is
+recovered by the owner of its first bucket.
 """
 
 from __future__ import annotations

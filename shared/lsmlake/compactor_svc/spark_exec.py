@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from ..catalog import FileSystemCatalog
 from ..catalog_svc.convert import changes_from_proto, changes_to_proto
 from ..compaction.rewriter import DATA_PREFIX, changelog_prefix
@@ -160,6 +162,10 @@ def run_bucket_task(warehouse: str, task: BucketTask) -> TaskOutcome:
                 table.io.delete_quietly(path)
             delete_outputs(table, task)
         raise
+    finally:
+        # Spark reuses its Python workers: hand the task's freed Arrow buffers back to the system now,
+        # instead of letting each worker keep the high-water mark of the largest bucket it ever merged
+        pa.default_memory_pool().release_unused()
     read = written = 0
     if msg is not None:
         old = {f.file_name for f in msg.deleted_files}
