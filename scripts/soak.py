@@ -9,8 +9,9 @@ the compactor's JVM counts), and the sorted runs of every bucket of both tables.
 
 Both tables use the aggregation merge engine with `cnt` summed, and every row carries `cnt = 1`, so a row
 applied twice reads as 2: at the end the tables are read back and checked against the model of what was
-acknowledged (gRPC: every acknowledged id exactly once, no id of a refused write; Kafka: per key, the
-number of messages the broker acknowledged).
+acknowledged (gRPC: per id, the acknowledged writes of it, plus at most the writes of unknown outcome;
+Kafka: per key, the number of messages the broker acknowledged). The gRPC writes update a bounded set of
+`--grpc-keys` ids, so the table reaches a steady size (`--grpc-keys 0`: fresh ids, a growing table).
 
 Memory is "flat" when the median RSS of the last third of the samples is at most 10% (and at least 64 MB
 allowed) above the median of the middle third: the first third is warm-up (JVM start, caches, buffers).
