@@ -1,7 +1,7 @@
 """A short run of `scripts/soak.py`: the whole cluster under 8 gRPC writers and Kafka ingestion.
 
-Asserts what must hold however slow the machine is: every acknowledged row is in the table exactly
-once (and no row of a refused write), every Kafka message acknowledged by the broker is counted exactly
+Asserts what must hold however slow the machine is: every acknowledged gRPC row is applied exactly once
+(per id, the count of acknowledged writes; no refused write applied), every Kafka message acknowledged by the broker is counted exactly
 once, no bucket ever has more sorted runs than `num-sorted-run.stop-trigger` + 1, and no service's memory
 grows grossly in the later part of the run. The rate and latency figures are printed, not asserted.
 """
