@@ -1,16 +1,19 @@
 """Rewrites the sections of a compaction unit into new files by a merge on (key, sequence number).
 
-The merge is vectorised: the files of a section are read whole, concatenated and folded to the
-newest row per key in Arrow; sections are disjoint in key range, so their outputs concatenate in
-key order and roll into files at the target size.
+The merge is vectorised and streams: a section's sorted runs are read a file at a time and cut into
+chunks by key (every version of a chunk's keys, from every run), each chunk is folded to the newest row
+per key in Arrow, and the merged rows go out in whole target-size files as soon as that much is pending.
+Memory stays bounded by about one file per run plus two output files, however big the bucket.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import changelog
 from ..data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
@@ -61,6 +64,23 @@ class MergeTreeCompactRewriter:
                 tables.append(t)
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
+    def section_chunks(self, runs: Sequence[SortedRun], with_level: bool = False) -> Iterator[pa.Table]:
+        """A section's rows in chunks of ascending, disjoint key ranges; a chunk holds every row of its keys
+        from every run. At most one file per run is held at a time."""
+        if sum(len(r.files) for r in runs) <= len(runs):  # one file per run: one chunk, no cutting needed
+            yield self.read_section(runs, with_level)
+            return
+        cursors = [_RunCursor(self, r, with_level) for r in runs]
+        while True:
+            live = [c for c in cursors if c.fill()]
+            if not live:
+                return
+            # No run holds a key <= cut beyond what is buffered: each run's later files start above its
+            # buffered file's last key, and cut is the smallest of those.
+            cut = min(c.last_key() for c in live)
+            parts = [p for p in (c.take_through(cut) for c in live) if p.num_rows]
+            yield pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+
     def merge(self, rows: pa.Table, drop_delete: bool) -> pa.Table:
         """One row per key, in key order, by the table's merge engine; retractions dropped when `drop_delete`."""
         merged = self.merge_function.merge(rows)
@@ -85,21 +105,21 @@ class MergeTreeCompactRewriter:
         after: list[DataFileMeta] = []
         changes = []
         for section in sections:
-            rows = self.read_section(section, with_level=full_changelog_level is not None)
-            if full_changelog_level is not None:
-                levels = rows.column(_LEVEL).to_numpy()
-                rows = rows.drop_columns([_LEVEL])
-                out = self.merge(rows, drop_delete)
-                old = self.merge_function.merge(rows.filter(pa.array(levels == full_changelog_level)))
-                changes.append(changelog.diff(old, out, self.schema.primary_keys, self._value_fields))
-            else:
-                out = self.merge(rows, drop_delete)
-            del rows
-            if out.num_rows:
-                pending.append(out)
-                pending_bytes += out.nbytes
-            if pending_bytes >= 2 * self.writer.target_size:
-                pending, pending_bytes = self._write_whole_files(pending, output_level, after)
+            for rows in self.section_chunks(section, with_level=full_changelog_level is not None):
+                if full_changelog_level is not None:
+                    levels = rows.column(_LEVEL).to_numpy()
+                    rows = rows.drop_columns([_LEVEL])
+                    out = self.merge(rows, drop_delete)
+                    old = self.merge_function.merge(rows.filter(pa.array(levels == full_changelog_level)))
+                    changes.append(changelog.diff(old, out, self.schema.primary_keys, self._value_fields))
+                else:
+                    out = self.merge(rows, drop_delete)
+                del rows
+                if out.num_rows:
+                    pending.append(out)
+                    pending_bytes += out.nbytes
+                if pending_bytes >= 2 * self.writer.target_size:
+                    pending, pending_bytes = self._write_whole_files(pending, output_level, after)
         if pending:
             self._write_rows(pa.concat_tables(pending), output_level, after)
         return CompactResult(before=before, after=after, changelog=self.write_changelog(changes))
@@ -140,3 +160,62 @@ class MergeTreeCompactRewriter:
     def upgrade(output_level: int, f: DataFileMeta) -> CompactResult:
         """Move a file to another level without rewriting it."""
         return CompactResult(before=[f], after=[f.upgrade(output_level)])
+
+
+class _RunCursor:
+    """Reads one sorted run a file at a time and hands out its rows up to a key."""
+
+    def __init__(self, rewriter: MergeTreeCompactRewriter, run: SortedRun, with_level: bool) -> None:
+        self.rewriter = rewriter
+        self.files = list(run.files)
+        self.with_level = with_level
+        self.keys = rewriter.schema.primary_keys
+        self.buffer: pa.Table | None = None
+
+    def fill(self) -> bool:
+        """Load the next non-empty file when the buffer is used up; False once the run is exhausted."""
+        while self.buffer is None or self.buffer.num_rows == 0:
+            if not self.files:
+                return False
+            f = self.files.pop(0)
+            t = self.rewriter.read_section([SortedRun.single(f)], self.with_level)
+            self.buffer = t if _sorted_by(t, self.keys) else t.sort_by([(k, "ascending") for k in self.keys])
+        return True
+
+    def key_at(self, i: int) -> tuple[Any, ...]:
+        assert self.buffer is not None
+        return tuple(self.buffer.column(k)[i].as_py() for k in self.keys)
+
+    def last_key(self) -> tuple[Any, ...]:
+        assert self.buffer is not None
+        return self.key_at(self.buffer.num_rows - 1)
+
+    def take_through(self, cut: tuple[Any, ...]) -> pa.Table:
+        """The buffered rows with key <= cut (a prefix: the buffer is sorted); the rest stays buffered."""
+        assert self.buffer is not None
+        lo, hi = 0, self.buffer.num_rows  # first row whose key is above cut
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.key_at(mid) <= cut:
+                lo = mid + 1
+            else:
+                hi = mid
+        head, self.buffer = self.buffer.slice(0, lo), self.buffer.slice(lo)
+        return head
+
+
+def _sorted_by(t: pa.Table, keys: Sequence[str]) -> bool:
+    """Whether the rows are in ascending key order (ties allowed): files should be, checked all the same,
+    since the chunked merge would be wrong on a file that is not."""
+    if t.num_rows < 2:
+        return True
+    tied = np.ones(t.num_rows - 1, dtype=bool)  # rows i and i+1 equal on the keys compared so far
+    for k in keys:
+        col = t.column(k)
+        a, b = col.slice(0, t.num_rows - 1), col.slice(1)
+        if bool(np.any(tied & pc.greater(a, b).to_numpy(zero_copy_only=False))):
+            return False
+        tied &= pc.equal(a, b).to_numpy(zero_copy_only=False)
+        if not tied.any():
+            return True
+    return True

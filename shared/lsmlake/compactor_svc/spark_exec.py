@@ -142,10 +142,10 @@ def run_bucket_task(warehouse: str, task: BucketTask) -> TaskOutcome:
     prefix, plus a deletion-vector index file already named in its changes) before re-raising, so the
     next attempt starts clean.
 
-    Memory: the unit is merged in Arrow, in the Python worker (outside the JVM heap). The engine
-    reads and merges one key-range section of overlapping files at a time, but keeps the merged rows of
-    the whole unit until it writes them, so a task needs about the unit's merged size plus its largest
-    section; size buckets (or `spark.executor.pyspark.memory`) accordingly.
+    Memory: the unit is merged in Arrow, in the Python worker (outside the JVM heap). The engine reads
+    each sorted run a file at a time, merges key-range chunks and writes whole target-size files as they
+    fill, so a task needs about one input file per sorted run plus two output files, whatever the
+    bucket's size.
     """
     check_prefix(task.file_prefix)
     start = time.perf_counter()
