@@ -1,9 +1,10 @@
 """A short run of `scripts/soak.py`: the whole cluster under 8 gRPC writers and Kafka ingestion.
 
 Asserts what must hold however slow the machine is: every acknowledged gRPC row is applied exactly once
-(per id, the count of acknowledged writes; no refused write applied), every Kafka message acknowledged by the broker is counted exactly
-once, no bucket ever has more sorted runs than `num-sorted-run.stop-trigger` + 1, and no service's memory
-grows grossly in the later part of the run. The rate and latency figures are printed, not asserted.
+(per id, the count of acknowledged writes; no refused write applied), every Kafka message acknowledged
+by the broker is counted exactly once, no bucket ever has more sorted runs than
+`num-sorted-run.stop-trigger` + 1, and no service's memory grows grossly in the later part of the run.
+The rate and latency figures are printed, not asserted.
 """
 
 from __future__ import annotations

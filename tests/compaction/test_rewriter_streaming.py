@@ -126,3 +126,25 @@ def test_a_section_is_read_in_key_chunks_of_about_a_file(tmp_path: Path) -> None
     assert sum(c.num_rows for c in chunks) == 20_200
     ids = [c.column("id").to_pylist() for c in chunks]
     assert all(max(a) < min(b) for a, b in zip(ids, ids[1:], strict=False))  # ascending, disjoint
+
+
+def test_chunk_cuts_compare_keys_as_arrow_does(tmp_path: Path) -> None:
+    """Nanosecond timestamp keys that differ below a microsecond: chunks cut between them, never through
+    one key (as Python datetimes, which `as_py` gives without pandas, they would tie)."""
+    cat = FileSystemCatalog(str(tmp_path))
+    cat.create_database("db")
+    t = cat.create_table("db.ns", "ts TIMESTAMP(9) NOT NULL, n BIGINT", primary_keys=["ts"],
+                         options={"bucket": "1", "target-file-size": "1 kb", "write-only": "true"})
+    base = 1_700_000_000_000_000_000
+    ts = pa.array(np.arange(base, base + 6_000, dtype=np.int64)).cast(pa.timestamp("ns"))
+    t.write_arrow(pa.table({"ts": ts, "n": pa.array(np.zeros(6_000, np.int64))}))
+    compact_table(t, full=True)
+    (split,) = t.plan()
+    assert len(split.files) > 4
+    upd = np.arange(base + 3, base + 6_000, 7, dtype=np.int64)
+    t.write_arrow(pa.table({"ts": pa.array(upd).cast(pa.timestamp("ns")), "n": pa.array(np.ones(len(upd), np.int64))}))
+    compact_table(t, full=True)
+    got = t.to_arrow()
+    assert got.num_rows == 6_000
+    values = dict(zip(got.column("ts").cast(pa.int64()).to_pylist(), got.column("n").to_pylist(), strict=True))
+    assert values == {base + i: int((i - 3) % 7 == 0 and i >= 3) for i in range(6_000)}

@@ -8,8 +8,8 @@ Memory stays bounded by about one file per run plus two output files, however bi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -77,7 +77,7 @@ class MergeTreeCompactRewriter:
                 return
             # No run holds a key <= cut beyond what is buffered: each run's later files start above its
             # buffered file's last key, and cut is the smallest of those.
-            cut = min(c.last_key() for c in live)
+            cut = min((c.last_key() for c in live), key=functools.cmp_to_key(_compare))
             parts = [p for p in (c.take_through(cut) for c in live) if p.num_rows]
             yield pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
@@ -182,26 +182,37 @@ class _RunCursor:
             self.buffer = t if _sorted_by(t, self.keys) else t.sort_by([(k, "ascending") for k in self.keys])
         return True
 
-    def key_at(self, i: int) -> tuple[Any, ...]:
+    def key_at(self, i: int) -> list[pa.Scalar]:
         assert self.buffer is not None
-        return tuple(self.buffer.column(k)[i].as_py() for k in self.keys)
+        return [self.buffer.column(k)[i] for k in self.keys]
 
-    def last_key(self) -> tuple[Any, ...]:
+    def last_key(self) -> list[pa.Scalar]:
         assert self.buffer is not None
         return self.key_at(self.buffer.num_rows - 1)
 
-    def take_through(self, cut: tuple[Any, ...]) -> pa.Table:
+    def take_through(self, cut: list[pa.Scalar]) -> pa.Table:
         """The buffered rows with key <= cut (a prefix: the buffer is sorted); the rest stays buffered."""
         assert self.buffer is not None
         lo, hi = 0, self.buffer.num_rows  # first row whose key is above cut
         while lo < hi:
             mid = (lo + hi) // 2
-            if self.key_at(mid) <= cut:
+            if _compare(self.key_at(mid), cut) <= 0:
                 lo = mid + 1
             else:
                 hi = mid
         head, self.buffer = self.buffer.slice(0, lo), self.buffer.slice(lo)
         return head
+
+
+def _compare(a: Sequence[pa.Scalar], b: Sequence[pa.Scalar]) -> int:
+    """Keys compared column by column as Arrow orders them (the merge's sort order), not as Python does:
+    nanosecond timestamps, for one, tie after `as_py` when pandas is absent (datetime has microseconds)."""
+    for x, y in zip(a, b, strict=True):
+        if pc.less(x, y).as_py():
+            return -1
+        if not pc.equal(x, y).as_py():
+            return 1
+    return 0
 
 
 def _sorted_by(t: pa.Table, keys: Sequence[str]) -> bool:
