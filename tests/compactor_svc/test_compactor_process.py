@@ -58,6 +58,20 @@ def _create(stub: Any, name: str, buckets: int, options: dict[str, str]) -> comm
     return ident
 
 
+def _commit_round(cstub: Any, ident: common_pb2.TableIdentifier, table: Any, r: int, ids: list[int],
+                  model: dict[int, int]) -> None:
+    """Write `ids` with n = r in one level-0 file per bucket, commit it through the catalog as commit r + 1."""
+    from lsmlake.catalog_svc.convert import changes_to_proto
+
+    w = table.new_write()
+    w.write(pa.table({"id": pa.array(ids, pa.int64()), "v": [f"r{r}"] * len(ids),
+                      "n": pa.array([r] * len(ids), pa.int64())}))
+    cstub.Commit(catalog_pb2.CommitRequest(table=ident, commit_user="loader", commit_identifier=r + 1,
+                                           kind=common_pb2.COMMIT_KIND_APPEND,
+                                           changes=[changes_to_proto(m) for m in w.prepare_commit()]), timeout=60)
+    model.update((i, r) for i in ids)
+
+
 def _max_runs(warehouse: Path, table_id: str) -> int:
     table = FileSystemCatalog(str(warehouse)).get_table(table_id)
     worst = 0
@@ -155,17 +169,7 @@ def test_killed_compactor_hands_its_buckets_over(broker: EmbeddedBroker, tmp_pat
         model: dict[int, int] = {}
         rng = random.Random(5)
         for r in range(4):  # four overlapping commits: every bucket gets four level-0 files
-            ids = rng.sample(range(400_000), 150_000)
-            w = table.new_write()
-            w.write(pa.table({"id": pa.array(ids, pa.int64()), "v": [f"r{r}"] * len(ids),
-                              "n": pa.array([r] * len(ids), pa.int64())}))
-            from lsmlake.catalog_svc.convert import changes_to_proto
-
-            cstub.Commit(catalog_pb2.CommitRequest(table=ident, commit_user="loader", commit_identifier=r + 1,
-                                                   kind=common_pb2.COMMIT_KIND_APPEND,
-                                                   changes=[changes_to_proto(m) for m in w.prepare_commit()]),
-                         timeout=60)
-            model.update((i, r) for i in ids)
+            _commit_round(cstub, ident, table, r, rng.sample(range(400_000), 150_000), model)
         a = procs.compactor(warehouse, cat.port, broker.bootstrap, "--compactor-id", "compactor-a",
                             "--reconcile-interval", "3600")
         services.append(a)
@@ -226,7 +230,7 @@ def test_a_requested_plan_nobody_runs_is_adopted(broker: EmbeddedBroker, tmp_pat
     """A RequestCompaction whose reply was lost (the catalog recorded the plan, then died; the compactor's
     retry meets its own plan as a conflict) leaves a REQUESTED plan holding the bucket's files. The owner of
     the bucket, failing to plan it, adopts that plan and runs it instead of waiting for a rebalance."""
-    from lsmlake.catalog_svc.convert import changes_to_proto, file_to_proto
+    from lsmlake.catalog_svc.convert import file_to_proto
 
     warehouse = tmp_path / "wh"
     cat = procs.catalog(warehouse, broker.bootstrap)
@@ -238,15 +242,7 @@ def test_a_requested_plan_nobody_runs_is_adopted(broker: EmbeddedBroker, tmp_pat
         table = FileSystemCatalog(str(warehouse)).get_table("db.orphan")
         model: dict[int, int] = {}
         for r in range(3):
-            ids = list(range(r * 50, r * 50 + 200))
-            w = table.new_write()
-            w.write(pa.table({"id": pa.array(ids, pa.int64()), "v": [f"r{r}"] * len(ids),
-                              "n": pa.array([r] * len(ids), pa.int64())}))
-            cstub.Commit(catalog_pb2.CommitRequest(table=ident, commit_user="loader", commit_identifier=r + 1,
-                                                   kind=common_pb2.COMMIT_KIND_APPEND,
-                                                   changes=[changes_to_proto(m) for m in w.prepare_commit()]),
-                         timeout=60)
-            model.update((i, r) for i in ids)
+            _commit_round(cstub, ident, table, r, list(range(r * 50, r * 50 + 200)), model)
         c = procs.compactor(warehouse, cat.port, broker.bootstrap, "--compactor-id", "compactor-c",
                             "--reconcile-interval", "3600")
         services.append(c)
