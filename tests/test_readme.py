@@ -48,12 +48,13 @@ import grpc
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from lsmlake import cli
 from lsmlake.catalog import FileSystemCatalog
 from lsmlake.cluster import find_endpoints
 from lsmlake.kafka.broker import EmbeddedBroker, free_port
 from lsmlake.table import FileStoreTable
+
+from .health import serving
 
 pytestmark = pytest.mark.integration
 
@@ -302,15 +303,10 @@ class Service:
         deadline = time.monotonic() + START_TIMEOUT_S
         target = f"127.0.0.1:{self.port(deadline)}"
         with (grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
             while True:
                 self._alive(deadline, "never SERVING")
-                try:
-                    if health.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status == \
-                            health_pb2.HealthCheckResponse.SERVING:
-                        break
-                except grpc.RpcError:
-                    pass
+                if serving(channel):
+                    break
                 time.sleep(0.1)  # polling interval, bounded by the deadline
         metrics = _flag(self.args, "--metrics-port")
         if metrics is not None:

@@ -13,11 +13,11 @@ from pathlib import Path
 import grpc
 import pyarrow as pa
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from lsmlake import Client
 from lsmlake.errors import LakeError
 from lsmlake.kafka.broker import free_port
 
+from ..health import serving
 from .certs import Certs
 from .conftest import Tokens
 
@@ -37,15 +37,10 @@ class Proc:
                                          env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
         deadline = time.monotonic() + START_TIMEOUT_S
         with grpc.insecure_channel(f"127.0.0.1:{self.health_port}") as ch:
-            stub = health_pb2_grpc.HealthStub(ch)
             while True:
                 assert self.proc.poll() is None, f"{module} exited: {log.read_text()[-3000:]}"
-                try:
-                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == \
-                            health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.RpcError:
-                    pass
+                if serving(ch):
+                    return
                 assert time.monotonic() < deadline, f"{module} never became SERVING: {log.read_text()[-3000:]}"
                 time.sleep(0.1)  # polling interval, bounded by the deadline
 

@@ -19,12 +19,13 @@ from typing import Any
 import grpc
 import pyarrow as pa
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from lsmlake.catalog import FileSystemCatalog
 from lsmlake.catalog_svc.convert import changes_to_proto
 from lsmlake.kafka.broker import EmbeddedBroker, free_port
 from lsmlake.kafka.client import consumer
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2, events_pb2
+
+from ..health import serving
 
 pytestmark = pytest.mark.integration
 
@@ -51,16 +52,11 @@ class Proc:
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         self.stub = catalog_pb2_grpc.CatalogServiceStub(self.channel)
-        health = health_pb2_grpc.HealthStub(self.channel)
         deadline = time.monotonic() + TIMEOUT_S
         while True:
             assert self.proc.poll() is None, f"catalog_svc exited: {self.log.read_text()[-2000:]}"
-            try:
-                if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == \
-                        health_pb2.HealthCheckResponse.SERVING:
-                    break
-            except grpc.RpcError:
-                pass
+            if serving(self.channel):
+                break
             assert time.monotonic() < deadline, "catalog_svc never became SERVING"
             time.sleep(0.1)
 

@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from lsmlake.catalog import FileSystemCatalog
 from lsmlake.catalog_svc.server import METASTORE_FILE
 from lsmlake.kafka.broker import EmbeddedBroker, free_port
@@ -38,6 +36,7 @@ from lsmlake.metastore import open_store
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, compactor_pb2, compactor_pb2_grpc
 from lsmlake.writer_svc.kafka_ingest import committed_offsets
 
+from ..health import serving
 from ..writer_svc import procs
 from . import checks
 from .load import GrpcClient, GrpcModel, KafkaLoad, ident
@@ -66,15 +65,10 @@ class Proc(procs.Service):
         except AssertionError:
             if not hasattr(self, "proc") or self.proc.poll() is not None:
                 raise  # it exited: nothing to wait for
-        health = health_pb2_grpc.HealthStub(self.channel)
         deadline = time.monotonic() + SLOW_START_S
         while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == \
-                        health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
+            if serving(self.channel):
+                return
             time.sleep(POLL_S)
         self.kill()  # never leave a half-started process behind
         raise AssertionError(f"{module} never became SERVING: {self.tail()}")

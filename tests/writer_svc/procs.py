@@ -10,8 +10,9 @@ import uuid
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from lsmlake.kafka.broker import free_port
+
+from ..health import serving
 
 START_TIMEOUT_S = 180.0  # a compactor starts a JVM; on a loaded machine that alone can take a minute
 
@@ -28,16 +29,11 @@ class Service:
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}",
                                              options=[("grpc.max_send_message_length", 64 << 20)])
-        health = health_pb2_grpc.HealthStub(self.channel)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             assert self.proc.poll() is None, f"{module} exited: {self.tail()}"
-            try:
-                if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == \
-                        health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
+            if serving(self.channel):
+                return
             assert time.monotonic() < deadline, f"{module} never became SERVING: {self.tail()}"
             time.sleep(0.1)  # polling interval, bounded by the deadline
 
