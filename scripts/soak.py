@@ -434,6 +434,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the warehouse and logs")
     p.add_argument("--report", default=None, help="write the full report as JSON to this file")
     args = p.parse_args(argv)
+    if args.grpc_keys < 0:
+        p.error(f"--grpc-keys must be 0 (fresh ids) or a positive number of ids, not {args.grpc_keys}")
+    if 0 < args.grpc_keys < args.rows * args.writers:
+        p.error(f"--grpc-keys {args.grpc_keys} is fewer than --rows x --writers ({args.rows * args.writers}): "
+                "each write needs --rows distinct ids of its writer's share")
     report = run(args)
     print_report(report)
     if args.report:
