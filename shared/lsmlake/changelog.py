@@ -91,9 +91,9 @@ def read_changelog(table: FileStoreTable, from_snapshot: int = 1, to_snapshot: i
 
     Columns: `snapshot_id`, `row_kind` (+I, -U, +U, -D), then the table's columns.
     """
+    from .data_file_read import read_data_file
     from .data_file_writer import bucket_dir
     from .row_kind import SHORT_NAMES
-    from .table_read import read_data_file
 
     schema = table.schema
     last = to_snapshot if to_snapshot is not None else (table.snapshots.latest_id() or 0)

@@ -2,7 +2,7 @@
 
 A change list is applied in order to the latest schema and becomes schema `<id + 1>`, written
 if-absent like every schema file, so an alter is all or nothing. Data files are never rewritten:
-readers map each file's columns to the new schema by field id (see `table_read.read_data_file`).
+readers map each file's columns to the new schema by field id (see `data_file_read.DataFileRead`).
 
 * add column: nullable only, appended at the end, id = highestFieldId + 1 (old files read it as null);
 * rename column: keeps its field id; key columns and columns named by options are refused;

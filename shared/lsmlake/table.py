@@ -192,8 +192,9 @@ class FileStoreTable:
            another commit changed the same bucket's vectors meanwhile.
         Returns None when no row matched.
         """
+        from .data_file_read import ROW_POSITION, read_data_file
         from .index_manifest import dv_index_change
-        from .table_read import ROW_POSITION, load_vectors, read_data_file
+        from .table_read import load_vectors
 
         if self.schema.is_primary_key_table:
             raise InvalidInputError("delete_where is for append tables; write -D rows to a primary-key table")

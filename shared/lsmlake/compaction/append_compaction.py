@@ -15,9 +15,10 @@ from pyroaring import BitMap
 
 from .. import options as opts
 from ..data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
+from ..data_file_read import read_data_file
 from ..data_file_writer import DataFileWriter
 from ..scan import Split
-from ..table_read import load_vectors, read_data_file
+from ..table_read import load_vectors
 from .lookup_compaction import DvCompactResult
 from .rewriter import DATA_PREFIX
 from .unit import CompactResult, CompactUnit

@@ -19,10 +19,10 @@ from pyroaring import BitMap
 
 from .. import changelog
 from ..data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
+from ..data_file_read import ROW_POSITION, read_data_file
 from ..lookup_cache import LookupCache
 from ..row_kind import without_retractions
 from ..schema import SEQUENCE_NUMBER, VALUE_KIND
-from ..table_read import ROW_POSITION, read_data_file
 from .rewriter import MergeTreeCompactRewriter
 from .unit import CompactResult, CompactUnit
 

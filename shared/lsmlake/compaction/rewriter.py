@@ -17,12 +17,12 @@ import pyarrow.compute as pc
 
 from .. import changelog
 from ..data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
+from ..data_file_read import read_data_file
 from ..data_file_writer import DataFileWriter
 from ..fileio import FileIO
 from ..merge.factory import merge_function_for
 from ..row_kind import without_retractions
 from ..schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
-from ..table_read import read_data_file
 from .sorted_run import SortedRun
 from .unit import CompactResult
 

@@ -28,6 +28,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from .. import features
 from .. import options as opts
 from ..data_file_meta import DataFileMeta
+from ..data_file_read import read_data_file
 from ..data_file_writer import bucket_dir
 from ..errors import InvalidInputError, NotFoundError
 from ..manifest import ADD
@@ -36,7 +37,6 @@ from ..row_kind import SHORT_NAMES
 from ..schema import VALUE_KIND
 from ..snapshot import APPEND
 from ..table import FileStoreTable
-from ..table_read import read_data_file
 from .access import TableAccess, TableRef
 from .arrow_types import conform
 from .batch_read import BATCH_ROWS, ReadTask, pack, read_splits

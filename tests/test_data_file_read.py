@@ -1,0 +1,92 @@
+"""Reading data files column task by column task on a pool equals reading each file whole, and both
+equal the written rows without those in the deletion vector (a plain-Python model)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from lsmlake import data_file_read
+from lsmlake.catalog import FileSystemCatalog
+from lsmlake.data_file_read import ROW_POSITION, DataFileRead, read_all
+from lsmlake.data_file_writer import bucket_dir
+from pyroaring import BitMap
+
+COLUMNS = "id BIGINT, dt STRING, s STRING, l ARRAY<INT>, r ROW<a INT, b STRING>, d DOUBLE"
+
+row = st.fixed_dictionaries({
+    "id": st.integers(-2**63, 2**63 - 1),
+    "s": st.one_of(st.none(), st.text(max_size=30)),
+    "l": st.one_of(st.none(), st.lists(st.one_of(st.none(), st.integers(-2**31, 2**31 - 1)), max_size=4)),
+    "r": st.one_of(st.none(), st.fixed_dictionaries({"a": st.one_of(st.none(), st.integers(-5, 5)),
+                                                      "b": st.one_of(st.none(), st.text(max_size=5))})),
+    "d": st.one_of(st.none(), st.floats(allow_nan=False)),
+})
+
+
+def files_of(tmp: Path, batches: list[list[dict[str, Any]]]) -> tuple[Any, list[str]]:
+    cat = FileSystemCatalog(str(tmp / "wh"))
+    cat.create_database("db", True)
+    t = cat.create_table("db.t", COLUMNS, partition_keys=["dt"], options={"bucket": "-1"})
+    for rows in batches:
+        t.write_arrow(pa.Table.from_pylist([{**r, "dt": "p"} for r in rows], schema=t.schema.arrow_schema))
+    (split,) = t.plan()
+    d = bucket_dir(t.path, t.schema.partition_dir(split.partition_values), split.bucket)
+    return t, [f"{d}/{f.file_name}" for f in sorted(split.files, key=lambda f: f.min_sequence_number)]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.lists(row, min_size=1, max_size=40), min_size=1, max_size=3),
+       deleted=st.lists(st.integers(0, 45), max_size=20),
+       min_task=st.sampled_from([0, 64, 1 << 20]),
+       positions=st.booleans(),
+       data=st.data())
+def test_pooled_read_equals_whole_read_and_model(tmp_path_factory: pytest.TempPathFactory,
+                                                 batches: list[list[dict[str, Any]]], deleted: list[int],
+                                                 min_task: int, positions: bool, data: st.DataObject) -> None:
+    t, paths = files_of(tmp_path_factory.mktemp("dfr"), batches)
+    names = data.draw(st.lists(st.sampled_from(t.schema.field_names), min_size=1, unique=True))
+    dv = BitMap(deleted)
+
+    def plan() -> list[DataFileRead]:
+        return [DataFileRead(t.io, p, t.schema, names, [], dv, positions, constants={"dt": "p"}) for p in paths]
+
+    old = data_file_read.MIN_TASK_BYTES
+    data_file_read.MIN_TASK_BYTES = min_task
+    try:
+        reads = plan()
+        for r in reads:  # every decoded column is in exactly one task
+            decoded = [c for cols, _ in r.tasks() for c in cols]
+            assert sorted(decoded) == sorted(r.decoded)
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            pooled = read_all(reads, pool)
+    finally:
+        data_file_read.MIN_TASK_BYTES = old
+    whole = [r.read() for r in plan()]
+    for rows, got, also in zip(batches, pooled, whole, strict=True):
+        assert got.equals(also)
+        kept = [i for i in range(len(rows)) if i not in dv]
+        want = [{c: ("p" if c == "dt" else rows[i][c]) for c in names} for i in kept]
+        assert got.select(names).to_pylist() == want
+        if positions:
+            assert got.column(ROW_POSITION).to_pylist() == kept
+
+
+def test_wide_columns_are_tasks_of_their_own_and_narrow_ones_are_packed(tmp_path: Path) -> None:
+    n = 200_000
+    path = str(tmp_path / "f.parquet")
+    pq.write_table(pa.table({"wide": pa.array(range(n), pa.int64()), "a": pa.array([1] * n, pa.int8()),
+                             "b": pa.array([True] * n)}), path, compression="none", use_dictionary=False)
+    cat = FileSystemCatalog(str(tmp_path / "wh"))
+    cat.create_database("db", True)
+    t = cat.create_table("db.t", "wide BIGINT, a TINYINT, b BOOLEAN")
+    r = DataFileRead(t.io, path, t.schema, ["wide", "a", "b"], [])
+    tasks = r.tasks()
+    assert tasks[0][0] == ["wide"] and tasks[0][1] >= 8 * n  # largest first
+    assert sorted(c for cols, _ in tasks[1:] for c in cols) == ["a", "b"] and len(tasks) == 2
