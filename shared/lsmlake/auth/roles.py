@@ -46,6 +46,7 @@ METHOD_ROLES: dict[str, Role] = {
     f"/{_C}/PlanScan": Role.READER,
     f"/{_C}/WatchSnapshots": Role.READER,
     f"/{_C}/ListCompactionPlans": Role.READER,
+    f"/{_C}/FindWrites": Role.READER,
     # catalog: adding data and compacting it (the writer and compactor services' own calls)
     f"/{_C}/Commit": Role.WRITER,
     f"/{_C}/RequestCompaction": Role.WRITER,

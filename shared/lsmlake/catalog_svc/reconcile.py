@@ -4,17 +4,21 @@ A catalog commit publishes the snapshot file first and records the commit and it
 metadata store second. A catalog killed between the two leaves a snapshot that no event announces; a
 Paimon engine writing straight into the warehouse (Spark, Flink, pypaimon) leaves such snapshots too.
 `reconcile_table` finds them (every snapshot id above the last one recorded) and records each with its
-events, rebuilt from the snapshot's delta and changelog manifests. It runs under the table's commit lock:
-at start-up for every table, and before each commit, so that events keep snapshot order.
+events, rebuilt from the snapshot's delta and changelog manifests, and the client writes it holds (from
+its properties). It runs under the table's commit lock: at start-up for every table, and before each
+commit, so that events keep snapshot order.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 
 from ..catalog import split_identifier
+from ..errors import LakeError
 from ..manifest import ADD
 from ..metastore import MetaStore
+from ..metastore.store import check_request_ids
 from ..proto_gen.lsmlake.v1 import common_pb2
 from ..snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from ..table import FileStoreTable
@@ -22,6 +26,8 @@ from . import convert
 from .events import snapshot_events
 
 _log = logging.getLogger(__name__)
+
+WRITES_PROPERTY = "lsmlake.request-ids"  # the snapshot property listing the client writes it holds (JSON list)
 
 
 def snapshot_changes(table: FileStoreTable, snap: Snapshot) -> list[common_pb2.FileChanges]:
@@ -46,6 +52,23 @@ def snapshot_changes(table: FileStoreTable, snap: Snapshot) -> list[common_pb2.F
     return [by_bucket[k] for k in sorted(by_bucket)]
 
 
+def snapshot_writes(snap: Snapshot) -> list[str]:
+    """The client write ids a snapshot committed, from its properties (none when unreadable: logged)."""
+    text = (snap.properties or {}).get(WRITES_PROPERTY)
+    if not text:
+        return []
+    try:
+        ids = json.loads(text)
+        if not isinstance(ids, list):
+            raise ValueError(f"a JSON {type(ids).__name__}, not a list")
+        check_request_ids(ids)
+    except (ValueError, LakeError) as e:
+        _log.warning("snapshot %d: property %s is not a list of request ids (%s); ignored", snap.id,
+                     WRITES_PROPERTY, e)
+        return []
+    return list(ids)
+
+
 def reconcile_table(store: MetaStore, table: FileStoreTable, table_id: str) -> list[int]:
     """Record every published but unrecorded snapshot of a table with its events; the ids recorded.
 
@@ -68,6 +91,9 @@ def reconcile_table(store: MetaStore, table: FileStoreTable, table_id: str) -> l
         if identifier != BATCH_COMMIT_IDENTIFIER and store.find_commit(table_id, snap.commit_user, identifier, kind):
             identifier = BATCH_COMMIT_IDENTIFIER  # the same key was recorded for another snapshot: never match it
         store.record_commit(table_id, snap.commit_user, identifier, kind, sid)
+        writes = snapshot_writes(snap)
+        known = store.find_writes(table_id, writes) if writes else {}
+        store.record_writes(table_id, [w for w in writes if w not in known], sid)
         for e in snapshot_events(table_id, ident, convert.KIND_TO_PROTO[kind], sid, snap.time_millis,
                                  snapshot_changes(table, snap)):
             store.add_event(table_id, sid, e.topic, e.key, e.payload)

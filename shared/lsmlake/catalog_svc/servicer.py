@@ -6,6 +6,7 @@ Every method is wrapped by `rpc_errors.guarded`, so methods raise lsmlake errors
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import threading
@@ -17,11 +18,12 @@ import grpc
 
 from ..catalog import FileSystemCatalog, check_name
 from ..commit import CommitResult
-from ..errors import CommitConflictError, InvalidInputError, LakeError, NotFoundError
+from ..errors import AlreadyExistsError, CommitConflictError, InvalidInputError, LakeError, NotFoundError
 from ..expire import expire_snapshots, remove_orphan_files
 from ..metastore import CompactionPlan as StoredPlan
-from ..metastore import MetaStore
+from ..metastore import MetaStore, now_ms
 from ..metastore.errors import PlanStateError
+from ..metastore.store import check_request_ids
 from ..predicate import Predicate
 from ..proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 from ..rpc_errors import guarded, guarded_stream
@@ -34,7 +36,7 @@ from . import convert
 from .commit_checks import check_changes
 from .events import snapshot_events
 from .metrics import CatalogMetrics
-from .reconcile import reconcile_table
+from .reconcile import WRITES_PROPERTY, reconcile_table
 from .timeline import Timeline, parse_plan_id, plan_to_proto
 
 _log = logging.getLogger(__name__)
@@ -55,6 +57,9 @@ MAX_TYPE_NESTING = 32
 
 _ident = convert.table_id
 FAULTS = (None, "exit-after-snapshot", "exit-after-commit")
+MAX_REQUEST_IDS = 100_000  # client writes in one commit
+KEEP_WRITES_MS = 24 * 3_600_000  # how long a committed client write id answers a resend
+FORGET_WRITES_EVERY_S = 60.0
 
 
 def _check_commit(request: catalog_pb2.CommitRequest) -> str:
@@ -82,6 +87,14 @@ def _check_commit(request: catalog_pb2.CommitRequest) -> str:
             raise InvalidInputError(f"changes[{i}]: an APPEND commit cannot delete files; use COMPACT or OVERWRITE")
     if kind != OVERWRITE and (request.overwrite_all_partitions or request.overwrite_partitions):
         raise InvalidInputError("overwrite_all_partitions and overwrite_partitions are for OVERWRITE commits only")
+    if request.request_ids:
+        if kind != APPEND:
+            raise InvalidInputError("request_ids are for APPEND commits only")
+        if WRITES_PROPERTY in request.properties:
+            raise InvalidInputError(f"property {WRITES_PROPERTY!r} is the catalog's: pass request_ids instead")
+        if len(request.request_ids) > MAX_REQUEST_IDS:
+            raise InvalidInputError(f"request_ids has {len(request.request_ids)} entries; at most {MAX_REQUEST_IDS}")
+        check_request_ids(request.request_ids)
     return kind
 
 
@@ -148,6 +161,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         self._fault = fault
         self._watch_poll_s = watch_poll_s
         self._changed = threading.Condition()  # notified after every commit through this replica
+        self._forget_writes_at = 0.0  # monotonic time of the next purge of old client write ids
 
     def _table(self, t: common_pb2.TableIdentifier) -> FileStoreTable:
         return self.catalog.get_table(_ident(t))
@@ -266,11 +280,18 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
                 if done is not None:
                     outcome = "already_committed"
                     return done, True, None
+                writes = list(getattr(request, "request_ids", ()))
+                found = self.store.find_writes(tid, writes) if writes else {}
+                if found:
+                    shown = ", ".join(f"{r!r} (snapshot {s})" for r, s in sorted(found.items())[:5])
+                    raise AlreadyExistsError(f"the table committed these writes before: {shown}"
+                                             f"{' and more' if len(found) > 5 else ''}; nothing was committed")
                 plan = plan_check() if plan_check is not None else None
                 result = self._apply(table, kind, messages, request)
                 self._crash_if("exit-after-snapshot")
                 # also when lsmlake found the snapshot already published (a crash before the record): record it now
                 self.store.record_commit(tid, user, number, kind, result.snapshot_id)
+                self.store.record_writes(tid, writes, result.snapshot_id)
                 commit_time = table.snapshots.snapshot(result.snapshot_id).time_millis
                 plan_id = str(plan.plan_id) if plan is not None else ""
                 for e in snapshot_events(tid, ident, convert.KIND_TO_PROTO[kind], result.snapshot_id, commit_time,
@@ -295,9 +316,28 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
             self.metrics.commits.labels(kind, outcome).inc()
             if outcome in ("committed", "already_committed"):
                 self.metrics.commit_seconds.labels(kind).observe(time.perf_counter() - started)
+                self._forget_old_writes()
                 self._on_commit()
                 with self._changed:
                     self._changed.notify_all()
+
+    def _forget_old_writes(self) -> None:
+        """Forget client write ids older than KEEP_WRITES_MS, at most once a minute (every table at once)."""
+        if time.monotonic() < self._forget_writes_at:
+            return
+        self._forget_writes_at = time.monotonic() + FORGET_WRITES_EVERY_S
+        try:
+            self.store.forget_writes(now_ms() - KEEP_WRITES_MS)
+        except LakeError as e:  # retried a minute later; until then old ids only answer resends a little longer
+            _log.warning("forgetting old write ids failed: %s", e)
+
+    @guarded
+    def FindWrites(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """The snapshot of each client write (by request id) the table committed."""
+        tid = _ident(request.table)
+        self.catalog.get_table(tid)  # NotFoundError for an unknown table
+        found = self.store.find_writes(tid, check_request_ids(request.request_ids))
+        return catalog_pb2.FindWritesResponse(snapshot_ids=found)
 
     def _reconcile(self, tid: str, table: FileStoreTable) -> None:
         found = reconcile_table(self.store, table, tid)
@@ -313,13 +353,16 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     @staticmethod
     def _apply(table: FileStoreTable, kind: str, messages: list[CommitMessage], request: Any) -> CommitResult:
         commit = table.new_commit(request.commit_user)
-        props = dict(request.properties) or None
+        props = dict(request.properties)
+        if getattr(request, "request_ids", None):  # kept with the snapshot, so that reconcile finds them
+            props[WRITES_PROPERTY] = json.dumps(list(request.request_ids))
         number = request.commit_identifier
         if kind == OVERWRITE and request.overwrite_all_partitions:
-            return commit.overwrite(messages, None, identifier=number, properties=props)
+            return commit.overwrite(messages, None, identifier=number, properties=props or None)
         if kind == OVERWRITE and request.overwrite_partitions:
-            return commit.overwrite(messages, list(request.overwrite_partitions), identifier=number, properties=props)
-        return commit.commit(messages, kind=kind, identifier=number, properties=props)
+            return commit.overwrite(messages, list(request.overwrite_partitions), identifier=number,
+                                    properties=props or None)
+        return commit.commit(messages, kind=kind, identifier=number, properties=props or None)
 
     # -- snapshots -----------------------------------------------------------------------------
 

@@ -20,6 +20,11 @@ def schema_ddl(serial_id: str, blob: str, bigint: str) -> list[str]:
         "CREATE UNIQUE INDEX IF NOT EXISTS lsmlake_commits_by_key"
         " ON lsmlake_commits (table_id, commit_user, commit_identifier, commit_kind)"
         f" WHERE commit_identifier <> {BATCH_COMMIT_IDENTIFIER}",
+        # the client writes (by request id) each commit held, to answer a resent write with its first snapshot
+        "CREATE TABLE IF NOT EXISTS lsmlake_writes ("
+        f" table_id TEXT NOT NULL, request_id TEXT NOT NULL, snapshot_id {bigint} NOT NULL,"
+        f" created_ms {bigint} NOT NULL, PRIMARY KEY (table_id, request_id))",
+        "CREATE INDEX IF NOT EXISTS lsmlake_writes_by_age ON lsmlake_writes (created_ms)",
         "CREATE TABLE IF NOT EXISTS lsmlake_outbox ("
         f" event_id {serial_id}, table_id TEXT NOT NULL, snapshot_id {bigint} NOT NULL, topic TEXT NOT NULL,"
         f" event_key {blob} NOT NULL, payload {blob} NOT NULL, created_ms {bigint} NOT NULL,"

@@ -81,6 +81,22 @@ def _check_int(value: int, what: str, minimum: int | None = None) -> int:
     return value
 
 
+MAX_REQUEST_ID = 200
+
+
+def check_request_ids(request_ids: Sequence[str]) -> list[str]:
+    """Client write ids: non-empty strings of at most MAX_REQUEST_ID characters, none twice."""
+    ids = list(request_ids)
+    for rid in ids:
+        if not isinstance(rid, str) or not rid or len(rid) > MAX_REQUEST_ID:
+            raise InvalidInputError(f"request id {rid!r} must be a non-empty string of at most {MAX_REQUEST_ID} "
+                                    "characters")
+    if len(set(ids)) != len(ids):
+        twice = sorted({r for r in ids if ids.count(r) > 1})
+        raise InvalidInputError(f"request ids {twice} appear more than once in one commit")
+    return ids
+
+
 def _check_bytes(value: bytes, what: str) -> bytes:
     if not isinstance(value, bytes | bytearray | memoryview):
         raise InvalidInputError(f"{what} must be bytes, not {type(value).__name__}")
@@ -331,6 +347,45 @@ class MetaStore(ABC):
                             (table_id,)).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
+    # -- client writes -----------------------------------------------------------------------------
+
+    def record_writes(self, table_id: str, request_ids: Sequence[str], snapshot_id: int) -> None:
+        """Record the client writes a snapshot committed (inside the table's `commit_lock`); InvariantError
+        when one was recorded already (a commit must be refused first, see `find_writes`)."""
+        _check_table_id(table_id)
+        _check_int(snapshot_id, "snapshot id", 1)
+        ids = check_request_ids(request_ids)
+        if not ids:
+            return
+        ts = now_ms()
+        with self._tx(write=True) as conn:
+            try:
+                for rid in ids:
+                    self._run(conn, "INSERT INTO lsmlake_writes (table_id, request_id, snapshot_id, created_ms) "
+                                    "VALUES (?, ?, ?, ?)", (table_id, rid, snapshot_id, ts))
+            except self._integrity_errors as e:
+                raise InvariantError(f"a write of snapshot {snapshot_id} of table {table_id!r} was committed "
+                                     "before: refuse commits whose writes find_writes finds") from e
+
+    def find_writes(self, table_id: str, request_ids: Sequence[str]) -> dict[str, int]:
+        """The snapshot of each of these client writes the table committed (and has not forgotten)."""
+        _check_table_id(table_id)
+        ids = check_request_ids(request_ids)
+        out: dict[str, int] = {}
+        with self._tx(write=False) as conn:
+            for chunk in _chunks(ids):
+                rows = self._run(conn, "SELECT request_id, snapshot_id FROM lsmlake_writes WHERE table_id = ? "
+                                       f"AND request_id IN ({_marks(len(chunk))})", (table_id, *chunk)).fetchall()
+                out.update((r[0], int(r[1])) for r in rows)
+        return out
+
+    def forget_writes(self, recorded_before_ms: int) -> int:
+        """Forget the client writes recorded before a time (of every table); how many were forgotten."""
+        _check_int(recorded_before_ms, "time")
+        with self._tx(write=True) as conn:
+            return int(self._run(conn, "DELETE FROM lsmlake_writes WHERE created_ms < ?",
+                                 (recorded_before_ms,)).rowcount)
+
     def forget_table(self, table_id: str) -> None:
         """Drop what the store keeps of a table (commit records, plans); its undelivered events are still sent.
 
@@ -340,6 +395,7 @@ class MetaStore(ABC):
         _check_table_id(table_id)
         with self._tx(write=True) as conn:
             self._run(conn, "DELETE FROM lsmlake_commits WHERE table_id = ?", (table_id,))
+            self._run(conn, "DELETE FROM lsmlake_writes WHERE table_id = ?", (table_id,))
             self._run(conn, "DELETE FROM lsmlake_plan_files WHERE table_id = ?", (table_id,))
             self._run(conn, "DELETE FROM lsmlake_plans WHERE table_id = ?", (table_id,))
 
