@@ -112,10 +112,14 @@ class TableInfo:
 
 @dataclass(frozen=True)
 class WriteResult:
-    """What a write committed: the newest snapshot holding its rows, and how many rows it sent."""
+    """What a write committed: the newest snapshot holding its rows, and how many rows it sent.
+
+    `already_written`: the write's request id had been committed before (by an earlier attempt), so
+    this call wrote nothing; `snapshot_id` is then the earlier attempt's snapshot."""
 
     snapshot_id: int
     rows: int
+    already_written: bool = False
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,13 @@ def _to_arrow(data: Any, table_info: Callable[[], TableInfo]) -> pa.Table:
         return _from_rows(data, table_info())
     raise InvalidInputError(f"data must be a pyarrow Table or RecordBatch, a pandas DataFrame (needs pandas) or a "
                             f"list of dicts, not {type(data).__name__}")
+
+
+def _part_id(request_id: str | None, n: int, parts: int) -> str:
+    """The request id of part `n` of a write sent in `parts` requests ("" for a write without an id)."""
+    if not request_id:
+        return ""
+    return request_id if parts == 1 else f"{request_id}/{n}"
 
 
 def _ipc_chunks(data: pa.Table, chunk_bytes: int) -> Iterator[bytes]:
@@ -440,7 +451,7 @@ class Client:
         return self._writer
 
     def write(self, identifier: str, data: Any, *, row_kind_column: str | None = None, commit_now: bool = False,
-              max_rows_per_request: int = DEFAULT_MAX_ROWS,
+              request_id: str | None = None, max_rows_per_request: int = DEFAULT_MAX_ROWS,
               max_bytes_per_request: int = DEFAULT_MAX_REQUEST_BYTES) -> WriteResult:
         """Write rows through the writer service; returns once they are in a committed snapshot.
 
@@ -452,6 +463,10 @@ class Client:
         Data larger than `max_rows_per_request` rows or `max_bytes_per_request` Arrow bytes goes in several
         requests, in order, each committed before the next is sent: the write is then not atomic, and
         after a failure the parts sent before it stay committed.
+
+        `request_id` names the write so that it can be resent safely: call again with the same id and data
+        after an error whose outcome is unknown (ServiceUnavailableError, a timeout) and the rows land once
+        (the table remembers ids for 24 hours). Parts of a split write are named `<request_id>/<n>`.
         """
         stub = self._writer_stub()
         ident = _ident(identifier)
@@ -460,40 +475,48 @@ class Client:
             return WriteResult(self.table(identifier).latest_snapshot_id or 0, 0)
         per_row = max(1, table.nbytes // max(1, table.num_rows))
         step = max(1, min(max_rows_per_request, max_bytes_per_request // per_row))
-        header = writer_pb2.WriteHeader(table=ident, row_kind_column=row_kind_column or "",
-                                        options={"commit": "now"} if commit_now else {})
+        parts = range(0, table.num_rows, step)
 
-        def requests(part: pa.Table) -> Iterator[writer_pb2.WriteRequest]:
-            yield writer_pb2.WriteRequest(header=header)
+        def requests(n: int, part: pa.Table) -> Iterator[writer_pb2.WriteRequest]:
+            yield writer_pb2.WriteRequest(header=writer_pb2.WriteHeader(
+                table=ident, row_kind_column=row_kind_column or "", options={"commit": "now"} if commit_now else {},
+                request_id=_part_id(request_id, n, len(parts))))
             for chunk in _ipc_chunks(part, CHUNK_BYTES):
                 yield writer_pb2.WriteRequest(arrow_ipc_chunk=chunk)
 
-        snapshot_id, rows = 0, 0
-        for offset in range(0, table.num_rows, step):
-            reply = self._call(stub.Write, requests(table.slice(offset, step)))
+        snapshot_id, rows, again = 0, 0, True
+        for n, offset in enumerate(parts):
+            reply = self._call(stub.Write, requests(n, table.slice(offset, step)))
             snapshot_id, rows = max(snapshot_id, reply.snapshot_id), rows + reply.rows_written
-        return WriteResult(snapshot_id, rows)
+            again = again and reply.already_written
+        return WriteResult(snapshot_id, rows, again)
 
     def write_rows(self, identifier: str, rows: Sequence[Mapping[str, Any]], *, row_kind_column: str | None = None,
-                   commit_now: bool = False) -> WriteResult:
+                   commit_now: bool = False, request_id: str | None = None) -> WriteResult:
         """Write rows as JSON (`WriteRows`): dates, times and timestamps as ISO text, decimals as number text,
-        bytes as base64. The writer ignores fields the table does not have. Large lists go in several requests."""
+        bytes as base64. The writer ignores fields the table does not have. Large lists go in several requests
+        (named `<request_id>/<n>` when there are several). `request_id` as for `write`."""
         stub = self._writer_stub()
         if not rows:
             raise InvalidInputError("rows must not be empty")
         texts = _json_rows(rows, row_kind_column)
         options = {"commit": "now"} if commit_now else {}
-        snapshot_id, written, size = 0, 0, 0
-        batch: list[str] = []
-        for i, text in enumerate(texts):
-            batch.append(text)
+        batches: list[list[str]] = [[]]
+        size = 0
+        for text in texts:
+            if size >= JSON_BATCH_BYTES:
+                batches.append([])
+                size = 0
+            batches[-1].append(text)
             size += len(text)
-            if size >= JSON_BATCH_BYTES or i == len(texts) - 1:
-                req = writer_pb2.WriteRowsRequest(table=_ident(identifier), rows_json=batch, options=options)
-                reply = self._call(stub.WriteRows, req)
-                snapshot_id, written = max(snapshot_id, reply.snapshot_id), written + reply.rows_written
-                batch, size = [], 0
-        return WriteResult(snapshot_id, written)
+        snapshot_id, written, again = 0, 0, True
+        for n, batch in enumerate(batches):
+            req = writer_pb2.WriteRowsRequest(table=_ident(identifier), rows_json=batch, options=options,
+                                              request_id=_part_id(request_id, n, len(batches)))
+            reply = self._call(stub.WriteRows, req)
+            snapshot_id, written = max(snapshot_id, reply.snapshot_id), written + reply.rows_written
+            again = again and reply.already_written
+        return WriteResult(snapshot_id, written, again)
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -18,8 +18,8 @@ from ..catalog import split_identifier
 from ..errors import LakeError
 from ..manifest import ADD
 from ..metastore import MetaStore
-from ..metastore.store import check_request_ids
 from ..proto_gen.lsmlake.v1 import common_pb2
+from ..request_ids import check_request_ids
 from ..snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from ..table import FileStoreTable
 from . import convert

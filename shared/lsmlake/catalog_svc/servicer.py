@@ -23,9 +23,9 @@ from ..expire import expire_snapshots, remove_orphan_files
 from ..metastore import CompactionPlan as StoredPlan
 from ..metastore import MetaStore, now_ms
 from ..metastore.errors import PlanStateError
-from ..metastore.store import check_request_ids
 from ..predicate import Predicate
 from ..proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
+from ..request_ids import check_request_ids
 from ..rpc_errors import guarded, guarded_stream
 from ..schema_change import AddColumn, RemoveOption, RenameColumn, SchemaChange, SetOption
 from ..snapshot import APPEND, COMPACT, OVERWRITE

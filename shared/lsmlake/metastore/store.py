@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import InvalidInputError, InvariantError, NotFoundError
+from ..request_ids import check_request_ids
 from ..snapshot import BATCH_COMMIT_IDENTIFIER, COMMIT_KINDS
 from .errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError, SchemaVersionError
 from .model import (
@@ -79,22 +80,6 @@ def _check_int(value: int, what: str, minimum: int | None = None) -> int:
     if minimum is not None and value < minimum:
         raise InvalidInputError(f"{what} {value} must be at least {minimum}")
     return value
-
-
-MAX_REQUEST_ID = 200
-
-
-def check_request_ids(request_ids: Sequence[str]) -> list[str]:
-    """Client write ids: non-empty strings of at most MAX_REQUEST_ID characters, none twice."""
-    ids = list(request_ids)
-    for rid in ids:
-        if not isinstance(rid, str) or not rid or len(rid) > MAX_REQUEST_ID:
-            raise InvalidInputError(f"request id {rid!r} must be a non-empty string of at most {MAX_REQUEST_ID} "
-                                    "characters")
-    if len(set(ids)) != len(ids):
-        twice = sorted({r for r in ids if ids.count(r) > 1})
-        raise InvalidInputError(f"request ids {twice} appear more than once in one commit")
-    return ids
 
 
 def _check_bytes(value: bytes, what: str) -> bytes:

@@ -15,7 +15,7 @@ import grpc
 
 from ..auth import ChannelSecurity
 from ..catalog_svc.convert import changes_to_proto
-from ..errors import CommitStateUnknownError, LakeError
+from ..errors import CommitStateUnknownError, LakeError, ServiceUnavailableError
 from ..proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 from ..table_write import CommitMessage
 
@@ -55,13 +55,14 @@ class CatalogClient:
         self.channel.close()
 
     def commit(self, table_id: str, user: str, identifier: int, messages: Sequence[CommitMessage],
-               properties: dict[str, str] | None = None) -> int:
-        """Commit APPEND files; the snapshot id. Raises CommitRefusedError (definite) or
+               properties: dict[str, str] | None = None, request_ids: Sequence[str] = ()) -> int:
+        """Commit APPEND files holding the rows of the client writes `request_ids`; the snapshot id. Raises
+        CommitRefusedError (definite; ALREADY_EXISTS when the table committed one of the writes before) or
         CommitStateUnknownError (the catalog could not be reached for `retry_for_s`: do not delete the files)."""
         request = catalog_pb2.CommitRequest(table=ident(table_id), commit_user=user, commit_identifier=identifier,
                                             kind=common_pb2.COMMIT_KIND_APPEND,
                                             changes=[changes_to_proto(m) for m in messages],
-                                            properties=properties or {})
+                                            properties=properties or {}, request_ids=list(request_ids))
         deadline = time.monotonic() + self.retry_for_s
         backoff = 0.1
         while True:
@@ -78,6 +79,19 @@ class CatalogClient:
                              code.name)
                 time.sleep(backoff)  # bounded by `retry_for_s`
                 backoff = min(backoff * 2, 2.0)
+
+    def find_writes(self, table_id: str, request_ids: Sequence[str]) -> dict[str, int]:
+        """The snapshot of each of these client writes the table committed; ServiceUnavailableError when the
+        catalog cannot tell (the write must not go ahead: it might be a resend of a committed one)."""
+        request = catalog_pb2.FindWritesRequest(table=ident(table_id), request_ids=list(request_ids))
+        try:
+            return dict(self.stub.FindWrites(request, timeout=self.timeout_s).snapshot_ids)
+        except grpc.RpcError as e:
+            if e.code() in _UNKNOWN:
+                raise ServiceUnavailableError(f"the catalog at {self.target} cannot say whether write "
+                                              f"{request_ids[0]!r} was committed ({e.code().name}); resend it "
+                                              "with the same request id") from e
+            raise CommitRefusedError(e.code(), f"the catalog refused to look the write up: {e.details()}") from e
 
     def sorted_runs(self, table_id: str, buckets: Sequence[int] | None = None) -> dict[tuple[bytes, int], int]:
         """Sorted runs per (partition, bucket) in the latest snapshot: each level-0 file plus each non-empty level."""

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from ..errors import BackPressureError, InvalidInputError
 from ..proto_gen.lsmlake.v1 import writer_pb2, writer_pb2_grpc
+from ..request_ids import check_request_ids
 from ..row_kind import ROW_KIND_COLUMN
 from ..rpc_errors import guarded
 from .catalog_client import ident  # noqa: F401  (re-exported for clients building identifiers)
@@ -35,6 +36,11 @@ def _check_options(options: Any) -> bool:
     return options.get("commit") == "now"
 
 
+def _check_request_id(request_id: str) -> None:
+    if request_id:  # empty: the write has no id
+        check_request_ids([request_id])
+
+
 def _table_id(t: Any) -> str:
     from ..catalog_svc.convert import table_id
 
@@ -51,22 +57,27 @@ class WriterService(writer_pb2_grpc.WriterServiceServicer):
         remaining = context.time_remaining()
         return time.monotonic() + (DEFAULT_DEADLINE_S if remaining is None else max(0.0, remaining))
 
-    def _write(self, rpc: str, table_id: str, data: pa.Table, now: bool, context: grpc.ServicerContext) -> Any:
+    def _write(self, rpc: str, table_id: str, data: pa.Table, now: bool, request_id: str,
+               context: grpc.ServicerContext) -> Any:
         deadline = self._deadline(context)
         ingest = self.tables.get(table_id)
+        again = False
         try:
-            group = ingest.write(data, deadline)
+            if request_id:
+                group, again = ingest.write_once(data, deadline, request_id)
+            else:
+                group = ingest.write(data, deadline)
         except BackPressureError:
             self.metrics.requests.labels(rpc, "stalled").inc()
             raise
         except Exception:
             self.metrics.requests.labels(rpc, "rejected").inc()
             raise
-        if now:
+        if now and not again:
             self.tables.commit_soon(table_id)
         sid = group.wait(max(0.0, deadline - time.monotonic()) + 1.0)
-        self.metrics.requests.labels(rpc, "ok").inc()
-        return writer_pb2.WriteResponse(snapshot_id=sid, rows_written=data.num_rows)
+        self.metrics.requests.labels(rpc, "already_written" if again else "ok").inc()
+        return writer_pb2.WriteResponse(snapshot_id=sid, rows_written=data.num_rows, already_written=again)
 
     @guarded
     def Write(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
@@ -76,6 +87,7 @@ class WriterService(writer_pb2_grpc.WriterServiceServicer):
         header = first.header
         table_id = _table_id(header.table)
         now = _check_options(header.options)
+        _check_request_id(header.request_id)
         chunks = []
         size = 0
         for msg in request_iterator:
@@ -98,16 +110,17 @@ class WriterService(writer_pb2_grpc.WriterServiceServicer):
             if ROW_KIND_COLUMN in data.column_names:
                 raise InvalidInputError(f"the stream has both {ROW_KIND_COLUMN!r} and row_kind_column {kind_col!r}")
             data = data.rename_columns([ROW_KIND_COLUMN if c == kind_col else c for c in data.column_names])
-        return self._write("Write", table_id, data, now, context)
+        return self._write("Write", table_id, data, now, header.request_id, context)
 
     @guarded
     def WriteRows(self, request: Any, context: grpc.ServicerContext) -> Any:
         table_id = _table_id(request.table)
         now = _check_options(request.options)
+        _check_request_id(request.request_id)
         size = sum(len(r) for r in request.rows_json)
         self.metrics.bytes_in.labels("grpc").inc(size)
         if not request.rows_json:
             raise InvalidInputError("rows_json must not be empty")
         ingest = self.tables.get(table_id)
         data = rows_from_json(ingest.table.schema, list(request.rows_json))
-        return self._write("WriteRows", table_id, data, now, context)
+        return self._write("WriteRows", table_id, data, now, request.request_id, context)

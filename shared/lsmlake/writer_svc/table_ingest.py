@@ -44,6 +44,7 @@ _log = logging.getLogger(__name__)
 STALL_POLL_S = 0.5
 RUNS_REFRESH_S = 10.0
 STORAGE_RETRY_S = 10.0  # how long a refused commit is retried when no request waits for the group
+CLAIM_POLL_S = 0.05  # how often a resent write checks whether its concurrent first attempt was buffered
 REPLY_MARGIN_S = 3.0  # a group gives up this long before its earliest waiter's deadline, so the error gets there
 
 
@@ -57,6 +58,7 @@ class Group:
     snapshot_id: int | None = None
     error: BaseException | None = None
     reply_by: float | None = None  # the earliest deadline (monotonic) of a request waiting for the group
+    request_ids: list[str] = field(default_factory=list)  # the client writes (with an id) whose rows it holds
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def wait(self, timeout_s: float | None) -> int:
@@ -96,14 +98,54 @@ class TableIngest:
         self._stall_applies = table.schema.is_primary_key_table
         self._writing = 0  # writes in progress
         self._storage_error: StorageError | None = None  # the current group's flush failed with this: retrying
+        # request id -> the uncommitted group holding that write; None while a write claims the id (checks it)
+        self._requests: dict[str, Group | None] = {}
         self.on_idle: Callable[[], None] = lambda: None  # called when the last write in progress has buffered
 
     # -- writes ------------------------------------------------------------------------------------
 
-    def write(self, data: pa.Table, deadline: float) -> Group:
+    def write_once(self, data: pa.Table, deadline: float, request_id: str) -> tuple[Group, bool]:
+        """Write rows that a client may resend under the same `request_id`: (their group, already written).
+
+        An attempt of this id still in an uncommitted group of this writer is waited for (its group is
+        returned); one the table committed (by any writer, in the last 24 hours) is not written again (a
+        done group with its snapshot id is returned, and True). A failed attempt left nothing: write anew.
+        """
+        while True:
+            with self._lock:
+                claimed = request_id in self._requests
+                held = self._requests.get(request_id)
+                if not claimed or (held is not None and held.done.is_set()):
+                    self._requests[request_id] = None  # claimed: a concurrent attempt waits for it
+                    break
+            if held is not None:
+                return held, True
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"another attempt of write {request_id!r} is still being checked")
+            time.sleep(CLAIM_POLL_S)  # bounded by the deadline
+        try:
+            found = self.client.find_writes(self.table_id, [request_id])
+            if request_id in found:
+                done = Group(snapshot_id=found[request_id])
+                done.done.set()
+                self._release(request_id)
+                return done, True
+            return self.write(data, deadline, request_id), False
+        except BaseException:
+            self._release(request_id)
+            raise
+
+    def _release(self, request_id: str) -> None:
+        """Drop a claim that did not end in a group (under no lock)."""
+        with self._lock:
+            if request_id in self._requests and self._requests[request_id] is None:
+                del self._requests[request_id]
+
+    def write(self, data: pa.Table, deadline: float, request_id: str | None = None) -> Group:
         """Buffer validated rows (nothing is buffered when they are invalid) and return their group.
 
         Waits, until `deadline` (monotonic), while a bucket the rows go to has too many sorted runs.
+        `request_id` (claimed by `write_once`) is recorded with the group, to be committed with it.
         """
         if self.table.io.exists(self.table.schemas.path(self.table.schema.id + 1)):
             self._adopt_new_schema()
@@ -130,6 +172,9 @@ class TableIngest:
                             self._flush_full_buffer()
                         group = self._group
                         group.rows += data.num_rows
+                        if request_id is not None:
+                            group.request_ids.append(request_id)
+                            self._requests[request_id] = group
                         if group.first_write is None:
                             group.first_write = time.monotonic()
                         stats = self._write.stats()
@@ -251,13 +296,19 @@ class TableIngest:
                 self._settle(adding, committed=False)
                 self._write.delete_files(messages)
                 group.error = e
+                if e.code == grpc.StatusCode.ALREADY_EXISTS:  # a resend raced its first attempt through another writer
+                    group.error = CommitRefusedError(grpc.StatusCode.ABORTED, (
+                        f"this write shared a commit with a write that {self.table_id} had committed before ({e}); "
+                        "nothing of it was committed: resend it (with its request id, if it has one)"))
                 group.done.set()
+                self._forget_done_requests()
                 self.metrics.commits.labels(self.table_id, "refused").inc()
                 raise
             except BaseException as e:  # CommitStateUnknownError above all: the snapshot may exist
                 self._settle(adding, committed=False)
                 group.error = e
                 group.done.set()
+                self._forget_done_requests()
                 self.metrics.commits.labels(self.table_id, "unknown").inc()
                 raise
             self._settle(adding, committed=True)
@@ -266,8 +317,14 @@ class TableIngest:
             self.metrics.rows.labels(self.table_id).inc(group.rows)
             group.snapshot_id = sid
             group.done.set()
+            self._forget_done_requests()
             _log.debug("table %s: snapshot %d with %d rows", self.table_id, sid, group.rows)
             return sid
+
+    def _forget_done_requests(self) -> None:
+        """Drop request ids whose group has finished: the catalog answers for them from now on."""
+        with self._lock:
+            self._requests = {r: g for r, g in self._requests.items() if g is None or not g.done.is_set()}
 
     def _prepare(self, properties: dict[str, str] | None
                  ) -> tuple[Group, list[CommitMessage], dict[tuple[bytes, int], int]] | None:
@@ -322,7 +379,8 @@ class TableIngest:
         first = time.monotonic()
         while True:
             try:
-                return self.client.commit(self.table_id, self.commit_user, self._identifier, messages, properties)
+                return self.client.commit(self.table_id, self.commit_user, self._identifier, messages, properties,
+                                          group.request_ids)
             except CommitRefusedError as e:
                 if e.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
                     raise

@@ -1,0 +1,27 @@
+"""Client write ids: a client names each write it may resend, and the table commits each name once.
+
+The writer service records the ids of the writes a group commit holds with the commit; the catalog
+refuses a commit holding an id the table committed before and answers which ids it committed, so that
+a resent write (a lost reply, a timeout, a writer restart) is answered, not written twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .errors import InvalidInputError
+
+MAX_REQUEST_ID = 200
+
+
+def check_request_ids(request_ids: Sequence[str]) -> list[str]:
+    """Client write ids: non-empty strings of at most MAX_REQUEST_ID characters, none twice."""
+    ids = list(request_ids)
+    for rid in ids:
+        if not isinstance(rid, str) or not rid or len(rid) > MAX_REQUEST_ID:
+            raise InvalidInputError(f"request id {rid!r} must be a non-empty string of at most {MAX_REQUEST_ID} "
+                                    "characters")
+    if len(set(ids)) != len(ids):
+        twice = sorted({r for r in ids if ids.count(r) > 1})
+        raise InvalidInputError(f"request ids {twice} appear more than once in one commit")
+    return ids
