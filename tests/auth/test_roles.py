@@ -29,7 +29,8 @@ TIMEOUT_S = 30.0
 
 # What each role is meant to do, written out independently of the code's table.
 READ = {"CatalogService": {"ListDatabases", "GetTable", "ListTables", "GetSnapshot", "ListSnapshots",
-                           "LatestSnapshot", "SnapshotAtTime", "PlanScan", "WatchSnapshots", "ListCompactionPlans"},
+                           "LatestSnapshot", "SnapshotAtTime", "PlanScan", "WatchSnapshots", "ListCompactionPlans",
+                           "FindWrites"},
         "CompactorService": {"CompactionStatus", "BucketLevels"}}
 WRITE = {"CatalogService": {"Commit", "RequestCompaction", "StartCompaction", "CompleteCompaction",
                             "RollbackCompaction"},

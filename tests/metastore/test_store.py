@@ -216,6 +216,40 @@ def test_threads_share_one_store(store: MetaStore) -> None:
 # -- outbox ------------------------------------------------------------------------------------------
 
 
+# -- client writes -----------------------------------------------------------------------------------
+
+
+def test_client_writes_are_recorded_found_and_forgotten(store: MetaStore) -> None:
+    assert store.find_writes(T, ["a", "b"]) == {}
+    with store.commit_lock(T):
+        store.record_commit(T, "w", 1, "APPEND", 1)
+        store.record_writes(T, ["a", "b"], 1)
+    with store.commit_lock(T):
+        store.record_commit(T, "w", 2, "APPEND", 2)
+        store.record_writes(T, ["c"], 2)
+        store.record_writes(T, [], 2)  # a commit of writes without ids records nothing
+    assert store.find_writes(T, ["a", "c", "x"]) == {"a": 1, "c": 2}
+    assert store.find_writes("db.other", ["a"]) == {}  # ids are per table
+    many = [f"id-{i}" for i in range(1200)]  # more than one IN (...) chunk
+    with store.commit_lock(T):
+        store.record_commit(T, "w", 3, "APPEND", 3)
+        store.record_writes(T, many, 3)
+    assert store.find_writes(T, many[::-1] + ["zz"]) == dict.fromkeys(many, 3)
+    with pytest.raises(InvariantError, match="committed before"), store.commit_lock(T):
+        store.record_writes(T, ["d", "b"], 4)
+    assert store.find_writes(T, ["d"]) == {}  # the failed transaction left nothing
+    for bad in ([""], ["x" * 201], ["e", "e"], [7]):
+        with pytest.raises(InvalidInputError, match="request id"):
+            store.find_writes(T, bad)  # type: ignore[arg-type]
+    assert store.forget_writes(0) == 0
+    assert store.forget_writes(2**62) == 1203
+    assert store.find_writes(T, ["a"]) == {}
+    with store.commit_lock(T):
+        store.record_writes(T, ["f"], 3)
+        store.forget_table(T)
+    assert store.find_writes(T, ["f"]) == {}
+
+
 def test_outbox_add_pending_mark(store: MetaStore) -> None:
     assert store.pending_events() == []
     ids = []
