@@ -11,7 +11,7 @@ parallel at best, and the deletion vector of one column is applied while the nex
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, wait
 from typing import Any
 
 import numpy as np
@@ -58,8 +58,14 @@ class DataFileRead:
         else:
             by_id = schema.names_in(file_schema)
             self.source = {c: by_id[c] for c in columns}
-        with fio.open_input(path) as f:
-            self.metadata = pq.ParquetFile(f).metadata
+        # one handle for every decode task: Parquet reads at offsets (ReadAt), which Arrow files serve
+        # to several threads at once; `close` (or `read`, `read_all`) releases it
+        self._file = fio.open_input(path)
+        try:
+            self.metadata = pq.ParquetFile(self._file).metadata
+        except BaseException:
+            self._file.close()
+            raise
         self.present = set(self.metadata.schema.to_arrow_schema().names)
         self.system = [c for c in system if c in self.present]
         wanted = [s for c, s in self.source.items() if s is not None and s in self.present and c not in self.constants]
@@ -102,8 +108,7 @@ class DataFileRead:
 
     def decode(self, names: Sequence[str], use_threads: bool = False) -> pa.Table:
         """Some of the decoded columns, the deleted rows taken out."""
-        with self.io.open_input(self.path) as f:
-            t = pq.ParquetFile(f, metadata=self.metadata).read(columns=list(names), use_threads=use_threads)
+        t = pq.ParquetFile(self._file, metadata=self.metadata).read(columns=list(names), use_threads=use_threads)
         if self.kept is not None:
             t = t.take(pa.array(self.kept))
         return t
@@ -153,7 +158,13 @@ class DataFileRead:
 
     def read(self) -> pa.Table:
         """The whole planned read on the calling thread (Arrow decodes columns on its own threads)."""
-        return self.assemble([self.decode(self.decoded, use_threads=True)])
+        try:
+            return self.assemble([self.decode(self.decoded, use_threads=True)])
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def read_data_file(fio: FileIO, path: str, schema: TableSchema, columns: list[str], system: list[str],
@@ -171,9 +182,16 @@ def read_all(reads: Sequence[DataFileRead], pool: Executor | None) -> list[pa.Ta
         return [r.read() for r in reads]
     tasks.sort(key=lambda t: -t[2])
     futures = [(r, pool.submit(r.decode, names)) for r, names, _ in tasks]
-    for r in reads:
-        r.constant_columns()  # while the pool decodes
-    parts: dict[int, list[pa.Table]] = {id(r): [] for r in reads}
-    for r, fut in futures:
-        parts[id(r)].append(fut.result())
+    try:
+        for r in reads:
+            r.constant_columns()  # while the pool decodes
+        parts: dict[int, list[pa.Table]] = {id(r): [] for r in reads}
+        for r, fut in futures:
+            parts[id(r)].append(fut.result())
+    finally:
+        for _, fut in futures:  # no task may still read a file about to be closed
+            fut.cancel()
+        wait([fut for _, fut in futures])
+        for r in reads:
+            r.close()
     return [r.assemble(parts[id(r)]) for r in reads]
