@@ -46,6 +46,7 @@ _log = logging.getLogger(__name__)
 KINDS = ("writer", "compactor", "compactor-mid-job", "catalog", "catalog-after-snapshot", "catalog-after-commit",
          "broker")
 K_TOPICS = {"db.k_count": "lake.ingest.db.k_count", "db.k_pk": "lake.ingest.db.k_pk"}
+TABLES = ("g_count", "g_once", "g_pk", "k_count", "k_pk")  # in database db
 TABLE_OPTIONS = {"bucket": "2", "num-sorted-run.compaction-trigger": "2", "num-sorted-run.stop-trigger": "8",
                  "snapshot.num-retained.min": "5", "snapshot.time-retained": "1 min"}
 SETTLE_S = 600.0  # bound of every wait for the cluster; a wait that runs out fails the round
@@ -111,6 +112,8 @@ class Report:
     lost: int = 0
     duplicates: int = 0
     kafka_resent: int = 0
+    once_resends: int = 0  # db.g_once calls sent again with their request id after a failure
+    once_answered: int = 0  # ... answered from an earlier attempt that had been committed
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -133,14 +136,17 @@ class Report:
                   "|---:|---:|---:|---:|---:|---:|---:|---:|",
                   f"| {len(self.rounds)} | {self.rows_acked:,} | {self.lost} | {self.duplicates} | "
                   f"{self.rows_unknown:,} ({self.unknown_landed:,}) | {self.kafka_resent:,} | "
-                  f"{len(self.problems)} | {self.seconds:.0f} |"]
+                  f"{len(self.problems)} | {self.seconds:.0f} |",
+                  "", f"Writes with a request id sent again after a failure: {self.once_resends:,}, of which "
+                      f"{self.once_answered:,} were answered as already written."]
         return "\n".join(lines)
 
     def summary(self) -> dict[str, Any]:
         return {"seed": self.seed, "rounds": len(self.rounds), "faults": dict(Counter(r.kind for r in self.rounds)),
                 "rows_acked": self.rows_acked, "rows_lost": self.lost, "rows_duplicated": self.duplicates,
                 "rows_unknown": self.rows_unknown, "unknown_landed": self.unknown_landed,
-                "kafka_resent": self.kafka_resent, "problems": self.problems,
+                "kafka_resent": self.kafka_resent, "once_resends": self.once_resends,
+                "once_answered": self.once_answered, "problems": self.problems,
                 "recovery_max_s": {k: round(max(v), 1) for k, v in self.by_kind().items() if v},
                 "seconds": round(self.seconds)}
 
@@ -190,6 +196,7 @@ class Cluster:
         sums = {"merge-engine": "aggregation", "fields.cnt.aggregate-function": "sum"}
         for name, columns, options in (
                 ("g_count", count, sums),
+                ("g_once", count, sums),
                 ("g_pk", [("id", "BIGINT NOT NULL"), ("v", "STRING"), ("n", "BIGINT")], {}),
                 ("k_count", count, sums),
                 ("k_pk", [("id", "BIGINT NOT NULL"), ("name", "STRING"), ("amount", "DOUBLE")], {})):
@@ -332,7 +339,7 @@ class Harness:
                 waited = _wait("a compaction plan in flight", self._plan_in_flight, 120)
                 detail = f"(a plan was in flight after {waited:.1f} s)"
                 t0 = time.monotonic()
-            before = {t: c.latest(t) for t in ("db.g_pk", "db.g_count", "db.k_count", "db.k_pk")}
+            before = {f"db.{t}": c.latest(f"db.{t}") for t in TABLES}
             c.compactor.kill()
             c.restart_compactor()
             _wait("a compaction commit by the restarted compactor", lambda: any(
@@ -364,7 +371,7 @@ class Harness:
 
     def _plan_in_flight(self) -> bool:
         stub = self.cluster.catalog_stub()
-        for t in ("g_pk", "g_count", "k_count", "k_pk"):
+        for t in TABLES:
             plans = stub.ListCompactionPlans(catalog_pb2.ListCompactionPlansRequest(
                 table=ident(t), states=[catalog_pb2.COMPACTION_PLAN_STATE_INFLIGHT]), timeout=10).plans
             if plans:
@@ -420,7 +427,7 @@ class Harness:
         stub = self.cluster.catalog_stub()
         return any(stub.ListCompactionPlans(catalog_pb2.ListCompactionPlansRequest(
             table=ident(t), states=[catalog_pb2.COMPACTION_PLAN_STATE_REQUESTED]), timeout=10).plans
-            for t in ("g_pk", "g_count", "k_count", "k_pk"))
+            for t in TABLES)
 
     def verify(self) -> checks.Findings:
         """Pause the load, let the cluster settle, check everything, resume."""
@@ -442,7 +449,12 @@ class Harness:
             got = {r["id"]: r["cnt"] for r in checks.read(w, "db.g_count").to_pylist()}
             with self.model.lock:
                 acked, unknown, pk = set(self.model.acked), set(self.model.unknown), dict(self.model.pk)
+                once = set(self.model.once)
+                self.report.once_resends, self.report.once_answered = self.model.once_resends, self.model.once_answered
             checks.check_counts(found, "db.g_count", got, dict.fromkeys(acked, 1), unknown)
+            # gRPC writes with request ids, resent after failures: every id exactly once
+            got = {r["id"]: r["cnt"] for r in checks.read(w, "db.g_once").to_pylist()}
+            checks.check_counts(found, "db.g_once", got, dict.fromkeys(once, 1))
             got_pk = {r["id"]: (r["v"], r["n"]) for r in checks.read(w, "db.g_pk").to_pylist()}
             checks.check_equal(found, "db.g_pk", got_pk, pk)
             k_counts, k_pk = self.kafka.models()
@@ -451,7 +463,7 @@ class Harness:
             got_pk = {r["id"]: (r["name"], r["amount"]) for r in checks.read(w, "db.k_pk").to_pylist()}
             checks.check_equal(found, "db.k_pk", got_pk, k_pk)
             stub = c.catalog_stub()
-            for t in ("g_count", "g_pk", "k_count", "k_pk"):
+            for t in TABLES:
                 tid = f"db.{t}"
                 checks.check_files(found, w, tid)
                 stub.RemoveOrphanFiles(catalog_pb2.RemoveOrphanFilesRequest(table=ident(t), older_than_ms=1),
@@ -461,9 +473,10 @@ class Harness:
             checks.check_pypaimon(found, w, "db.g_pk", ["id", "v", "n"])
             checks.check_pypaimon(found, w, "db.k_pk", ["id", "name", "amount"])
             checks.check_pypaimon(found, w, "db.g_count", ["id", "cnt"])
+            checks.check_pypaimon(found, w, "db.g_once", ["id", "cnt"])
             checks.check_pypaimon(found, w, "db.k_count", ["id", "cnt"])
             # the state is checked whole each round: a row lost once stays lost, so keep the worst round
-            self.report.rows_acked = len(acked) + self.model.pk_rows_acked + \
+            self.report.rows_acked = len(acked) + len(once) + self.model.pk_rows_acked + \
                 sum(1 for m in self.kafka.messages if m.acked is not None)
             self.report.rows_unknown = len(unknown)
             self.report.unknown_landed = found.unknown_landed

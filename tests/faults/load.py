@@ -3,6 +3,8 @@
 - gRPC, `db.g_count` (sum of `cnt`, one row per unique id, never retried): an acknowledged id must read
   back with `cnt` 1 (0 is a lost row, 2 a duplicate); an id whose call failed has an unknown outcome
   and may read back 0 or 1 times, never more.
+- gRPC, `db.g_once` (like `db.g_count`, but every call has a request id and a failed call is sent again
+  with the same id until it is acknowledged): every id must read back with `cnt` 1, whatever the faults.
 - gRPC, `db.g_pk` (primary key, upserts and deletes of keys a client owns): a failed call is sent again,
   the same rows, until it is acknowledged; the table must equal the model of acknowledged calls.
 - Kafka, `lake.ingest.db.k_count` (sum of `cnt`, one message = +1 on a key) and `lake.ingest.db.k_pk`
@@ -99,6 +101,9 @@ class GrpcModel:
 
     acked: set[int] = field(default_factory=set)
     unknown: set[int] = field(default_factory=set)
+    once: set[int] = field(default_factory=set)  # ids of db.g_once, all acknowledged
+    once_resends: int = 0  # db.g_once calls sent again after a failure
+    once_answered: int = 0  # ... of which the writer answered from an earlier attempt (already written)
     pk: dict[int, tuple[str, int]] = field(default_factory=dict)
     pk_rows_acked: int = 0
     calls_failed: int = 0
@@ -119,22 +124,34 @@ class GrpcClient(Pausable):
         self.pk: dict[int, tuple[str, int]] = {}  # this client's keys, as acknowledged
         self.seq = 0
 
-    def _write(self, table: str, data: pa.Table, **header: Any) -> bool:
+    def _write(self, table: str, data: pa.Table, **header: Any) -> Any:
+        """The reply, or None when the call failed."""
         try:
-            self.stub.Write(write_requests(ident(table), data, **header), timeout=RPC_TIMEOUT_S)
-            return True
+            return self.stub.Write(write_requests(ident(table), data, **header), timeout=RPC_TIMEOUT_S)
         except grpc.RpcError as e:
             _log.info("%s: %s write failed: %s", self.name, table, e.code())
             with self.model.lock:
                 self.model.calls_failed += 1
-            return False
+            return None
 
     def step(self) -> None:
         ids = list(range(self.next_id, self.next_id + 300))
         self.next_id += 300
-        ok = self._write("g_count", pa.table({"id": pa.array(ids, pa.int64()), "cnt": pa.array([1] * 300, pa.int64())}))
+        counts = pa.table({"id": pa.array(ids, pa.int64()), "cnt": pa.array([1] * 300, pa.int64())})
+        ok = self._write("g_count", counts) is not None
         with self.model.lock:
             (self.model.acked if ok else self.model.unknown).update(ids)
+        deadline = time.monotonic() + REQUEST_DEADLINE_S
+        attempts = 0
+        while (reply := self._write("g_once", counts, request_id=f"{self.name}/{ids[0]}")) is None:
+            if time.monotonic() > deadline:  # the same rows under the same id, until acknowledged
+                raise AssertionError(f"{self.name}: a write with a request id failed for {REQUEST_DEADLINE_S:.0f} s")
+            attempts += 1
+            time.sleep(0.5)
+        with self.model.lock:
+            self.model.once.update(ids)
+            self.model.once_resends += attempts
+            self.model.once_answered += int(reply.already_written)
         self.seq += 1
         base = self.n * KEYS_PER_CLIENT
         keys = self.rng.sample(range(base, base + KEYS_PER_CLIENT), 300)
@@ -144,7 +161,7 @@ class GrpcClient(Pausable):
         data = pa.table({"id": pa.array(keys, pa.int64()), "v": values, "n": pa.array(nums, pa.int64()),
                          "_row_kind": kinds})
         deadline = time.monotonic() + REQUEST_DEADLINE_S
-        while not self._write("g_pk", data, row_kind_column="_row_kind"):  # idempotent by key: send again
+        while self._write("g_pk", data, row_kind_column="_row_kind") is None:  # idempotent by key: send again
             if time.monotonic() > deadline:
                 raise AssertionError(f"{self.name}: a primary-key write failed for {REQUEST_DEADLINE_S:.0f} s")
             time.sleep(0.5)
