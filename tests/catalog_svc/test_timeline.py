@@ -18,8 +18,10 @@ import pytest
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from lsmlake.catalog import FileSystemCatalog
 from lsmlake.catalog_svc.convert import changes_to_proto
+from lsmlake.catalog_svc.timeline import parse_plan_id
 from lsmlake.compaction.table_compact import compact_buckets
 from lsmlake.data_file_writer import bucket_dir
+from lsmlake.errors import InvalidInputError
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2, events_pb2
 
 from .local_server import TIMEOUT_S, Local, local_server
@@ -31,6 +33,13 @@ S = catalog_pb2.CompactionPlanState
 def local(tmp_path: Path) -> Iterator[Local]:
     with local_server(str(tmp_path), metrics_port=0) as srv:
         yield srv
+
+
+def test_plan_ids_are_positive_64_bit_numbers_written_plainly() -> None:
+    assert parse_plan_id("1") == 1 and parse_plan_id(str(2**63 - 1)) == 2**63 - 1
+    for bad in ("0", "-1", "01", " 1", "1e3", "x", "", str(2**63), "99999999999999999999"):
+        with pytest.raises(InvalidInputError, match="is not a plan id"):
+            parse_plan_id(bad)
 
 
 def _code(call: Any, request: Any) -> tuple[grpc.StatusCode, str]:

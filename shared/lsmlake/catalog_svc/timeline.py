@@ -69,8 +69,8 @@ def parse_plan_id(text: str) -> int:
         value = int(text)
     except ValueError:
         value = -1
-    if value < 1 or str(value) != text:
-        raise InvalidInputError(f"plan_id {text!r} is not a plan id (a positive number as text)")
+    if not 1 <= value < 2**63 or str(value) != text:  # the store keeps plan ids as 64-bit integers
+        raise InvalidInputError(f"plan_id {text!r} is not a plan id (a positive 64-bit number as text)")
     return value
 
 
