@@ -603,6 +603,10 @@ def test_write_errors_before_reading(lake: Lake, tmp_path: Path) -> None:
     # --input-format overrides the extension
     assert "1 row " in lake.ok("write", "shop.orders", write_text(tmp_path / "y.txt", '{"id": 1, "dt": "d"}'),
                                "--input-format", "jsonl")
+    # a named write needs the writer service, which a bare warehouse folder does not have
+    err = lake.fails("write", "shop.orders", good, "--request-id", "r1", code=2)
+    assert "--request-id needs the writer service" in err
+    assert len(lake.snapshot_ids("shop.orders")) == 1
 
 
 def test_failed_commit_deletes_written_files(lake: Lake, tmp_path: Path,

@@ -51,6 +51,20 @@ def lake(capsys: pytest.CaptureFixture[str], warehouse: str, *args: str) -> str:
     return out
 
 
+def test_a_named_write_run_again_writes_nothing_twice(cluster: str, capsys: pytest.CaptureFixture[str],
+                                                      tmp_path: Path) -> None:
+    wh = cluster  # runs before the test that ends with `lake down`
+    lake(capsys, wh, "table", "create", "shop.events", "--schema", "id BIGINT, note STRING")  # append: repeats show
+    rows = tmp_path / "events.csv"
+    rows.write_text("id,note\n" + "".join(f"{i},n{i}\n" for i in range(150_000)))
+    first = lake(capsys, wh, "write", "shop.events", str(rows), "--request-id", "events-1")
+    assert "through the writer service" in first and "written before" not in first
+    again = lake(capsys, wh, "write", "shop.events", str(rows), "--request-id", "events-1")
+    assert "(2 of 2 part(s) had been written before)" in again
+    ids = [json.loads(x)["id"] for x in lake(capsys, wh, "scan", "shop.events", "--columns", "id").splitlines()]
+    assert sorted(ids) == list(range(150_000))
+
+
 def test_cli_drives_the_cluster(cluster: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     wh = cluster
     out = lake(capsys, wh, "status")

@@ -45,6 +45,7 @@ from .compaction.table_compact import compact_table, restore_levels
 from .errors import LakeError, NotFoundError
 from .input_rows import conform
 from .partition import partition_path
+from .request_ids import part_request_id
 from .row_kind import ROW_KIND_COLUMN
 from .schema import TableSchema, new_table_schema
 from .schema_change import AddColumn, RemoveOption, RenameColumn, SetOption
@@ -168,6 +169,7 @@ examples:
   lake write shop.orders day1.csv day2.jsonl         # both files in one commit
   cat rows.jsonl | lake write shop.orders - --input-format jsonl
   printf '_row_kind,id,dt\\n-D,42,2024-01-31\\n' | lake write shop.orders - --input-format csv
+  lake write shop.orders big.parquet --request-id load-2024-01-31  # safe to run again after a failure
 
 input files:
   The format comes from the extension: .parquet, .csv, .jsonl/.ndjson, or .json (JSON lines, or
@@ -190,6 +192,9 @@ commit:
   All files of one invocation are written as ONE commit (one snapshot). Every file is read and
   checked before anything is written; if anything fails, nothing is committed and the data files
   already written are deleted. Prints: wrote R rows from F files to DB.TABLE in snapshot S.
+  Through the writer service (a cluster from `lake up`, or --catalog and --writer) the rows go in
+  parts of 100,000, each committed before the next; with --request-id ID a run that failed midway
+  can be repeated as is: parts already committed are not written again.
 """
 
 _SCAN_EPILOG = """\
@@ -490,6 +495,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", metavar="FILE", help="input files; '-' reads stdin")
     p.add_argument("--input-format", choices=("parquet", "csv", "jsonl", "json"),
                    help="the format of every input (required for '-'; default: from the extension)")
+    p.add_argument("--request-id", metavar="ID",
+                   help="name this write (through the writer service): the same command run again after a "
+                        "failure writes each part once (parts are ID/0, ID/1, ...)")
     p.set_defaults(func=cmd_write)
 
     p = sub(commands, "scan", "read the rows of a table", _SCAN_EPILOG)
@@ -1269,16 +1277,23 @@ def cmd_write(args: argparse.Namespace) -> int:
         data = pa.concat_tables(batches, promote_options="default")
         progress = _Progress(f"writing {args.table}", data.num_rows)
         step = 100_000
+        parts = range(0, data.num_rows, step)
+        before = 0  # parts an earlier run of the command (same --request-id) had written
         with _client(services, args) as client:
             try:
-                for lo in range(0, data.num_rows, step):  # acknowledged part by part, so the bar means committed
-                    reply = client.write(args.table, data.slice(lo, step), commit_now=True)
+                for n, lo in enumerate(parts):  # acknowledged part by part, so the bar means committed
+                    reply = client.write(args.table, data.slice(lo, step), commit_now=True,
+                                         request_id=part_request_id(args.request_id, n, len(parts)) or None)
+                    before += reply.already_written
                     progress.add(min(step, data.num_rows - lo))
             finally:
                 progress.close()
+        earlier = f" ({before} of {len(parts)} part(s) had been written before)" if before else ""
         _out(f"wrote {total:,} rows from {files_text} to {args.table} through the writer service: "
-             f"snapshot {reply.snapshot_id}")
+             f"snapshot {reply.snapshot_id}{earlier}")
         return 0
+    if args.request_id:
+        raise UsageError("--request-id needs the writer service: run `lake up`, or pass --catalog and --writer")
     result = table.write_arrow(batches)
     if result is None:
         _out(f"wrote 0 rows from {files_text} to {args.table}: nothing to commit")

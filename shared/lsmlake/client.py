@@ -45,6 +45,7 @@ from .proto_gen.lsmlake.v1 import (
     writer_pb2,
     writer_pb2_grpc,
 )
+from .request_ids import part_request_id
 from .scan import Split
 from .schema import SchemaManager
 from .table import FileStoreTable
@@ -237,13 +238,6 @@ def _to_arrow(data: Any, table_info: Callable[[], TableInfo]) -> pa.Table:
         return _from_rows(data, table_info())
     raise InvalidInputError(f"data must be a pyarrow Table or RecordBatch, a pandas DataFrame (needs pandas) or a "
                             f"list of dicts, not {type(data).__name__}")
-
-
-def _part_id(request_id: str | None, n: int, parts: int) -> str:
-    """The request id of part `n` of a write sent in `parts` requests ("" for a write without an id)."""
-    if not request_id:
-        return ""
-    return request_id if parts == 1 else f"{request_id}/{n}"
 
 
 def _ipc_chunks(data: pa.Table, chunk_bytes: int) -> Iterator[bytes]:
@@ -480,7 +474,7 @@ class Client:
         def requests(n: int, part: pa.Table) -> Iterator[writer_pb2.WriteRequest]:
             yield writer_pb2.WriteRequest(header=writer_pb2.WriteHeader(
                 table=ident, row_kind_column=row_kind_column or "", options={"commit": "now"} if commit_now else {},
-                request_id=_part_id(request_id, n, len(parts))))
+                request_id=part_request_id(request_id, n, len(parts))))
             for chunk in _ipc_chunks(part, CHUNK_BYTES):
                 yield writer_pb2.WriteRequest(arrow_ipc_chunk=chunk)
 
@@ -512,7 +506,7 @@ class Client:
         snapshot_id, written, again = 0, 0, True
         for n, batch in enumerate(batches):
             req = writer_pb2.WriteRowsRequest(table=_ident(identifier), rows_json=batch, options=options,
-                                              request_id=_part_id(request_id, n, len(batches)))
+                                              request_id=part_request_id(request_id, n, len(batches)))
             reply = self._call(stub.WriteRows, req)
             snapshot_id, written = max(snapshot_id, reply.snapshot_id), written + reply.rows_written
             again = again and reply.already_written

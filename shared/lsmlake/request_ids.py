@@ -25,3 +25,11 @@ def check_request_ids(request_ids: Sequence[str]) -> list[str]:
         twice = sorted({r for r in ids if ids.count(r) > 1})
         raise InvalidInputError(f"request ids {twice} appear more than once in one commit")
     return ids
+
+
+def part_request_id(request_id: str | None, n: int, parts: int) -> str:
+    """The request id of part `n` (from 0) of a write sent as `parts` requests: the id itself for a write
+    of one part, `<request_id>/<n>` otherwise; "" for a write without an id."""
+    if not request_id:
+        return ""
+    return request_id if parts == 1 else f"{request_id}/{n}"
