@@ -90,3 +90,35 @@ def test_wide_columns_are_tasks_of_their_own_and_narrow_ones_are_packed(tmp_path
     tasks = r.tasks()
     assert tasks[0][0] == ["wide"] and tasks[0][1] >= 8 * n  # largest first
     assert sorted(c for cols, _ in tasks[1:] for c in cols) == ["a", "b"] and len(tasks) == 2
+
+
+def test_a_split_of_many_files_opens_a_bounded_number_at_once(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from lsmlake import table_read
+
+    cat = FileSystemCatalog(str(tmp_path / "wh"))
+    cat.create_database("db", True)
+    t = cat.create_table("db.t", "id BIGINT NOT NULL, v STRING", primary_keys=["id"], options={"bucket": "1"})
+    for b in range(7):  # seven level-0 files with overlapping keys: one split, merged on read
+        t.write_arrow(pa.table({"id": pa.array(range(b, b + 10), pa.int64()), "v": [f"b{b}"] * 10}))
+    open_now, most = 0, 0
+    real_init, real_close = DataFileRead.__init__, DataFileRead.close
+
+    def counting_init(self: DataFileRead, *args: Any, **kwargs: Any) -> None:
+        nonlocal open_now, most
+        real_init(self, *args, **kwargs)
+        open_now += 1
+        most = max(most, open_now)
+
+    def counting_close(self: DataFileRead) -> None:
+        nonlocal open_now
+        real_close(self)
+        open_now -= 1
+
+    monkeypatch.setattr(DataFileRead, "__init__", counting_init)
+    monkeypatch.setattr(DataFileRead, "close", counting_close)
+    monkeypatch.setattr(table_read, "FILES_AT_ONCE", 3)
+    rows = sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"])
+    # the newest write of each key wins: key k was last written by batch min(k, 6)
+    assert rows == [{"id": k, "v": f"b{min(k, 6)}"} for k in range(16)]
+    assert most == 3 and open_now == 0

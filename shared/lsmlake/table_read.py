@@ -16,6 +16,7 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from . import deletion_vector
+from .data_file_meta import DataFileMeta
 from .data_file_read import DataFileRead, read_all
 from .data_file_writer import bucket_dir
 from .fileio import FileIO
@@ -27,6 +28,7 @@ from .scan import Split
 from .schema import SEQUENCE_NUMBER, VALUE_KIND, SchemaHistory, SchemaManager, TableSchema
 
 DECODE_THREADS = max(2, os.cpu_count() or 2)
+FILES_AT_ONCE = 64  # data files of a split open (and decoding) at one time
 
 
 class TableRead:
@@ -83,14 +85,22 @@ class TableRead:
         vectors = load_vectors(self.io, self.table_path, split.dv_index)
         partition = dict(zip(schema.partition_keys, split.partition_values, strict=True))
 
-        reads = [DataFileRead(self.io, f"{directory}/{f.file_name}", schema, needed, system, vectors.get(f.file_name),
-                              file_schema=self.history.file_schema(f.schema_id, schema), constants=partition)
-                 for f in split.files]
+        def read(files: Sequence[DataFileMeta], on: Executor) -> list[pa.Table]:
+            return read_all([DataFileRead(self.io, f"{directory}/{f.file_name}", schema, needed, system,
+                                          vectors.get(f.file_name), constants=partition,
+                                          file_schema=self.history.file_schema(f.schema_id, schema))
+                             for f in files], on)
+
+        def read_files(on: Executor) -> list[pa.Table]:
+            # a bucket that was never compacted can hold thousands of files: open a bounded number at once
+            return [t for lo in range(0, len(split.files), FILES_AT_ONCE)
+                    for t in read(split.files[lo:lo + FILES_AT_ONCE], on)]
+
         if pool is None:
             with ThreadPoolExecutor(max_workers=DECODE_THREADS) as own:  # threads start only if used
-                tables = read_all(reads, own)
+                tables = read_files(own)
         else:
-            tables = read_all(reads, pool)
+            tables = read_files(pool)
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         if merge:
             table = self.merge_function.merge(table)
