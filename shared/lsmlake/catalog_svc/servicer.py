@@ -280,14 +280,14 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
                 if done is not None:
                     outcome = "already_committed"
                     return done, True, None
-                writes = list(getattr(request, "request_ids", ()))
+                writes = list(getattr(request, "request_ids", ()))  # CompleteCompaction carries none
                 found = self.store.find_writes(tid, writes) if writes else {}
                 if found:
                     shown = ", ".join(f"{r!r} (snapshot {s})" for r, s in sorted(found.items())[:5])
                     raise AlreadyExistsError(f"the table committed these writes before: {shown}"
                                              f"{' and more' if len(found) > 5 else ''}; nothing was committed")
                 plan = plan_check() if plan_check is not None else None
-                result = self._apply(table, kind, messages, request)
+                result = self._apply(table, kind, messages, request, writes)
                 self._crash_if("exit-after-snapshot")
                 # also when lsmlake found the snapshot already published (a crash before the record): record it now
                 self.store.record_commit(tid, user, number, kind, result.snapshot_id)
@@ -351,11 +351,12 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
             os._exit(137)
 
     @staticmethod
-    def _apply(table: FileStoreTable, kind: str, messages: list[CommitMessage], request: Any) -> CommitResult:
+    def _apply(table: FileStoreTable, kind: str, messages: list[CommitMessage], request: Any,
+               writes: Sequence[str]) -> CommitResult:
         commit = table.new_commit(request.commit_user)
         props = dict(request.properties)
-        if getattr(request, "request_ids", None):  # kept with the snapshot, so that reconcile finds them
-            props[WRITES_PROPERTY] = json.dumps(list(request.request_ids))
+        if writes:  # kept with the snapshot, so that reconcile finds them
+            props[WRITES_PROPERTY] = json.dumps(list(writes))
         number = request.commit_identifier
         if kind == OVERWRITE and request.overwrite_all_partitions:
             return commit.overwrite(messages, None, identifier=number, properties=props or None)
