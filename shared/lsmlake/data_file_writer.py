@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from . import column_codecs
 from . import options as opts
 from .binary_row import EMPTY_ROW, serialize_row
 from .data_file_meta import FILE_SOURCE_APPEND, DataFileMeta, local_now_as_utc_ms
@@ -63,7 +64,8 @@ class DataFileWriter:
         else:
             file_table = rows.cast(self.schema.data_file_schema)
         sink = pa.BufferOutputStream()
-        pq.write_table(file_table, sink, compression=self.compression, compression_level=self.level,
+        compression, compression_level = column_codecs.choose(file_table, self.compression, self.level)
+        pq.write_table(file_table, sink, compression=compression, compression_level=compression_level,
                        row_group_size=max(1, file_table.num_rows))
         data = sink.getvalue().to_pybytes()
         self.io.write_bytes(f"{bucket_dir}/{name}", data)
