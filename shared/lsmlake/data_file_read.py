@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyroaring import BitMap
 
@@ -77,6 +78,7 @@ class DataFileRead:
             gone = np.frombuffer(deleted.to_array(), dtype=np.uint32)
             keep[gone[gone < self.num_rows]] = False
             self.kept = np.flatnonzero(keep)
+            self._kept_array = pa.array(self.kept)
             self.num_rows = len(self.kept)
         self._constant_columns: dict[str, pa.Array] | None = None
 
@@ -110,7 +112,10 @@ class DataFileRead:
         """Some of the decoded columns, the deleted rows taken out."""
         t = pq.ParquetFile(self._file, metadata=self.metadata).read(columns=list(names), use_threads=use_threads)
         if self.kept is not None:
-            t = t.take(pa.array(self.kept))
+            if t.num_rows != self.metadata.num_rows:  # the unchecked take below trusts this count
+                raise InvalidInputError(f"file {self.path}: {t.num_rows} rows decoded, its footer says "
+                                        f"{self.metadata.num_rows}")
+            t = pc.take(t, self._kept_array, boundscheck=False)  # kept positions are below that count
         return t
 
     def constant_columns(self) -> dict[str, pa.Array]:
