@@ -74,10 +74,8 @@ class DataFileRead:
         self.num_rows = self.metadata.num_rows
         self.kept: np.ndarray | None = None  # positions of the rows that survive the deletion vector
         if deleted is not None and len(deleted):
-            keep = np.ones(self.num_rows, dtype=bool)
-            gone = np.frombuffer(deleted.to_array(), dtype=np.uint32)
-            keep[gone[gone < self.num_rows]] = False
-            self.kept = np.flatnonzero(keep)
+            # positions past the end (a vector written for a longer file) are ignored
+            self.kept = np.frombuffer((BitMap(range(self.num_rows)) - deleted).to_array(), dtype=np.uint32)
             self._kept_array = pa.array(self.kept)
             self.num_rows = len(self.kept)
         self._constant_columns: dict[str, pa.Array] | None = None
