@@ -90,7 +90,9 @@ BUCKET_KEY = _opt("bucket-key", str, None,
                   "Comma-separated columns hashed to pick a bucket; defaults to the primary key "
                   "without partition columns. Required for fixed-bucket append tables.")
 FILE_FORMAT = _opt("file.format", str, "parquet", "Data file format; lsmlake writes parquet.")
-FILE_COMPRESSION = _opt("file.compression", str, "zstd", "Compression codec of data files.")
+FILE_COMPRESSION = _opt("file.compression", str, "zstd",
+                        "Compression codec of data files (a fixed-width column that does not compress is "
+                        "written uncompressed).")
 FILE_COMPRESSION_ZSTD_LEVEL = _opt("file.compression.zstd-level", _parse_int, 1, "zstd level of data files.")
 TARGET_FILE_SIZE = _opt("target-file-size", parse_memory, None,
                         "Data files roll over at this size (Arrow in-memory bytes).",
