@@ -65,6 +65,8 @@ def _incompressible(col: pa.ChunkedArray, compressor: pa.Codec) -> bool:
     for start in starts:
         a = col.slice(start, k).combine_chunks()
         values = a.buffers()[1]
+        if values is None:  # no value buffer (all null): nothing worth judging
+            return False
         sample += values[a.offset * width:(a.offset + len(a)) * width].to_pybytes()
     return len(compressor.compress(bytes(sample), asbytes=True)) >= INCOMPRESSIBLE * len(sample)
 
