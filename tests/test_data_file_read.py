@@ -122,3 +122,64 @@ def test_a_split_of_many_files_opens_a_bounded_number_at_once(tmp_path: Path,
     # the newest write of each key wins: key k was last written by batch min(k, 6)
     assert rows == [{"id": k, "v": f"b{min(k, 6)}"} for k in range(16)]
     assert most == 3 and open_now == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.one_of(st.none(), st.text(max_size=12), st.binary(max_size=12), st.integers(-2**31, 2**31 - 1)),
+       n=st.integers(0, 3000))
+def test_constant_columns_equal_arrow_repeat(value: Any, n: int) -> None:
+    typ = pa.string() if isinstance(value, str) else pa.binary() if isinstance(value, bytes) else pa.int32()
+    got = data_file_read.constant_array(value, typ, n)
+    got.validate(full=True)
+    assert got.type == typ and got.equals(pa.repeat(pa.scalar(value, typ), n))
+
+
+def multi_split_table(tmp: Path) -> tuple[Any, list[dict[str, Any]]]:
+    cat = FileSystemCatalog(str(tmp / "wh"))
+    cat.create_database("db", True)
+    t = cat.create_table("db.t", "id BIGINT NOT NULL, dt STRING NOT NULL, v STRING", partition_keys=["dt"],
+                         primary_keys=["id", "dt"], options={"bucket": "2"})
+    model: dict[tuple[int, str], str] = {}
+    for b in range(3):  # overlapping writes: merged on read
+        batch = [{"id": i, "dt": f"d{i % 3}", "v": f"b{b}-{i}"} for i in range(b * 50, b * 50 + 120)]
+        t.write_arrow(pa.Table.from_pylist(batch, schema=t.schema.arrow_schema))
+        model.update({(r["id"], r["dt"]): r["v"] for r in batch})
+    want = sorted(({"id": k[0], "dt": k[1], "v": v} for k, v in model.items()), key=lambda r: r["id"])
+    assert len(t.plan()) == 6  # three partitions, two buckets
+    return t, want
+
+
+def test_concurrent_reads_share_the_decode_pool(tmp_path: Path) -> None:
+    t, want = multi_split_table(tmp_path)
+    from concurrent.futures import ThreadPoolExecutor as Threads
+
+    with Threads(max_workers=4) as readers:
+        results = list(readers.map(lambda _: sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"]), range(12)))
+    assert all(r == want for r in results)
+
+
+def _read_in_child(path: str, out: Any) -> None:
+    from lsmlake.catalog import FileSystemCatalog as Catalog
+
+    t = Catalog(path).get_table("db.t")
+    out.put(sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"]))
+
+
+def test_a_forked_child_reads_on_a_pool_of_its_own(tmp_path: Path) -> None:
+    """The parent's pool threads do not exist in a forked child (as in Spark's forked Python
+    workers): a child that used the parent's pool object would wait forever for its tasks."""
+    import multiprocessing
+
+    t, want = multi_split_table(tmp_path)
+    assert sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"]) == want  # the parent's pool is running
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_read_in_child, args=(str(tmp_path / "wh"), out))
+    child.start()
+    try:
+        got = out.get(timeout=60)
+    finally:
+        child.join(timeout=10)
+        if child.is_alive():
+            child.kill()
+    assert got == want and child.exitcode == 0

@@ -120,7 +120,7 @@ class DataFileRead:
         """The constant columns, built once (a caller may build them while the decoding runs)."""
         if self._constant_columns is None:
             types = self.schema.arrow_schema
-            self._constant_columns = {c: pa.repeat(pa.scalar(v, types.field(c).type), self.num_rows)
+            self._constant_columns = {c: constant_array(v, types.field(c).type, self.num_rows)
                                       for c, v in self.constants.items()}
         return self._constant_columns
 
@@ -168,6 +168,17 @@ class DataFileRead:
 
     def close(self) -> None:
         self._file.close()
+
+
+def constant_array(value: Any, typ: pa.DataType, n: int) -> pa.Array:
+    """`value` repeated `n` times. A string or binary value is laid out directly (its bytes repeated,
+    offsets in steps of its length), several times cheaper than Arrow's generic repeat."""
+    if value is not None and (pa.types.is_string(typ) or pa.types.is_binary(typ)):
+        raw = value.encode() if isinstance(value, str) else bytes(value)
+        if len(raw) * n < 2**31 - 1:  # 32-bit offsets
+            offsets = np.arange(0, (n + 1) * len(raw), len(raw), dtype=np.int32) if raw else np.zeros(n + 1, np.int32)
+            return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
+    return pa.repeat(pa.scalar(value, typ), n)
 
 
 def read_data_file(fio: FileIO, path: str, schema: TableSchema, columns: list[str], system: list[str],

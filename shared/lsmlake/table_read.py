@@ -9,6 +9,7 @@ keeps its values, a column added later reads as nulls.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 
@@ -29,6 +30,29 @@ from .schema import SEQUENCE_NUMBER, VALUE_KIND, SchemaHistory, SchemaManager, T
 
 DECODE_THREADS = max(2, os.cpu_count() or 2)
 FILES_AT_ONCE = 64  # data files of a split open (and decoding) at one time
+
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def decode_pool() -> Executor:
+    """The process's decode pool, shared by every read: started on first use, so a read pays no
+    thread start-up, and concurrent reads together decode on DECODE_THREADS threads. Its tasks never
+    wait on it, so readers waiting on their tasks cannot starve it."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=DECODE_THREADS, thread_name_prefix="lsmlake-decode")
+        return _pool
+
+
+def _forget_pool_in_child() -> None:
+    # a forked child (Spark's Python workers are forked) has none of the parent's threads
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 class TableRead:
@@ -52,10 +76,13 @@ class TableRead:
         out_schema = pa.schema([self.schema.arrow_schema.field(n) for n in self.projection])
         if not splits:
             return out_schema.empty_table()
-        # Splits are planned and merged two at a time; every split's decoding shares one pool, whose
-        # tasks never wait on it (so the split threads waiting on them cannot starve it).
-        with ThreadPoolExecutor(max_workers=DECODE_THREADS) as decode, ThreadPoolExecutor(max_workers=2) as pool:
-            parts = [t for t in pool.map(lambda s: self.read_split(s, decode), splits) if t.num_rows]
+        # Splits are planned and merged two at a time, their files decoded on the shared pool.
+        decode = decode_pool()
+        if len(splits) == 1:
+            parts = [t for t in [self.read_split(splits[0], decode)] if t.num_rows]
+        else:
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                parts = [t for t in pool.map(lambda s: self.read_split(s, decode), splits) if t.num_rows]
         if not parts:
             return out_schema.empty_table()
         table = pa.concat_tables(parts)
@@ -72,7 +99,7 @@ class TableRead:
                 yield t
 
     def read_split(self, split: Split, pool: Executor | None = None) -> pa.Table:
-        """One split's rows; its files' columns decode on `pool` (a pool of its own when not given)."""
+        """One split's rows; its files' columns decode on `pool` (the shared decode pool when not given)."""
         schema = self.schema
         directory = bucket_dir(self.table_path, schema.partition_dir(split.partition_values), split.bucket)
         wanted = list(dict.fromkeys(self.projection + sorted(self.predicate.columns())))
@@ -96,11 +123,7 @@ class TableRead:
             return [t for lo in range(0, len(split.files), FILES_AT_ONCE)
                     for t in read(split.files[lo:lo + FILES_AT_ONCE], on)]
 
-        if pool is None:
-            with ThreadPoolExecutor(max_workers=DECODE_THREADS) as own:  # threads start only if used
-                tables = read_files(own)
-        else:
-            tables = read_files(pool)
+        tables = read_files(pool or decode_pool())
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         if merge:
             table = self.merge_function.merge(table)
