@@ -131,3 +131,29 @@ def test_bad_filter_and_missing_snapshot_fail_clearly(spark, warehouse) -> None:
         _read(spark, warehouse, "db.mor", snapshot="99").collect()
     with pytest.raises(Exception, match="does not exist"):
         _read(spark, warehouse, "db.missing").collect()
+
+
+def test_spark_parquet_reader_reads_files_with_uncompressed_and_zstd_columns(spark, tmp_path) -> None:
+    """Paimon's Java engines read data files through the Java Parquet library; Spark's own Parquet
+    reader (the same library) reads a data file whose random columns were written uncompressed
+    beside zstd ones, value for value."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from lsmlake.data_file_writer import bucket_dir
+
+    cat = FileSystemCatalog(str(tmp_path / "wh"))
+    cat.create_database("db", True)
+    t = cat.create_table("db.codecs", "id BIGINT NOT NULL, noise DOUBLE, h BIGINT, s STRING",
+                         primary_keys=["id"], options={"bucket": "1"})
+    n = 20_000
+    rng = np.random.default_rng(3)
+    t.write_arrow(pa.table({"id": np.arange(n), "noise": rng.random(n), "h": rng.integers(-2**63, 2**63 - 1, n),
+                            "s": [f"x{i % 97}" for i in range(n)]}).cast(t.schema.arrow_schema))
+    (split,) = t.plan()
+    path = f"{bucket_dir(t.path, '', 0)}/{split.files[0].file_name}"
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    codecs = {meta.column(i).path_in_schema: meta.column(i).compression for i in range(meta.num_columns)}
+    assert codecs["noise"] == codecs["h"] == "UNCOMPRESSED" and codecs["s"] == codecs["id"] == "ZSTD"
+    got = [r.asDict() for r in spark.read.parquet(path).select("id", "noise", "h", "s").orderBy("id").collect()]
+    assert got == t.to_arrow().sort_by("id").to_pylist()
