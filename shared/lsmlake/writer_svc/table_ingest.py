@@ -44,7 +44,6 @@ _log = logging.getLogger(__name__)
 STALL_POLL_S = 0.5
 RUNS_REFRESH_S = 10.0
 STORAGE_RETRY_S = 10.0  # how long a refused commit is retried when no request waits for the group
-CLAIM_POLL_S = 0.05  # how often a resent write checks whether its concurrent first attempt was buffered
 REPLY_MARGIN_S = 3.0  # a group gives up this long before its earliest waiter's deadline, so the error gets there
 
 
@@ -100,6 +99,7 @@ class TableIngest:
         self._storage_error: StorageError | None = None  # the current group's flush failed with this: retrying
         # request id -> the uncommitted group holding that write; None while a write claims the id (checks it)
         self._requests: dict[str, Group | None] = {}
+        self._claims = threading.Condition(self._lock)  # a claim of `_requests` became a group or was dropped
         self.on_idle: Callable[[], None] = lambda: None  # called when the last write in progress has buffered
 
     # -- writes ------------------------------------------------------------------------------------
@@ -111,18 +111,19 @@ class TableIngest:
         returned); one the table committed (by any writer, in the last 24 hours) is not written again (a
         done group with its snapshot id is returned, and True). A failed attempt left nothing: write anew.
         """
-        while True:
-            with self._lock:
+        with self._claims:
+            while True:
                 claimed = request_id in self._requests
                 held = self._requests.get(request_id)
                 if not claimed or (held is not None and held.done.is_set()):
                     self._requests[request_id] = None  # claimed: a concurrent attempt waits for it
                     break
-            if held is not None:
-                return held, True
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"another attempt of write {request_id!r} is still being checked")
-            time.sleep(CLAIM_POLL_S)  # bounded by the deadline
+                if held is not None:
+                    return held, True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"another attempt of write {request_id!r} is still being checked")
+                self._claims.wait(left)  # until the other attempt's claim is buffered or dropped
         try:
             found = self.client.find_writes(self.table_id, [request_id])
             if request_id in found:
@@ -137,9 +138,10 @@ class TableIngest:
 
     def _release(self, request_id: str) -> None:
         """Drop a claim that did not end in a group (under no lock)."""
-        with self._lock:
+        with self._claims:
             if request_id in self._requests and self._requests[request_id] is None:
                 del self._requests[request_id]
+                self._claims.notify_all()
 
     def write(self, data: pa.Table, deadline: float, request_id: str | None = None) -> Group:
         """Buffer validated rows (nothing is buffered when they are invalid) and return their group.
@@ -175,6 +177,7 @@ class TableIngest:
                         if request_id is not None:
                             group.request_ids.append(request_id)
                             self._requests[request_id] = group
+                            self._claims.notify_all()
                         if group.first_write is None:
                             group.first_write = time.monotonic()
                         stats = self._write.stats()
