@@ -460,7 +460,8 @@ class Client:
 
         `request_id` names the write so that it can be resent safely: call again with the same id and data
         after an error whose outcome is unknown (ServiceUnavailableError, a timeout) and the rows land once
-        (the table remembers ids for 24 hours). Parts of a split write are named `<request_id>/<n>`.
+        (the catalog remembers ids for its `--request-id-retention`, a day by default). Parts of a split
+        write are named `<request_id>/<n>`.
         """
         stub = self._writer_stub()
         ident = _ident(identifier)

@@ -91,3 +91,32 @@ def test_ids_of_a_snapshot_published_without_a_record_are_recovered(cat: Local) 
         _commit(cat, ident, 4, ["b"], 4)
     assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
     assert _ids(cat, ident) == [1, 2, 3]
+
+
+def test_request_ids_are_forgotten_after_their_retention(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from lsmlake.catalog_svc import servicer
+
+    monkeypatch.setattr(servicer, "FORGET_WRITES_EVERY_S", 0.0)  # look at every commit, not once a minute
+    with local_server(str(tmp_path), request_id_retention_s=1.0) as c:
+        ident = c.create_table("db", "t", [("id", "BIGINT"), ("v", "STRING")])
+        first = _commit(c, ident, 1, ["a"], 1)
+        assert _found(c, ident, ["a"]) == {"a": first.snapshot_id}
+        time.sleep(1.2)
+        _commit(c, ident, 2, ["b"], 2)  # a commit forgets ids past their retention
+        assert _found(c, ident, ["a", "b"]) == {"b": first.snapshot_id + 1}
+        # a resend after the retention is a new write (the retention must outlast clients' retries)
+        assert _commit(c, ident, 3, ["a"], 1).snapshot_id == first.snapshot_id + 2
+        assert _ids(c, ident) == [1, 1, 2]
+
+
+def test_request_id_retention_flag(tmp_path: Path) -> None:
+    from lsmlake.catalog_svc.server import Settings
+
+    assert Settings.from_args(["--warehouse", str(tmp_path)], env={}).request_id_retention_s == 86_400
+    s = Settings.from_args(["--warehouse", str(tmp_path)], env={"LSMLAKE_REQUEST_ID_RETENTION": "3600"})
+    assert s.request_id_retention_s == 3600
+    for bad in ["0", "-5", "0.5", "nan"]:
+        with pytest.raises(SystemExit):
+            Settings.from_args(["--warehouse", str(tmp_path), "--request-id-retention", bad], env={})

@@ -31,7 +31,7 @@ from ..proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc
 from .maintenance import Maintenance, reconcile_all
 from .metrics import CatalogMetrics
 from .relay import OutboxRelay
-from .servicer import FAULTS, CatalogService
+from .servicer import FAULTS, KEEP_WRITES_MS, CatalogService
 
 _log = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ class Settings:
     metrics_port: int | None = None  # None: no metrics endpoint; 0: a free port
     expire_interval_s: float = 300.0
     orphan_interval_s: float = 86_400.0
+    request_id_retention_s: float = KEEP_WRITES_MS / 1000  # how long a committed request id answers a resend
     reconcile_interval_s: float = 10.0
     fault: str | None = None  # crash injection for the recovery tests
     security: ServerSecurity = field(default_factory=ServerSecurity)
@@ -65,7 +66,8 @@ class Settings:
     def from_args(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> Settings:
         """Flags win over the environment: `LSMLAKE_WAREHOUSE`, `LSMLAKE_METASTORE`, `LSMLAKE_CATALOG_HOST`,
         `LSMLAKE_CATALOG_PORT`, `LSMLAKE_KAFKA`, `LSMLAKE_METRICS_PORT`, `LSMLAKE_EXPIRE_INTERVAL`,
-        `LSMLAKE_ORPHAN_INTERVAL`, `LSMLAKE_RECONCILE_INTERVAL`, `LSMLAKE_CATALOG_FAULT`, and those of TLS,
+        `LSMLAKE_ORPHAN_INTERVAL`, `LSMLAKE_RECONCILE_INTERVAL`, `LSMLAKE_REQUEST_ID_RETENTION`,
+        `LSMLAKE_CATALOG_FAULT`, and those of TLS,
         tokens and Kafka security (docs/security.md)."""
         env = dict(os.environ if env is None else env)
         p = argparse.ArgumentParser(prog="catalog-svc", description="lsmlake catalog service (gRPC)")
@@ -88,6 +90,10 @@ class Settings:
         p.add_argument("--reconcile-interval", type=float,
                        default=float(env.get("LSMLAKE_RECONCILE_INTERVAL", "10")),
                        help="seconds between looks for snapshots written by other engines (0: off)")
+        p.add_argument("--request-id-retention", type=float,
+                       default=float(env.get("LSMLAKE_REQUEST_ID_RETENTION", str(KEEP_WRITES_MS / 1000))),
+                       help="seconds a committed write's request id keeps answering resends (default: a day); "
+                            "longer than any client retries a write")
         p.add_argument("--fault", default=env.get("LSMLAKE_CATALOG_FAULT") or None, choices=[f for f in FAULTS if f],
                        help="testing only: crash at this point of the first commit")
         add_security_arguments(p, env)
@@ -111,9 +117,12 @@ class Settings:
         for name in ("expire_interval", "orphan_interval", "reconcile_interval"):
             if getattr(a, name) < 0:
                 p.error(f"--{name.replace('_', '-')} must not be negative")
+        if not a.request_id_retention >= 1:  # also refuses nan
+            p.error(f"--request-id-retention must be at least 1 second, got {a.request_id_retention}")
         return Settings(warehouse=a.warehouse, metastore=metastore, port=a.port, kafka=a.kafka, grace_s=a.grace,
                         host=a.host, metrics_port=a.metrics_port, expire_interval_s=a.expire_interval,
                         orphan_interval_s=a.orphan_interval, reconcile_interval_s=a.reconcile_interval,
+                        request_id_retention_s=a.request_id_retention,
                         fault=a.fault, security=security, health_port=a.health_port,
                         kafka_security=kafka_security)
 
@@ -156,7 +165,7 @@ class CatalogServer:
         if found:
             _log.warning("recorded %d snapshot(s) that had no commit record", found)
         self._servicer = CatalogService(catalog, self._store, on_commit=self._relay.wake, metrics=self.metrics,
-                                        fault=s.fault)
+                                        fault=s.fault, keep_writes_ms=round(s.request_id_retention_s * 1000))
         catalog_pb2_grpc.add_CatalogServiceServicer_to_server(self._servicer, server)
         if s.metrics_port is not None:
             self._metrics_endpoint = MetricsEndpoint(self.metrics.registry, s.host, s.metrics_port)

@@ -58,7 +58,7 @@ MAX_TYPE_NESTING = 32
 _ident = convert.table_id
 FAULTS = (None, "exit-after-snapshot", "exit-after-commit")
 MAX_REQUEST_IDS = 100_000  # client writes in one commit
-KEEP_WRITES_MS = 24 * 3_600_000  # how long a committed client write id answers a resend
+KEEP_WRITES_MS = 24 * 3_600_000  # default of how long a committed client write id answers a resend
 FORGET_WRITES_EVERY_S = 60.0
 
 
@@ -149,7 +149,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
 
     def __init__(self, catalog: FileSystemCatalog, store: MetaStore,
                  on_commit: Callable[[], None] | None = None, metrics: CatalogMetrics | None = None,
-                 fault: str | None = None, watch_poll_s: float = 0.5) -> None:
+                 fault: str | None = None, watch_poll_s: float = 0.5, keep_writes_ms: int = KEEP_WRITES_MS) -> None:
         if fault not in FAULTS:
             raise InvalidInputError(f"fault {fault!r} is not one of {', '.join(f for f in FAULTS if f)}")
         self.catalog = catalog
@@ -160,6 +160,9 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         self._on_commit = on_commit or (lambda: None)
         self._fault = fault
         self._watch_poll_s = watch_poll_s
+        if keep_writes_ms <= 0:
+            raise InvalidInputError(f"the retention of request ids must be positive, got {keep_writes_ms} ms")
+        self._keep_writes_ms = keep_writes_ms
         self._changed = threading.Condition()  # notified after every commit through this replica
         self._forget_writes_at = 0.0  # monotonic time of the next purge of old client write ids
 
@@ -322,12 +325,12 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
                     self._changed.notify_all()
 
     def _forget_old_writes(self) -> None:
-        """Forget client write ids older than KEEP_WRITES_MS, at most once a minute (every table at once)."""
+        """Forget client write ids older than their retention, at most once a minute (every table at once)."""
         if time.monotonic() < self._forget_writes_at:
             return
         self._forget_writes_at = time.monotonic() + FORGET_WRITES_EVERY_S
         try:
-            self.store.forget_writes(now_ms() - KEEP_WRITES_MS)
+            self.store.forget_writes(now_ms() - self._keep_writes_ms)
         except LakeError as e:  # retried a minute later; until then old ids only answer resends a little longer
             _log.warning("forgetting old write ids failed: %s", e)
 

@@ -108,8 +108,9 @@ class TableIngest:
         """Write rows that a client may resend under the same `request_id`: (their group, already written).
 
         An attempt of this id still in an uncommitted group of this writer is waited for (its group is
-        returned); one the table committed (by any writer, in the last 24 hours) is not written again (a
-        done group with its snapshot id is returned, and True). A failed attempt left nothing: write anew.
+        returned); one the table committed (by any writer, within the catalog's request-id retention) is
+        not written again (a done group with its snapshot id is returned, and True). A failed attempt left
+        nothing: write anew.
         """
         with self._claims:
             while True:
