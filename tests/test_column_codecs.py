@@ -155,3 +155,17 @@ def test_leaf_paths_of_nested_columns() -> None:
     assert paths["a"] == ("a",)
     assert paths["r"][0] == "r.x" and len(paths["r"]) == 2 and paths["r"][1].startswith("r.y.")
     assert len(paths["m"]) == 2 and all(p.startswith("m.") for p in paths["m"])
+
+
+def test_column_names_with_dots() -> None:
+    n = 20_000
+    rng = np.random.default_rng(2)
+    r = pa.StructArray.from_arrays([pa.array(rng.random(n)), pa.array(np.zeros(n))], names=["c", "d"])
+    table = pa.table({"a.b": pa.array([f"x{i % 5}" for i in range(n)]), "noise.x": rng.random(n), "r": r})
+    assert column_codecs.leaf_paths(table.schema) == {"a.b": ("a.b",), "noise.x": ("noise.x",), "r": ("r.c", "r.d")}
+    compression, level = column_codecs.choose(table, "zstd", 1)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression=compression, compression_level=level)
+    meta = pq.ParquetFile(io.BytesIO(buf.getvalue())).metadata.row_group(0)
+    assert {meta.column(i).path_in_schema: meta.column(i).compression for i in range(meta.num_columns)} == {
+        "a.b": "ZSTD", "noise.x": "UNCOMPRESSED", "r.c": "ZSTD", "r.d": "ZSTD"}

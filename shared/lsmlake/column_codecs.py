@@ -43,6 +43,8 @@ def choose(table: pa.Table, codec: str, level: int | None) -> tuple[str | dict[s
     if not plain:
         return codec, level
     paths = leaf_paths(table.schema)
+    if paths is None:  # the table's codec for every column rather than a guess at the names
+        return codec, level
     codecs = {p: ("none" if name in plain else codec) for name, ps in paths.items() for p in ps}
     levels = None if level is None else {p: level for p, c in codecs.items() if c != "none"}
     return codecs, levels
@@ -72,14 +74,29 @@ def _incompressible(col: pa.ChunkedArray, compressor: pa.Codec) -> bool:
 
 
 @lru_cache(maxsize=64)
-def leaf_paths(schema: pa.Schema) -> dict[str, tuple[str, ...]]:
+def leaf_paths(schema: pa.Schema) -> dict[str, tuple[str, ...]] | None:
     """Each top-level column's Parquet leaf column paths (a nested column has several or longer
-    ones), as the Parquet writer names them."""
+    ones), as the Parquet writer names them; None for a type whose leaves are not counted here.
+    Leaves come in column order, so they are handed out by each column's leaf count (a name may
+    itself hold dots)."""
     buf = io.BytesIO()
     pq.write_table(schema.empty_table(), buf)
     parquet_schema = pq.ParquetFile(io.BytesIO(buf.getvalue())).schema
-    out: dict[str, list[str]] = {name: [] for name in schema.names}
-    for i in range(len(parquet_schema)):
-        path = parquet_schema.column(i).path
-        out[path.split(".", 1)[0]].append(path)
-    return {name: tuple(ps) for name, ps in out.items()}
+    paths = [parquet_schema.column(i).path for i in range(len(parquet_schema))]
+    out: dict[str, tuple[str, ...]] = {}
+    at = 0
+    for f in schema:
+        n = _leaves(f.type)
+        out[f.name] = tuple(paths[at:at + n])
+        at += n
+    return out if at == len(paths) else None
+
+
+def _leaves(t: pa.DataType) -> int:
+    if pa.types.is_struct(t):
+        return sum(_leaves(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _leaves(t.key_type) + _leaves(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _leaves(t.value_type)
+    return 1
