@@ -7,6 +7,7 @@ a resent write (a lost reply, a timeout, a writer restart) is answered, not writ
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from .errors import InvalidInputError
@@ -22,7 +23,7 @@ def check_request_ids(request_ids: Sequence[str]) -> list[str]:
             raise InvalidInputError(f"request id {rid!r} must be a non-empty string of at most {MAX_REQUEST_ID} "
                                     "characters")
     if len(set(ids)) != len(ids):
-        twice = sorted({r for r in ids if ids.count(r) > 1})
+        twice = sorted(r for r, n in Counter(ids).items() if n > 1)
         raise InvalidInputError(f"request ids {twice} appear more than once in one commit")
     return ids
 

@@ -76,13 +76,12 @@ class TableRead:
         out_schema = pa.schema([self.schema.arrow_schema.field(n) for n in self.projection])
         if not splits:
             return out_schema.empty_table()
-        # Splits are planned and merged two at a time, their files decoded on the shared pool.
-        decode = decode_pool()
+        # Splits are planned and merged two at a time (one on this thread), their files decoded on the shared pool.
         if len(splits) == 1:
-            parts = [t for t in [self.read_split(splits[0], decode)] if t.num_rows]
+            parts = [t for t in [self.read_split(splits[0])] if t.num_rows]
         else:
             with ThreadPoolExecutor(max_workers=2) as pool:
-                parts = [t for t in pool.map(lambda s: self.read_split(s, decode), splits) if t.num_rows]
+                parts = [t for t in pool.map(self.read_split, splits) if t.num_rows]
         if not parts:
             return out_schema.empty_table()
         table = pa.concat_tables(parts)
