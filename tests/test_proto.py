@@ -205,7 +205,7 @@ def test_catalog_service_methods() -> None:
         "Commit", "GetSnapshot", "ListSnapshots", "LatestSnapshot", "SnapshotAtTime", "PlanScan",
         "ExpireSnapshots", "RemoveOrphanFiles", "WatchSnapshots",
         "RequestCompaction", "StartCompaction", "CompleteCompaction", "RollbackCompaction",
-        "ListCompactionPlans", "FindWrites",
+        "ListCompactionPlans", "FindWrites", "AllocateSequences",
     }
     assert methods["WatchSnapshots"] == (False, True)
     assert all(kind == (False, False) for name, kind in methods.items() if name != "WatchSnapshots")

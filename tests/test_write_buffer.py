@@ -338,19 +338,21 @@ def test_append_tables_buffer_in_arrival_order(tmp_path) -> None:
     assert sorted(t.to_arrow().to_pylist(), key=lambda r: r["k"]) == expected
 
 
-def test_a_standalone_buffer_numbers_rows_from_the_given_sequence(tmp_path) -> None:
+def test_a_standalone_buffer_shifts_its_local_numbers_into_the_range_given_at_the_flush(tmp_path) -> None:
     t = _table(_catalog(tmp_path), "t", {"bucket": "1"})
     w = t.new_write()
     target = w.route(pa.table({"k": pa.array([1], pa.int32()), "a": [1], "b": ["x"], "s": pa.array([1], pa.int32())},
                               schema=t.schema.arrow_schema)).targets[0]
     options = WriteBufferOptions.from_table(t.options, object_store=False, streaming=False)
-    buffer = WriteBuffer(t.schema, target, 100, options, str(tmp_path / "spill"), w.merge_function)
+    buffer = WriteBuffer(t.schema, target, options, str(tmp_path / "spill"), w.merge_function)
     for i in range(40):
         buffer.add(pa.table({"k": pa.array([i % 3], pa.int32()), "a": pa.array([i], pa.int64()),
                              "b": pa.array([None], pa.string()), "s": pa.array([None], pa.int32())}))
     assert buffer.stats().spill_count > 0
-    message = buffer.flush(w)
+    assert buffer.numbers_needed == 40
+    message = buffer.flush(w, 100)
     assert os.listdir(tmp_path / "spill") == []
     assert [(f.min_sequence_number, f.max_sequence_number, f.row_count) for f in message.new_files] == [(137, 139, 3)]
     t.commit_messages([message])
     assert _read(t) == {0: (39, None, None), 1: (37, None, None), 2: (38, None, None)}
+    assert buffer.numbers_needed == 0  # the next rows are numbered from 0 again, shifted by their own range

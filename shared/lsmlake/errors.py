@@ -43,6 +43,10 @@ class CommitStateUnknownError(LakeError):
     """The outcome of a commit is unknown: the caller must not delete the files it wrote."""
 
 
+class StaleTableError(LakeError):
+    """The table was dropped and created again since the caller loaded it: reload the table; nothing was applied."""
+
+
 class StorageError(LakeError, OSError):
     """Writing to the warehouse failed (disk full, quota exceeded, I/O error): the operation that raised it
     was not applied and left nothing visible; retry once the storage is back. `errno` is the cause's."""

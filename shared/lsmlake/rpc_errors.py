@@ -24,6 +24,7 @@ from .errors import (
     LakeError,
     NotFoundError,
     ServiceUnavailableError,
+    StaleTableError,
     StorageError,
 )
 from .metastore.errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError
@@ -46,6 +47,7 @@ _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
     (CommitRetryExhaustedError, grpc.StatusCode.ABORTED),
     (CommitConflictError, grpc.StatusCode.FAILED_PRECONDITION),
+    (StaleTableError, grpc.StatusCode.FAILED_PRECONDITION),
     (PlanConflictError, grpc.StatusCode.FAILED_PRECONDITION),
     (PlanStateError, grpc.StatusCode.FAILED_PRECONDITION),
     (CommitStateUnknownError, grpc.StatusCode.UNAVAILABLE),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -24,11 +26,21 @@ from .manifest import ManifestStore
 from .predicate import Predicate
 from .scan import Split, TableScan
 from .schema import SchemaHistory, SchemaManager, TableSchema
+from .sequence_numbers import RestoredSequences, SequenceAllocator
 from .snapshot import BATCH_COMMIT_IDENTIFIER, OVERWRITE, Snapshot, SnapshotManager
 from .table_read import TableRead
 from .table_write import CommitMessage, TableWrite
 
 _log = logging.getLogger(__name__)
+
+
+def table_identity(fio: FileIO, schemas: SchemaManager) -> str:
+    """The identity of the table whose schema files `schemas` reads, now (see `FileStoreTable.table_uuid`)."""
+    ids = schemas.ids()
+    if not ids:
+        raise NotFoundError(f"no schema in {schemas.dir}")
+    digest = hashlib.sha256(fio.read_bytes(schemas.path(ids[0]))).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=5))
 
 
 class FileStoreTable:
@@ -60,6 +72,16 @@ class FileStoreTable:
         self._use_schema(latest)
         return True
 
+    @functools.cached_property
+    def table_uuid(self) -> str:
+        """The table's identity: a digest of its first schema file (its creation time and definition).
+
+        A table dropped and created again under the same name gets another, so a writer that cached the old
+        table's schema can be told apart from one that writes the current table. Paimon's schema JSON has no
+        id of its own; the first schema file is immutable and exists for every Paimon table.
+        """
+        return table_identity(self.io, self.schemas)
+
     def _live_file_schema_ids(self) -> list[tuple[str, int]]:
         """(file name, schema id) of every live data file of the latest snapshot."""
         latest = self.snapshots.latest()
@@ -85,10 +107,18 @@ class FileStoreTable:
 
     # -- write ---------------------------------------------------------------------------------
 
-    def new_write(self) -> TableWrite:
-        """A writer of the latest schema (re-read here, so that rows written after an alter carry it)."""
+    def new_write(self, sequences: SequenceAllocator | None = None) -> TableWrite:
+        """A writer of the latest schema (re-read here, so that rows written after an alter carry it).
+
+        Without `sequences` the writer numbers rows above each bucket's maximum in the latest snapshot,
+        which is right when it is the only writer of its buckets (see `sequence_numbers`).
+        """
         self.refresh_schema()
         features.check(self.schema, self.identifier, for_write=True)
+        return TableWrite(self.io, self.path, self.schema, sequences or RestoredSequences(self.max_sequence_restorer()))
+
+    def max_sequence_restorer(self) -> Callable[[bytes, int], int]:
+        """The largest sequence number of a bucket in the latest snapshot (-1 when empty), read on the first call."""
         latest = self.snapshots.latest()
         max_seq: dict[tuple[bytes, int], int] | None = None
 
@@ -102,7 +132,7 @@ class FileStoreTable:
                         max_seq[k] = max(max_seq.get(k, -1), e.file.max_sequence_number)
             return max_seq.get((partition, bucket), -1)
 
-        return TableWrite(self.io, self.path, self.schema, restore)
+        return restore
 
     def new_commit(self, commit_user: str | None = None) -> FileStoreCommit:
         return FileStoreCommit(self.snapshots, self.manifests, self.schema.id, commit_user or str(uuid.uuid4()),

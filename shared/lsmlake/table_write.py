@@ -6,7 +6,7 @@ come from the vectorised BinaryRow hash, sequence numbers from numpy ranks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -30,6 +30,7 @@ from .merge.merge_function import MergeFunction
 from .partition import partition_path
 from .row_kind import is_retract
 from .schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
+from .sequence_numbers import SequenceAllocator
 
 _GROUP = "__lsmlake_group"  # carried through the merge to regroup rows by (partition, bucket)
 
@@ -93,16 +94,14 @@ def group_ids(columns: list[pa.ChunkedArray | pa.Array], n: int) -> tuple[np.nda
 class TableWrite:
     """Buffers nothing: each `write` call turns its rows into files and returns the commit messages."""
 
-    def __init__(self, fio: FileIO, table_path: str, schema: TableSchema,
-                 restore_max_seq: Callable[[bytes, int], int]) -> None:
+    def __init__(self, fio: FileIO, table_path: str, schema: TableSchema, sequences: SequenceAllocator) -> None:
         self.io = fio
         self.table_path = table_path
         self.schema = schema
-        self.restore_max_seq = restore_max_seq
+        self.sequences = sequences
         self.file_writer = DataFileWriter(fio, schema)
         self.partition_types = schema.types_of(schema.partition_keys)
         self.default_partition = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
-        self._next_seq: dict[tuple[bytes, int], int] = {}
         self.merge_function = merge_function_for(schema) if schema.is_primary_key_table else None
         self.changelog_input = schema.table_options.get(opts.CHANGELOG_PRODUCER) == "input"
         self.messages: dict[tuple[bytes, int], CommitMessage] = {}
@@ -122,11 +121,9 @@ class TableWrite:
         # Rank of each row inside its group, in input order: the sequence number offset.
         run_len = np.diff(np.r_[starts, n])
         rank_sorted = np.arange(n) - np.repeat(starts, run_len)
-        base = np.empty(len(starts), np.int64)
-        for i, target in enumerate(routing.targets):
-            key = (target.partition, target.bucket)
-            base[i] = self.next_sequence(*key)
-            self._next_seq[key] = int(base[i]) + int(run_len[i])
+        keys = [(t.partition, t.bucket) for t in routing.targets]
+        first = self.sequences.allocate(dict(zip(keys, run_len.tolist(), strict=True)))
+        base = np.array([first[k] for k in keys], np.int64)
         seq = np.empty(n, np.int64)
         seq[order] = np.repeat(base, run_len) + rank_sorted
         changelog: list[tuple[BucketTarget, pa.Table, np.ndarray, np.ndarray]] = []
@@ -202,13 +199,6 @@ class TableWrite:
                                                   self.default_partition))
             targets.append(BucketTarget(*partitions[pid], bucket))
         return Routing(g, order, starts, targets, span, partitions)
-
-    def next_sequence(self, partition: bytes, bucket: int) -> int:
-        """The sequence number the next row written to the bucket gets (restored from the table the first time)."""
-        key = (partition, bucket)
-        if key not in self._next_seq:
-            self._next_seq[key] = self.restore_max_seq(partition, bucket) + 1
-        return self._next_seq[key]
 
     def check_kinds(self, kinds: np.ndarray) -> None:
         """Refuse row kinds the table's merge engine gives no meaning to, before anything is buffered or written."""

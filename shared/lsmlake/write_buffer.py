@@ -2,12 +2,14 @@
 
 Paimon's writer keeps incoming records in a sort buffer; when it is full it either spills a sorted
 run to local disk (`write-buffer-spillable`) or flushes to level-0 files. Here the buffer keeps the
-incoming Arrow batches as they are and numbers their rows on arrival, continuing the bucket's
-sequence numbers. A spill sorts the rows by (key, sequence number), folds them with the table's
+incoming Arrow batches as they are and numbers their rows on arrival from 0: only their relative order
+is known until the flush. A spill sorts the rows by (key, local number), folds them with the table's
 merge function (the same fold a direct write does: keys whose retractions need their history keep
-every row) and writes one sorted run. A flush merges the in-memory rows and the runs key range by
-key range and writes the folded rows through `TableWrite.write_files`, so the level-0 files carry
-exactly the metadata of a direct write.
+every row) and writes one sorted run. A flush takes one range of the bucket's real sequence numbers
+from the table's `SequenceAllocator` (the catalog, in the writer service: see `sequence_numbers`),
+shifts the local numbers into it, merges the in-memory rows and the runs key range by key range and
+writes the folded rows through `TableWrite.write_files`, so the level-0 files carry exactly the
+metadata of a direct write.
 
 `BufferedTableWrite` holds one buffer per (partition, bucket) of a table and shares one memory
 budget between them, as Paimon's writers share one memory pool: when the budget is exceeded the
@@ -37,6 +39,7 @@ from .input_rows import conform
 from .merge.merge_function import MergeFunction
 from .row_kind import is_retract
 from .schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
+from .sequence_numbers import RestoredSequences, SequenceAllocator
 from .table_write import BucketTarget, CommitMessage, TableWrite, fold_rows
 
 if TYPE_CHECKING:
@@ -105,15 +108,16 @@ class WriteBuffer:
     Args:
         schema: the table schema.
         target: the (partition, bucket) the rows belong to.
-        next_sequence: the sequence number of the first row added (the bucket's restored maximum + 1).
+        next_sequence: the local number of the first row added (0: numbers are shifted at the flush).
         options: the table's write-buffer options.
         spill_dir: local directory for spill files (created on the first spill).
         merge_function: the table's merge function (None for append tables).
         changelog_input: keep every row for `changelog-producer = input` (spills sort but do not fold).
     """
 
-    def __init__(self, schema: TableSchema, target: BucketTarget, next_sequence: int, options: WriteBufferOptions,
-                 spill_dir: str, merge_function: MergeFunction | None = None, changelog_input: bool = False) -> None:
+    def __init__(self, schema: TableSchema, target: BucketTarget, options: WriteBufferOptions, spill_dir: str,
+                 merge_function: MergeFunction | None = None, changelog_input: bool = False,
+                 next_sequence: int = 0) -> None:
         self.schema = schema
         self.target = target
         self.next_sequence = next_sequence
@@ -137,7 +141,7 @@ class WriteBuffer:
     def add(self, rows: pa.Table, kinds: np.ndarray | None = None) -> None:
         """Append rows already conformed to the table schema (`kinds`: their `_VALUE_KIND`, +I when None).
 
-        Each row gets the next sequence number, in order. When memory exceeds `write-buffer-size` the
+        Each row gets the next local number, in order. When memory exceeds `write-buffer-size` the
         buffer spills, or, when it may not, `must_flush` becomes true.
         """
         n = rows.num_rows
@@ -159,6 +163,11 @@ class WriteBuffer:
     @property
     def memory_bytes(self) -> int:
         return self._memory_bytes
+
+    @property
+    def numbers_needed(self) -> int:
+        """How many sequence numbers a flush takes: one per local number given out since the last flush."""
+        return self.next_sequence
 
     @property
     def must_flush(self) -> bool:
@@ -288,10 +297,12 @@ class WriteBuffer:
 
     # -- flushing ------------------------------------------------------------------------------
 
-    def flush(self, table_write: TableWrite) -> CommitMessage:
+    def flush(self, table_write: TableWrite, first_sequence: int) -> CommitMessage:
         """Merge the in-memory rows and the spilled runs and write them as level-0 files.
 
-        Returns the bucket's new data (and changelog) files; the spill files are deleted. On failure
+        Local number i becomes sequence number `first_sequence + i` (a range of `numbers_needed` taken
+        from the allocator). Returns the bucket's new data (and changelog) files; the spill files are
+        deleted. On failure
         (a full warehouse disk, say) the files this flush wrote are deleted and the buffered rows kept, so
         that the flush can be retried; the caller may instead drop everything (`BufferedTableWrite.abort`).
         """
@@ -302,10 +313,10 @@ class WriteBuffer:
         try:
             if self._memory:
                 readers.append(_chunks(*self._sorted_run(self._memory_table())))
-            data = _LayeredFiles(self._file_sink(table_write, "data-", message.new_files),
+            data = _LayeredFiles(self._file_sink(table_write, "data-", message.new_files, first_sequence),
                                  self.schema.table_options.target_file_size(self.schema.is_primary_key_table))
-            changelog = _LayeredFiles(self._file_sink(table_write, "changelog-", message.changelog_files),
-                                      data.target_size)
+            changelog = _LayeredFiles(self._file_sink(table_write, "changelog-", message.changelog_files,
+                                                      first_sequence), data.target_size)
             if self.merge_function is None:
                 for reader in readers:  # runs are in sequence order, memory last
                     for chunk in reader:
@@ -345,22 +356,23 @@ class WriteBuffer:
         for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
             data.add(int(layer[a]), folded.slice(a, b - a))
 
-    def _file_sink(self, table_write: TableWrite, prefix: str,
-                   out: list[DataFileMeta]) -> Callable[[pa.Table], None]:
+    def _file_sink(self, table_write: TableWrite, prefix: str, out: list[DataFileMeta],
+                   first_sequence: int) -> Callable[[pa.Table], None]:
         def write(table: pa.Table) -> None:
             out.extend(table_write.write_files(
-                self.target, table.select(self._names), table.column(SEQUENCE_NUMBER).to_numpy(),
+                self.target, table.select(self._names), table.column(SEQUENCE_NUMBER).to_numpy() + first_sequence,
                 table.column(VALUE_KIND).to_numpy().astype(np.int8), prefix=prefix))
         return write
 
     def discard(self) -> None:
-        """Drop the buffered rows and delete the spill files (sequence numbers are not reused)."""
+        """Drop the buffered rows and delete the spill files; local numbering starts again from 0."""
         for r in self._runs:
             _remove(r.path)
         self._runs = []
         self._memory, self._memory_bytes, self._memory_rows = [], 0, 0
         self._buffered_rows = 0
         self._must_flush = False
+        self.next_sequence = 0
 
     def close(self) -> None:
         """Drop everything buffered and remove the spill files."""
@@ -407,12 +419,15 @@ class BufferedTableWrite:
     failed call `delete_files(messages)`; `close` at shutdown. Not thread-safe: one caller at a time.
     """
 
-    def __init__(self, table: FileStoreTable, spill_root: str | None = None, streaming: bool = True) -> None:
+    def __init__(self, table: FileStoreTable, spill_root: str | None = None, streaming: bool = True,
+                 sequences: SequenceAllocator | None = None) -> None:
         self.table = table
         self.options = WriteBufferOptions.from_table(table.options, object_store=not table.io.local,
                                                      streaming=streaming)
         self.spill_dir = os.path.join(spill_root or tempfile.gettempdir(), f"lsmlake-write-buffer-{uuid.uuid4().hex}")
-        self._write = table.new_write()
+        # one allocator for the life of the buffers: alone on its buckets, it restores each bucket once
+        self.sequences = sequences or RestoredSequences(table.max_sequence_restorer())
+        self._write = table.new_write(self.sequences)
         self._buffers: dict[tuple[bytes, int], WriteBuffer] = {}
         self._pending: dict[tuple[bytes, int], CommitMessage] = {}  # files flushed since the last prepare_commit
         self._paths: dict[bytes, str] = {}  # partition -> directory, for delete_files
@@ -440,8 +455,8 @@ class BufferedTableWrite:
         buffer = self._buffers.get(key)
         if buffer is None:
             self._paths[target.partition] = target.partition_path
-            buffer = WriteBuffer(self.table.schema, target, self._write.next_sequence(*key), self.options,
-                                 self.spill_dir, self._write.merge_function, self._write.changelog_input)
+            buffer = WriteBuffer(self.table.schema, target, self.options, self.spill_dir, self._write.merge_function,
+                                 self._write.changelog_input)
             self._buffers[key] = buffer
         return buffer
 
@@ -465,14 +480,20 @@ class BufferedTableWrite:
     def flush(self) -> None:
         """Write every buffer as level-0 files; they are committed with the next `prepare_commit`.
 
+        The sequence numbers of every bucket are taken in one call to the allocator, now: a change
+        acknowledged before these rows arrived was numbered at its own, earlier flush, so below them.
         On failure the error is raised with nothing lost: the buffers written so far hold their files for
         the next `prepare_commit`, the failed one and the rest still hold their rows, so `flush` (or
-        `prepare_commit`) can be called again; `abort` drops everything instead.
+        `prepare_commit`) can be called again (taking new numbers; unused ones are never reused); `abort`
+        drops everything instead.
         """
-        for key, buffer in self._buffers.items():
-            if buffer.is_empty:
-                continue
-            message = buffer.flush(self._write)
+        waiting = {key: b for key, b in self._buffers.items() if not b.is_empty}
+        if not waiting:
+            self._must_flush = False
+            return
+        first = self.sequences.allocate({key: b.numbers_needed for key, b in waiting.items()})
+        for key, buffer in waiting.items():
+            message = buffer.flush(self._write, first[key])
             pending = self._pending.setdefault(key, CommitMessage(message.partition, message.bucket,
                                                                   message.total_buckets))
             pending.new_files.extend(message.new_files)
@@ -484,13 +505,12 @@ class BufferedTableWrite:
 
         The caller owns the returned files from now on: it commits them, and deletes them with
         `delete_files` only when the commit definitely failed (never when its outcome is unknown).
-        Sequence numbers continue in the buffers; buckets first seen later restore theirs from the
-        table's latest snapshot. On failure nothing is handed over and nothing is lost (see `flush`).
+        On failure nothing is handed over and nothing is lost (see `flush`).
         """
         self.flush()
         messages = [m for m in self._pending.values() if m.new_files or m.changelog_files]
         self._pending = {}
-        self._write = self.table.new_write()  # a new cycle: `abort` must never touch handed-over files
+        self._write = self.table.new_write(self.sequences)  # a new cycle: `abort` must never touch handed-over files
         return messages
 
     def delete_files(self, messages: Sequence[CommitMessage]) -> None:

@@ -32,7 +32,7 @@ READ = {"CatalogService": {"ListDatabases", "GetTable", "ListTables", "GetSnapsh
                            "LatestSnapshot", "SnapshotAtTime", "PlanScan", "WatchSnapshots", "ListCompactionPlans",
                            "FindWrites"},
         "CompactorService": {"CompactionStatus", "BucketLevels"}}
-WRITE = {"CatalogService": {"Commit", "RequestCompaction", "StartCompaction", "CompleteCompaction",
+WRITE = {"CatalogService": {"Commit", "AllocateSequences", "RequestCompaction", "StartCompaction", "CompleteCompaction",
                             "RollbackCompaction"},
          "WriterService": {"Write", "WriteRows"},
          "CompactorService": {"TriggerCompaction"}}

@@ -142,6 +142,7 @@ REQUESTS: dict[str, st.SearchStrategy[Any]] = {
         catalog_pb2.RollbackCompactionRequest, lsmlake__v1__RollbackCompactionRequest__plan_id=plan_ids),
     "/lsmlake.v1.CatalogService/ListCompactionPlans": message_of(catalog_pb2.ListCompactionPlansRequest),
     "/lsmlake.v1.CatalogService/FindWrites": message_of(catalog_pb2.FindWritesRequest),
+    "/lsmlake.v1.CatalogService/AllocateSequences": message_of(catalog_pb2.AllocateSequencesRequest),
     "/lsmlake.v1.WriterService/Write": _write_streams(),
     "/lsmlake.v1.WriterService/WriteRows": message_of(
         writer_pb2.WriteRowsRequest, lsmlake__v1__WriteRowsRequest__rows_json=st.lists(json_rows, max_size=4),

@@ -49,6 +49,7 @@ METHOD_ROLES: dict[str, Role] = {
     f"/{_C}/FindWrites": Role.READER,
     # catalog: adding data and compacting it (the writer and compactor services' own calls)
     f"/{_C}/Commit": Role.WRITER,
+    f"/{_C}/AllocateSequences": Role.WRITER,
     f"/{_C}/RequestCompaction": Role.WRITER,
     f"/{_C}/StartCompaction": Role.WRITER,
     f"/{_C}/CompleteCompaction": Role.WRITER,

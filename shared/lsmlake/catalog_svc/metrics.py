@@ -27,6 +27,8 @@ class CatalogMetrics:
                                         registry=r)
         self.reconciled = Counter("lsmlake_catalog_reconciled_snapshots", "Snapshots found in the warehouse "
                                   "without a record (a crash or an outside writer) and announced late.", registry=r)
+        self.sequences = Counter("lsmlake_catalog_sequence_numbers", "Sequence numbers handed out to writers.",
+                                 registry=r)
         self.expired = Counter("lsmlake_catalog_expired_snapshots", "Snapshots removed by expiration.", registry=r)
         self.orphans = Counter("lsmlake_catalog_orphan_files_removed", "Orphan files removed.", registry=r)
         self.plans = Counter("lsmlake_catalog_compaction_plans", "Compaction plan transitions by target state.",

@@ -18,7 +18,14 @@ import grpc
 
 from ..catalog import FileSystemCatalog, check_name
 from ..commit import CommitResult
-from ..errors import AlreadyExistsError, CommitConflictError, InvalidInputError, LakeError, NotFoundError
+from ..errors import (
+    AlreadyExistsError,
+    CommitConflictError,
+    InvalidInputError,
+    LakeError,
+    NotFoundError,
+    StaleTableError,
+)
 from ..expire import expire_snapshots, remove_orphan_files
 from ..metastore import CompactionPlan as StoredPlan
 from ..metastore import MetaStore, now_ms
@@ -28,6 +35,7 @@ from ..proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 from ..request_ids import check_request_ids
 from ..rpc_errors import guarded, guarded_stream
 from ..schema_change import AddColumn, RemoveOption, RenameColumn, SchemaChange, SetOption
+from ..sequence_numbers import committed_floors
 from ..snapshot import APPEND, COMPACT, OVERWRITE
 from ..table import FileStoreTable
 from ..table_write import CommitMessage
@@ -58,6 +66,7 @@ MAX_TYPE_NESTING = 32
 _ident = convert.table_id
 FAULTS = (None, "exit-after-snapshot", "exit-after-commit")
 MAX_REQUEST_IDS = 100_000  # client writes in one commit
+MAX_SEQUENCES_PER_RANGE = 1 << 40  # far above any flush; keeps 2^62 (the commit checks' bound) out of reach
 KEEP_WRITES_MS = 24 * 3_600_000  # default of how long a committed client write id answers a resend
 FORGET_WRITES_EVERY_S = 60.0
 
@@ -96,6 +105,32 @@ def _check_commit(request: catalog_pb2.CommitRequest) -> str:
             raise InvalidInputError(f"request_ids has {len(request.request_ids)} entries; at most {MAX_REQUEST_IDS}")
         check_request_ids(request.request_ids)
     return kind
+
+
+def _check_identity(table: FileStoreTable, table_uuid: str) -> None:
+    """StaleTableError when the caller names another table than the one now under this name (none named: fine)."""
+    if table_uuid and table_uuid != table.table_uuid:
+        raise StaleTableError(f"table {table.identifier} was dropped and created again (it is {table.table_uuid}, "
+                              f"the request was for {table_uuid}): reload the table; nothing was applied")
+
+
+def _check_ranges(ranges: Sequence[catalog_pb2.SequenceRange]) -> dict[tuple[bytes, int], int]:
+    """The count per (partition, bucket) of an AllocateSequences request; InvalidInputError naming the entry."""
+    if not ranges:
+        raise InvalidInputError("ranges must not be empty")
+    if len(ranges) > MAX_CHANGES_PER_COMMIT:
+        raise InvalidInputError(f"ranges has {len(ranges)} entries; at most {MAX_CHANGES_PER_COMMIT}")
+    counts: dict[tuple[bytes, int], int] = {}
+    for i, r in enumerate(ranges):
+        if r.bucket < 0:
+            raise InvalidInputError(f"ranges[{i}]: bucket {r.bucket} is invalid (numbers are for real buckets)")
+        if not 1 <= r.count <= MAX_SEQUENCES_PER_RANGE:
+            raise InvalidInputError(f"ranges[{i}]: count {r.count} must be 1 to {MAX_SEQUENCES_PER_RANGE}")
+        key = (bytes(r.partition), r.bucket)
+        if key in counts:
+            raise InvalidInputError(f"ranges[{i}]: bucket {r.bucket} of that partition is named twice")
+        counts[key] = r.count
+    return counts
 
 
 def _check_column(where: str, name: str, type_text: str) -> None:
@@ -278,6 +313,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         try:
             with self.store.commit_lock(tid):
                 table = self.catalog.get_table(tid)  # the current schema, read under the lock
+                _check_identity(table, getattr(request, "table_uuid", ""))
                 self._reconcile(tid, table)
                 done = self.store.find_commit(tid, user, number, kind)
                 if done is not None:
@@ -341,6 +377,24 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         self.catalog.get_table(tid)  # NotFoundError for an unknown table
         found = self.store.find_writes(tid, check_request_ids(request.request_ids))
         return catalog_pb2.FindWritesResponse(snapshot_ids=found)
+
+    @guarded
+    def AllocateSequences(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """Ranges of sequence numbers per bucket, monotone and above every number the table holds.
+
+        Under the table's commit lock (shared by catalog replicas): the counters are raised to the floors
+        of the snapshots committed since the last call (another engine's commits among them), then the
+        ranges are taken, in one metadata-store transaction.
+        """
+        tid = _ident(request.table)
+        counts = _check_ranges(request.ranges)
+        with self.store.commit_lock(tid):
+            table = self.catalog.get_table(tid)
+            _check_identity(table, request.table_uuid)
+            floors, latest = committed_floors(table, self.store.sequences_synced_to(tid))
+            first = self.store.allocate_sequences(tid, counts, floors, latest)
+        self.metrics.sequences.inc(sum(counts.values()))
+        return catalog_pb2.AllocateSequencesResponse(first=[first[k] for k in counts])
 
     def _reconcile(self, tid: str, table: FileStoreTable) -> None:
         found = reconcile_table(self.store, table, tid)

@@ -25,6 +25,13 @@ def schema_ddl(serial_id: str, blob: str, bigint: str) -> list[str]:
         f" table_id TEXT NOT NULL, request_id TEXT NOT NULL, snapshot_id {bigint} NOT NULL,"
         f" created_ms {bigint} NOT NULL, PRIMARY KEY (table_id, request_id))",
         "CREATE INDEX IF NOT EXISTS lsmlake_writes_by_age ON lsmlake_writes (created_ms)",
+        # the sequence-number authority: the next number each (partition, bucket) of a table hands out, never
+        # below what the table's snapshots hold (raised from them up to `lsmlake_sequence_sync.snapshot_id`)
+        "CREATE TABLE IF NOT EXISTS lsmlake_sequences ("
+        f" table_id TEXT NOT NULL, partition_bytes {blob} NOT NULL, bucket INTEGER NOT NULL,"
+        f" next_sequence {bigint} NOT NULL, PRIMARY KEY (table_id, partition_bytes, bucket))",
+        "CREATE TABLE IF NOT EXISTS lsmlake_sequence_sync ("
+        f" table_id TEXT NOT NULL PRIMARY KEY, snapshot_id {bigint} NOT NULL)",
         "CREATE TABLE IF NOT EXISTS lsmlake_outbox ("
         f" event_id {serial_id}, table_id TEXT NOT NULL, snapshot_id {bigint} NOT NULL, topic TEXT NOT NULL,"
         f" event_key {blob} NOT NULL, payload {blob} NOT NULL, created_ms {bigint} NOT NULL,"

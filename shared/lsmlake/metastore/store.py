@@ -27,7 +27,7 @@ import json
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -371,8 +371,52 @@ class MetaStore(ABC):
             return int(self._run(conn, "DELETE FROM lsmlake_writes WHERE created_ms < ?",
                                  (recorded_before_ms,)).rowcount)
 
+    # -- sequence numbers --------------------------------------------------------------------------
+
+    def sequences_synced_to(self, table_id: str) -> int | None:
+        """The newest snapshot whose files the table's sequence counters are known to be above (None: never synced)."""
+        _check_table_id(table_id)
+        with self._tx(write=False) as conn:
+            row = self._run(conn, "SELECT snapshot_id FROM lsmlake_sequence_sync WHERE table_id = ?",
+                            (table_id,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def allocate_sequences(self, table_id: str, counts: Mapping[tuple[bytes, int], int],
+                           floors: Mapping[tuple[bytes, int], int],
+                           synced_to: int | None) -> dict[tuple[bytes, int], int]:
+        """Hand out `counts[key]` consecutive sequence numbers per (partition, bucket); the first of each range.
+
+        Call it inside the table's `commit_lock`. Every counter is first raised to its `floor` (one above the
+        highest number the table's snapshots up to `synced_to` hold), so ranges are monotone per bucket,
+        never overlap and never fall below a committed row. `synced_to` is recorded for the next call.
+        """
+        _check_table_id(table_id)
+        for (partition, bucket), n in {**floors, **counts}.items():
+            _check_bytes(partition, "partition")
+            _check_int(bucket, "bucket")
+            _check_int(n, "sequence count", 0)
+        with self._tx(write=True) as conn:
+            current = {(bytes(r[0]), int(r[1])): int(r[2]) for r in self._run(
+                conn, "SELECT partition_bytes, bucket, next_sequence FROM lsmlake_sequences WHERE table_id = ?",
+                (table_id,)).fetchall()}
+            wanted = {k: max(current.get(k, 0), floors.get(k, 0)) for k in {*current, *floors, *counts}}
+            first = {k: wanted[k] for k in counts}
+            for k, n in counts.items():
+                wanted[k] += n
+            for (partition, bucket), value in wanted.items():
+                if current.get((partition, bucket)) != value:
+                    self._run(conn, "INSERT INTO lsmlake_sequences (table_id, partition_bytes, bucket, next_sequence) "
+                                    "VALUES (?, ?, ?, ?) ON CONFLICT (table_id, partition_bytes, bucket) "
+                                    "DO UPDATE SET next_sequence = excluded.next_sequence",
+                              (table_id, partition, bucket, value))
+            if synced_to is not None:
+                self._run(conn, "INSERT INTO lsmlake_sequence_sync (table_id, snapshot_id) VALUES (?, ?) "
+                                "ON CONFLICT (table_id) DO UPDATE SET snapshot_id = excluded.snapshot_id",
+                          (table_id, synced_to))
+        return first
+
     def forget_table(self, table_id: str) -> None:
-        """Drop what the store keeps of a table (commit records, plans); its undelivered events are still sent.
+        """Drop what the store keeps of a table (commits, plans, sequence counters); undelivered events are still sent.
 
         Call it inside the table's `commit_lock` when the table is dropped, so that a new table of the same
         name starts with no history.
@@ -381,6 +425,8 @@ class MetaStore(ABC):
         with self._tx(write=True) as conn:
             self._run(conn, "DELETE FROM lsmlake_commits WHERE table_id = ?", (table_id,))
             self._run(conn, "DELETE FROM lsmlake_writes WHERE table_id = ?", (table_id,))
+            self._run(conn, "DELETE FROM lsmlake_sequences WHERE table_id = ?", (table_id,))
+            self._run(conn, "DELETE FROM lsmlake_sequence_sync WHERE table_id = ?", (table_id,))
             self._run(conn, "DELETE FROM lsmlake_plan_files WHERE table_id = ?", (table_id,))
             self._run(conn, "DELETE FROM lsmlake_plans WHERE table_id = ?", (table_id,))
 

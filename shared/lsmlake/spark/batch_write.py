@@ -28,8 +28,9 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from .. import features
 from ..errors import CommitStateUnknownError, InvalidInputError
+from ..sequence_numbers import RestoredSequences
 from ..table import FileStoreTable
-from ..table_write import CommitMessage, TableWrite
+from ..table_write import CommitMessage
 from .access import TableRef
 from .read_options import ReadOptions
 
@@ -50,9 +51,9 @@ class TaskFiles(WriterCommitMessage):
 def task_write(table: FileStoreTable, batches: Iterator[pa.RecordBatch], partition_id: int,
                buffer_bytes: int) -> TaskFiles:
     """Write one task's rows as level-0 files (deleted again if anything fails)."""
-    base = table.new_write()
+    restore = table.max_sequence_restorer()
     offset = partition_id * SEQUENCE_STRIDE if table.schema.is_primary_key_table else 0
-    write = TableWrite(table.io, table.path, table.schema, lambda p, b: base.restore_max_seq(p, b) + offset)
+    write = table.new_write(RestoredSequences(lambda p, b: restore(p, b) + offset))
     pending: list[pa.RecordBatch] = []
     size = 0
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import grpc
 
@@ -31,6 +31,18 @@ class CommitRefusedError(LakeError):
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class CatalogSequences:
+    """The catalog as the sequence-number authority of one table (see `lsmlake.sequence_numbers`)."""
+
+    def __init__(self, client: CatalogClient, table_id: str, table_uuid: str) -> None:
+        self.client = client
+        self.table_id = table_id
+        self.table_uuid = table_uuid
+
+    def allocate(self, counts: Mapping[tuple[bytes, int], int]) -> dict[tuple[bytes, int], int]:
+        return self.client.allocate_sequences(self.table_id, counts, self.table_uuid)
 
 
 def ident(table_id: str) -> common_pb2.TableIdentifier:
@@ -55,14 +67,15 @@ class CatalogClient:
         self.channel.close()
 
     def commit(self, table_id: str, user: str, identifier: int, messages: Sequence[CommitMessage],
-               properties: dict[str, str] | None = None, request_ids: Sequence[str] = ()) -> int:
+               properties: dict[str, str] | None = None, request_ids: Sequence[str] = (), table_uuid: str = "") -> int:
         """Commit APPEND files holding the rows of the client writes `request_ids`; the snapshot id. Raises
         CommitRefusedError (definite; ALREADY_EXISTS when the table committed one of the writes before) or
         CommitStateUnknownError (the catalog could not be reached for `retry_for_s`: do not delete the files)."""
         request = catalog_pb2.CommitRequest(table=ident(table_id), commit_user=user, commit_identifier=identifier,
                                             kind=common_pb2.COMMIT_KIND_APPEND,
                                             changes=[changes_to_proto(m) for m in messages],
-                                            properties=properties or {}, request_ids=list(request_ids))
+                                            properties=properties or {}, request_ids=list(request_ids),
+                                            table_uuid=table_uuid)
         deadline = time.monotonic() + self.retry_for_s
         backoff = 0.1
         while True:
@@ -77,6 +90,35 @@ class CatalogClient:
                                                   f"{self.target} did not answer ({code.name}: {e.details()})") from e
                 _log.warning("commit %d of %s: %s, retrying with the same identifier", identifier, table_id,
                              code.name)
+                time.sleep(backoff)  # bounded by `retry_for_s`
+                backoff = min(backoff * 2, 2.0)
+
+    def allocate_sequences(self, table_id: str, counts: Mapping[tuple[bytes, int], int],
+                           table_uuid: str = "") -> dict[tuple[bytes, int], int]:
+        """The first of `counts[key]` sequence numbers reserved for each bucket by the catalog.
+
+        A lost reply is asked again for up to `retry_for_s` (a lost range only leaves a gap). Raises
+        ServiceUnavailableError when the catalog cannot be reached, CommitRefusedError when it refuses.
+        """
+        keys = list(counts)
+        request = catalog_pb2.AllocateSequencesRequest(
+            table=ident(table_id), table_uuid=table_uuid,
+            ranges=[catalog_pb2.SequenceRange(partition=p, bucket=b, count=counts[(p, b)]) for p, b in keys])
+        deadline = time.monotonic() + self.retry_for_s
+        backoff = 0.1
+        while True:
+            try:
+                first = self.stub.AllocateSequences(request, timeout=self.timeout_s).first
+                return dict(zip(keys, first, strict=True))
+            except grpc.RpcError as e:
+                code = e.code()
+                if code not in _UNKNOWN:
+                    raise CommitRefusedError(code, f"the catalog refused sequence numbers: {e.details()}") from e
+                if time.monotonic() + backoff > deadline:
+                    raise ServiceUnavailableError(f"the catalog at {self.target} gave no sequence numbers for "
+                                                  f"{table_id} ({code.name}: {e.details()}); nothing was written, "
+                                                  "retry") from e
+                _log.warning("sequence numbers for %s: %s, asking again", table_id, code.name)
                 time.sleep(backoff)  # bounded by `retry_for_s`
                 backoff = min(backoff * 2, 2.0)
 

@@ -200,10 +200,14 @@ class KafkaIngest:
 
     def _table(self, table_id: str) -> TableIngest:
         ingest = self._tables.get(table_id)
+        user = self.commit_user
+        if ingest is not None and ingest.stale:  # dropped and created again: the rows are read again from Kafka
+            ingest.close()
+            ingest = None
+            user = f"{self.commit_user}-{uuid.uuid4().hex[:4]}"  # identifiers start again at 1
         if ingest is None:
             table = self.catalog.get_table(table_id)
-            ingest = self._tables[table_id] = TableIngest(table, self.client, self.commit_user, self.metrics,
-                                                          self.spill_root)
+            ingest = self._tables[table_id] = TableIngest(table, self.client, user, self.metrics, self.spill_root)
             self._retract[table_id] = needs_retractions(table.schema)
         return ingest
 

@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 import grpc
 import pyarrow as pa
 
-from ..errors import BackPressureError, StorageError
+from ..errors import BackPressureError, NotFoundError, StorageError
 from ..input_rows import conform
-from ..table import FileStoreTable
+from ..table import FileStoreTable, table_identity
 from ..table_write import CommitMessage
 from ..write_buffer import BufferedTableWrite
-from .catalog_client import CatalogClient, CommitRefusedError
+from .catalog_client import CatalogClient, CatalogSequences, CommitRefusedError
 from .metrics import WriterMetrics
 
 _log = logging.getLogger(__name__)
@@ -85,7 +85,8 @@ class TableIngest:
         self.commit_user = commit_user
         self.metrics = metrics
         self._spill_root = spill_root
-        self._write = BufferedTableWrite(table, spill_root=spill_root)
+        self.stale = False  # the table was dropped and created again: its owner opens a new TableIngest
+        self._write = self._new_buffers()
         self._lock = threading.Lock()  # buffers and the current group
         self._commit_lock = threading.RLock()  # one commit of this table at a time, in order
         self._group = Group()
@@ -101,6 +102,23 @@ class TableIngest:
         self._requests: dict[str, Group | None] = {}
         self._claims = threading.Condition(self._lock)  # a claim of `_requests` became a group or was dropped
         self.on_idle: Callable[[], None] = lambda: None  # called when the last write in progress has buffered
+
+    def _new_buffers(self) -> BufferedTableWrite:
+        """Write buffers numbering their rows with ranges the catalog hands out at each flush: the one
+        authority per bucket shared by every writer replica and ingestion path (docs/writer-service.md)."""
+        return BufferedTableWrite(self.table, spill_root=self._spill_root,
+                                  sequences=CatalogSequences(self.client, self.table_id, self.table.table_uuid))
+
+    def _note_refusal(self, error: BaseException) -> None:
+        """After the catalog refused a commit or sequence numbers: is the table this writer holds gone?"""
+        if isinstance(error, CommitRefusedError) and error.code in (grpc.StatusCode.FAILED_PRECONDITION,
+                                                                    grpc.StatusCode.NOT_FOUND):
+            try:
+                self.stale = table_identity(self.table.io, self.table.schemas) != self.table.table_uuid
+            except NotFoundError:
+                self.stale = True
+            if self.stale:
+                _log.warning("table %s was dropped (and created again): this writer reopens it", self.table_id)
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -211,6 +229,7 @@ class TableIngest:
             _log.warning("table %s: flushing a full write buffer failed: %s", self.table_id, e)
             self._storage_error = e
         except BaseException as e:
+            self._note_refusal(e)
             self._write.abort()
             failed, self._group = self._group, Group()
             failed.error = e
@@ -228,7 +247,7 @@ class TableIngest:
                 with self._lock:
                     self.table.refresh_schema()
                     self._write.close()
-                    self._write = BufferedTableWrite(self.table, spill_root=self._spill_root)
+                    self._write = self._new_buffers()
                     self._stall_applies = self.table.schema.is_primary_key_table
                     self._stop_trigger = self.table.options.stop_trigger()
             _log.info("table %s: writing with schema %d", self.table_id, self.table.schema.id)
@@ -297,6 +316,7 @@ class TableIngest:
             try:
                 sid = self._commit_retrying(group, messages, properties)
             except CommitRefusedError as e:
+                self._note_refusal(e)
                 self._settle(adding, committed=False)
                 self._write.delete_files(messages)
                 group.error = e
@@ -352,6 +372,7 @@ class TableIngest:
                         self._fail_group(group, e)
                         raise
                 except BaseException as e:
+                    self._note_refusal(e)
                     self._fail_group(group, e)
                     raise
                 else:
@@ -384,7 +405,7 @@ class TableIngest:
         while True:
             try:
                 return self.client.commit(self.table_id, self.commit_user, self._identifier, messages, properties,
-                                          group.request_ids)
+                                          group.request_ids, self.table.table_uuid)
             except CommitRefusedError as e:
                 if e.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
                     raise
@@ -409,7 +430,7 @@ class TableIngest:
             group, self._group = self._group, Group()
             self._storage_error = None
             self._write.close()
-            self._write = BufferedTableWrite(self.table, spill_root=self._spill_root)
+            self._write = self._new_buffers()
         group.error = reason
         group.done.set()
 

@@ -72,6 +72,7 @@ class Tables:
         self.spill_root = spill_root
         self._lock = threading.Lock()
         self._tables: dict[str, tuple[TableIngest, _Committer]] = {}
+        self._opened: set[str] = set()
         self._closed = False
 
     def get(self, table_id: str) -> TableIngest:
@@ -79,9 +80,19 @@ class Tables:
             if self._closed:
                 raise ShutdownError("the writer is shutting down")
             entry = self._tables.get(table_id)
+            if entry is not None and entry[0].stale:  # dropped and created again: its group has failed
+                stale, committer = entry
+                committer.stop.set()
+                committer.wake.set()
+                stale.discard(ShutdownError(f"table {table_id} was dropped and created again; resend the write"))
+                stale.close()
+                entry = None
             if entry is None:
                 table = self.catalog.get_table(table_id)  # NotFoundError for an unknown table
-                ingest = TableIngest(table, self.client, self.commit_user, self.metrics, self.spill_root)
+                # a reopened table gets a commit user of its own: its identifiers start again at 1
+                user = f"{self.commit_user}-{uuid.uuid4().hex[:4]}" if table_id in self._opened else self.commit_user
+                self._opened.add(table_id)
+                ingest = TableIngest(table, self.client, user, self.metrics, self.spill_root)
                 committer = _Committer(ingest, self.commit_interval_s, self.commit_rows)
                 ingest.on_idle = committer.wake.set
                 entry = self._tables[table_id] = (ingest, committer)
