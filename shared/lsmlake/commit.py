@@ -5,7 +5,11 @@ The protocol, for one commit:
    it landed before (a retry after a lost reply): stop;
 2. check that every file the commit deletes is still live (else: conflict, give up for good);
 3. write the delta manifest (once) and a base manifest list holding the previous snapshot's manifests;
-4. publish `snapshot-<latest+1>` with a write-if-absent; losing the race goes back to 1.
+   on a local disk each is synced as written, and the `manifest/` directory once before step 4;
+4. publish `snapshot-<latest+1>` with a write-if-absent (its content synced before the link, the
+   `snapshot/` directory after); losing the race goes back to 1.
+The data files a commit names were synced by their writer (`DataFileWriter`) before it sent them, so
+after an acknowledged commit nothing it refers to can be lost to a power cut.
 Files written for a lost attempt are deleted; on an unknown outcome nothing is deleted. A storage failure
 (disk full) before or while publishing fails the commit with StorageError after deleting the metadata
 it wrote: nothing was applied and the caller may retry the same messages once there is space.
@@ -178,6 +182,7 @@ class FileStoreCommit:
                 watermark=latest.watermark if latest else None,
                 next_row_id=latest.next_row_id if latest else None,
                 properties=dict(properties) if properties else None, uuid=str(uuid.uuid4()))
+            self.manifests.sync_dir()  # every manifest the snapshot names is durable before it is published
             published = self._publish(snap)
             if published:
                 return CommitResult(snap.id)
@@ -217,10 +222,11 @@ class FileStoreCommit:
     def _publish(self, snap: Snapshot) -> bool:
         """Publish the snapshot; False when another commit took its id.
 
-        A failed publication is settled by reading the target back: our snapshot there is a success,
-        another one a lost race; an absent target on a local filesystem (where publication is one
-        hard link) means nothing was published, and the StorageError propagates as a definite failure.
-        Anything else is an unknown outcome.
+        A failed publication is settled by reading the target back: our snapshot there is a success on
+        an object store; on a local filesystem it is an unknown outcome, as the directory sync that makes
+        the snapshot survive a power cut did not complete. Another snapshot there is a lost race; an
+        absent target on a local filesystem (where publication is one hard link) means nothing was
+        published, and the StorageError propagates as a definite failure. Anything else is an unknown outcome.
         """
         try:
             return self.snapshots.publish(snap)
@@ -232,6 +238,9 @@ class FileStoreCommit:
             except Exception:
                 raise CommitStateUnknownError(f"publishing snapshot {snap.id} failed ({e}) and the snapshot "
                                               "cannot be read back") from e
+            if found is not None and found.uuid == snap.uuid and self.snapshots.io.local:
+                raise CommitStateUnknownError(f"snapshot {snap.id} was published but may not survive a power "
+                                              f"cut: {e}") from e
             if found is not None:
                 return found.uuid == snap.uuid or False
             if isinstance(e, StorageError) and self.snapshots.io.local:

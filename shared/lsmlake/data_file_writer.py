@@ -37,18 +37,27 @@ class DataFileWriter:
 
         For primary-key tables `seq` and `kinds` give each row's sequence number and kind; for append
         tables they may be None (then `seq` may still carry the sequence range to record).
+        On a local disk every file is synced as it is written and the bucket directory once at the end,
+        so the files survive a power cut before any commit names them. On failure the files this call
+        wrote are deleted.
         """
         n = rows.num_rows
         if n == 0:
             return []
         per_file = max(1, int(self.target_size // max(1, rows.nbytes // n)))
-        metas = []
-        for start in range(0, n, per_file):
-            end = min(n, start + per_file)
-            metas.append(self._write_one(
-                bucket_dir, rows.slice(start, end - start),
-                None if seq is None else seq[start:end], None if kinds is None else kinds[start:end],
-                level, file_source, prefix))
+        metas: list[DataFileMeta] = []
+        try:
+            for start in range(0, n, per_file):
+                end = min(n, start + per_file)
+                metas.append(self._write_one(
+                    bucket_dir, rows.slice(start, end - start),
+                    None if seq is None else seq[start:end], None if kinds is None else kinds[start:end],
+                    level, file_source, prefix))
+            self.io.sync_dir(bucket_dir)
+        except BaseException:
+            for m in metas:
+                self.io.delete_quietly(f"{bucket_dir}/{m.file_name}")
+            raise
         return metas
 
     def _write_one(self, bucket_dir: str, rows: pa.Table, seq: np.ndarray | None, kinds: np.ndarray | None,
@@ -68,7 +77,7 @@ class DataFileWriter:
         pq.write_table(file_table, sink, compression=compression, compression_level=compression_level,
                        row_group_size=max(1, file_table.num_rows))
         data = sink.getvalue().to_pybytes()
-        self.io.write_bytes(f"{bucket_dir}/{name}", data)
+        self.io.write_bytes(f"{bucket_dir}/{name}", data, sync_dir=False)  # `write` syncs the directory once
         if pk:
             assert seq is not None and kinds is not None
             first = [c[0].as_py() for c in key_cols]

@@ -98,14 +98,16 @@ class IndexManifestStore:
         return [IndexEntry.from_avro(r) for r in fastavro.reader(io.BytesIO(data)) if r["_KIND"] == 0]
 
     def write(self, entries: Sequence[IndexEntry]) -> str:
+        """Write an index manifest; the commit syncs the `manifest/` directory with its other manifests."""
         name = f"index-manifest-{uuid.uuid4()}-0"
         buf = io.BytesIO()
         fastavro.writer(buf, INDEX_MANIFEST_ENTRY, [e.to_avro() for e in entries],
                         codec=CODECS.get(self.codec, self.codec))
-        self.io.write_bytes(self.manifest_path(name), buf.getvalue())
+        self.io.write_bytes(self.manifest_path(name), buf.getvalue(), sync_dir=False)
         return name
 
     def write_index_file(self, data: bytes) -> str:
+        """Write an index file (deletion vectors), synced with its directory: one file per bucket and commit."""
         name = f"index-{uuid.uuid4()}-0"
         self.io.write_bytes(self.index_path(name), data)
         return name

@@ -81,10 +81,11 @@ class ManifestFileMeta:
 
 
 def _write_avro(fio: FileIO, path: str, schema: Any, records: Iterable[dict[str, Any]], codec: str) -> int:
+    """Write an Avro file (content synced on a local disk); its directory is left to `ManifestStore.sync_dir`."""
     buf = io.BytesIO()
     fastavro.writer(buf, schema, records, codec=CODECS.get(codec, codec))
     data = buf.getvalue()
-    fio.write_bytes(path, data)
+    fio.write_bytes(path, data, sync_dir=False)
     return len(data)
 
 
@@ -126,6 +127,14 @@ class ManifestStore:
 
     def path(self, name: str) -> str:
         return f"{self.dir}/{name}"
+
+    def sync_dir(self) -> None:
+        """Make the manifests written so far survive a power cut (their content is synced as written).
+
+        Manifests, manifest lists and index manifests share the `manifest/` directory; a commit syncs it
+        once, after writing all of them and before publishing the snapshot that names them.
+        """
+        self.io.sync_dir(self.dir)
 
     def write_manifest(self, entries: Sequence[ManifestEntry], schema_id: int) -> ManifestFileMeta:
         """Write one manifest file of these entries and describe it for a manifest list."""

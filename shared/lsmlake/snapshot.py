@@ -152,7 +152,11 @@ class SnapshotManager:
         return out
 
     def publish(self, snapshot: Snapshot) -> bool:
-        """Write `snapshot-<id>` if no one else has; then move the LATEST hint. False if the id was taken."""
+        """Write `snapshot-<id>` if no one else has; then move the LATEST hint. False if the id was taken.
+
+        On a local disk the snapshot's content is synced before it is linked into place and the
+        directory after (`FileIO.write_if_absent`): a snapshot that was published survives a power cut.
+        """
         if not self.io.write_if_absent(self.path(snapshot.id), snapshot.to_json().encode()):
             return False
         self.write_hint("LATEST", snapshot.id)
