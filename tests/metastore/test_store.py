@@ -466,3 +466,42 @@ def test_forget_table_and_outbox_lag(store: MetaStore) -> None:
     assert store.find_commit(T, "u", 1, "APPEND") is None
     assert store.request_plan(T, b"", 0, ["a"], 1)  # the file is free again
     assert store.outbox_lag()[0] == 1  # events of a dropped table are still delivered
+
+
+# -- sequence numbers ----------------------------------------------------------------------------
+
+
+def test_sequence_ranges_are_monotone_never_overlap_and_respect_floors(store: MetaStore) -> None:
+    a, b = (b"\x01", 0), (b"\x01", 1)
+    with store.commit_lock(T):
+        assert store.sequences_synced_to(T) is None
+        assert store.allocate_sequences(T, {a: 10, b: 1}, {}, None) == {a: 0, b: 0}
+    with store.commit_lock(T):
+        assert store.allocate_sequences(T, {a: 5}, {b: 100}, 3) == {a: 10}  # b raised, not handed out
+        assert store.sequences_synced_to(T) == 3
+    with store.commit_lock(T):
+        # a floor below the counter changes nothing; one above it moves the next range up
+        assert store.allocate_sequences(T, {a: 1, b: 2}, {a: 7}, 4) == {a: 15, b: 100}
+        assert store.allocate_sequences(T, {a: 1, b: 1}, {a: 50}, 5) == {a: 50, b: 102}
+    with store.commit_lock("db.other"):  # tables count apart
+        assert store.allocate_sequences("db.other", {a: 1}, {}, None) == {a: 0}
+
+
+def test_sequence_counters_survive_reopening_and_are_forgotten_with_the_table(store_url: str) -> None:
+    key = (b"", 3)
+    with open_store(store_url) as s, s.commit_lock(T):
+        s.allocate_sequences(T, {key: 1000}, {}, 9)
+    with open_store(store_url) as s:
+        with s.commit_lock(T):
+            assert s.allocate_sequences(T, {key: 1}, {}, 9) == {key: 1000}
+            s.forget_table(T)
+        assert s.sequences_synced_to(T) is None
+        with s.commit_lock(T):
+            assert s.allocate_sequences(T, {key: 1}, {}, None) == {key: 0}
+
+
+def test_sequence_requests_are_validated(store: MetaStore) -> None:
+    with pytest.raises(InvalidInputError, match="sequence count"):
+        store.allocate_sequences(T, {(b"", 0): -1}, {}, None)
+    with pytest.raises(InvalidInputError, match="bucket"):
+        store.allocate_sequences(T, {(b"", "0"): 1}, {}, None)  # type: ignore[dict-item]

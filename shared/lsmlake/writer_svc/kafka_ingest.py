@@ -19,9 +19,11 @@ Exactly once, across crashes at any point:
    once, which marks the moment the old log's progress became final. Messages the lost log had
    acknowledged past the offsets recorded under its id never reached the table: their producers must
    send them again (see docs/reliability.md).
-A catalog commit that fails drops the buffers and rewinds every partition to the snapshot's offsets
-(the catalog client has retried the same commit identifier before giving up, so a commit still in
-flight has landed, or not, by then).
+A catalog commit whose outcome is unknown (the catalog does not answer) is sent again, with the same
+identifier and files, until the catalog answers: rewinding while the catalog may still apply the last
+attempt would read its rows again and commit them twice. A commit that definitely failed drops the
+buffers and rewinds every partition to the snapshot's offsets. Only a writer stopping while the catalog
+is still unreachable gives up an unknown commit (then the next writer's rewind decides).
 
 All Kafka calls happen on the ingestion thread (kafka-python consumers are not thread-safe); the
 rebalance listener only flags the rebalance, which that thread handles when `poll` returns.
@@ -350,7 +352,7 @@ class KafkaIngest:
                 props = {offset_key(tp.topic, tp.partition): str(o) for tp, o in offsets.items()}
                 props.update({topic_id_key(t): self._topic_ids[t] for t in {tp.topic for tp in offsets}
                               if t in self._topic_ids})
-                self._table(table_id).commit(props)
+                self._table(table_id).commit(props, resend_until=self._stop)
                 done.update({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
         except Exception as e:
             _log.warning("ingestion commit failed (%s): dropping the buffers and reading again from the offsets "

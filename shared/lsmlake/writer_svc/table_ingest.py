@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import grpc
 import pyarrow as pa
 
-from ..errors import BackPressureError, NotFoundError, StorageError
+from ..errors import BackPressureError, CommitStateUnknownError, NotFoundError, StorageError
 from ..input_rows import conform
 from ..table import FileStoreTable, table_identity
 from ..table_write import CommitMessage
@@ -44,6 +44,7 @@ _log = logging.getLogger(__name__)
 STALL_POLL_S = 0.5
 RUNS_REFRESH_S = 10.0
 STORAGE_RETRY_S = 10.0  # how long a refused commit is retried when no request waits for the group
+RESEND_PAUSE_S = 1.0  # between two rounds of resending a commit whose outcome is unknown
 REPLY_MARGIN_S = 3.0  # a group gives up this long before its earliest waiter's deadline, so the error gets there
 
 
@@ -294,11 +295,16 @@ class TableIngest:
 
     # -- commits -----------------------------------------------------------------------------------
 
-    def commit(self, properties: dict[str, str] | None = None) -> int | None:
+    def commit(self, properties: dict[str, str] | None = None,
+               resend_until: threading.Event | None = None) -> int | None:
         """Commit everything buffered as one snapshot and wake its group; the snapshot id (None: nothing to do).
 
         A definite refusal deletes the written files and fails the group; an unknown outcome fails the
-        group with CommitStateUnknownError and keeps the files (the snapshot may exist).
+        group with CommitStateUnknownError and keeps the files (the snapshot may exist). With
+        `resend_until`, an unknown outcome is not given up: the same commit (identifier, files, properties)
+        is sent again until the catalog answers definitely or the event is set. Kafka ingestion needs
+        this: rewinding to the snapshots' offsets while the catalog may still apply the last attempt would
+        read those rows again and commit them twice.
         """
         with self._commit_lock:
             prepared = self._prepare(properties)
@@ -314,7 +320,7 @@ class TableIngest:
             self._identifier += 1
             started = time.perf_counter()
             try:
-                sid = self._commit_retrying(group, messages, properties)
+                sid = self._commit_resending(group, messages, properties, resend_until)
             except CommitRefusedError as e:
                 self._note_refusal(e)
                 self._settle(adding, committed=False)
@@ -397,6 +403,19 @@ class TableIngest:
     def _give_up(group: Group, first: float) -> float:
         """When retrying a group's flush or commit stops: before its earliest waiter's deadline."""
         return group.reply_by - REPLY_MARGIN_S if group.reply_by is not None else first + STORAGE_RETRY_S
+
+    def _commit_resending(self, group: Group, messages: list[CommitMessage], properties: dict[str, str] | None,
+                          resend_until: threading.Event | None) -> int:
+        """`_commit_retrying`, sent again after each unknown outcome until a definite answer or `resend_until`."""
+        while True:
+            try:
+                return self._commit_retrying(group, messages, properties)
+            except CommitStateUnknownError as e:
+                if resend_until is None or resend_until.is_set():
+                    raise
+                _log.warning("commit %d of %s: outcome unknown (%s); sending it again until the catalog answers",
+                             self._identifier, self.table_id, e)
+                resend_until.wait(RESEND_PAUSE_S)
 
     def _commit_retrying(self, group: Group, messages: list[CommitMessage], properties: dict[str, str] | None) -> int:
         """The catalog commit, retried with the same identifier while the catalog's storage refuses it."""
