@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,6 +133,29 @@ def test_bad_input_changes_nothing(cluster: Cluster) -> None:
     assert cluster.rows(ident) == before
 
 
+def test_write_rows_refuses_a_field_the_table_does_not_have(cluster: Cluster) -> None:
+    """A JSON field that is not a column: INVALID_ARGUMENT naming the row and the field, and no row is written
+    (a stale schema must not turn the producer's values into NULLs)."""
+    ident = cluster.catalog.create_table("db", "orders", [("id", "BIGINT NOT NULL"), ("amount", "DOUBLE")], ["id"],
+                                         {"bucket": "1"})
+    cluster.stub.WriteRows(writer_pb2.WriteRowsRequest(table=ident, rows_json=['{"id": 1, "amount": 1.5}'],
+                                                       options={"commit": "now"}), timeout=TIMEOUT_S)
+    table = FileSystemCatalog(cluster.catalog.warehouse).get_table("db.orders")
+    snapshots = table.snapshots.ids()
+    rows_json = [json.dumps({"id": i, "amount": i / 2}) for i in range(10, 15)]
+    rows_json[3] = '{"id": 13, "amount": 2.0, "colour": "red"}'
+    got, msg = _code(cluster.stub.WriteRows, writer_pb2.WriteRowsRequest(table=ident, rows_json=rows_json,
+                                                                          options={"commit": "now"}))
+    assert got == grpc.StatusCode.INVALID_ARGUMENT, msg
+    assert 'rows_json[3]: field "colour" is not a column of db.orders (columns: id, amount)' in msg, msg
+    assert "1 row(s) are invalid, nothing was written" in msg and "rows_json[0]" not in msg, msg
+    assert table.snapshots.ids() == snapshots
+    # the row-kind field is not an unknown field; the next commit holds this row alone (nothing was buffered)
+    cluster.stub.WriteRows(writer_pb2.WriteRowsRequest(table=ident, rows_json=[
+        '{"id": 2, "amount": 3.0, "_row_kind": "+U"}'], options={"commit": "now"}), timeout=TIMEOUT_S)
+    assert cluster.rows(ident) == [{"id": 1, "amount": 1.5}, {"id": 2, "amount": 3.0}]
+
+
 def test_writes_stall_when_a_bucket_has_too_many_runs(cluster: Cluster) -> None:
     ident = cluster.catalog.create_table("db", "s", [("id", "BIGINT NOT NULL")], ["id"],
                                          {"bucket": "1", "num-sorted-run.stop-trigger": "2"})
@@ -223,3 +247,44 @@ def test_writes_follow_an_alter_and_empty_writes_answer(cluster: Cluster) -> Non
     cluster.stub.Write(write_requests(ident, pa.table({"id": pa.array([2], pa.int64()), "label": ["b"],
                                                        "n": pa.array([7], pa.int32())})), timeout=TIMEOUT_S)
     assert cluster.rows(ident) == [{"id": 1, "label": "a", "n": None}, {"id": 2, "label": "b", "n": 7}]
+
+
+def test_a_table_dropped_and_created_again_is_reopened_not_written_with_the_old_schema(cluster: Cluster) -> None:
+    from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
+
+    ident = cluster.catalog.create_table("db", "re", [("id", "BIGINT NOT NULL"), ("v", "STRING")], ["id"],
+                                         {"bucket": "1"})
+    cluster.stub.Write(write_requests(ident, pa.table({"id": pa.array([1], pa.int64()), "v": ["old"]})),
+                       timeout=TIMEOUT_S)  # the writer now holds the table and its schema
+    cluster.catalog.stub.DropTable(catalog_pb2.DropTableRequest(table=ident), timeout=TIMEOUT_S)
+    cluster.catalog.create_table("db", "re", [("id", "BIGINT NOT NULL"), ("v", "STRING"), ("w", "STRING")], ["id"],
+                                 {"bucket": "1"})
+    new_rows = pa.table({"id": pa.array([2], pa.int64()), "v": ["new"], "w": ["kept"]})
+    with pytest.raises(grpc.RpcError) as e:  # the writer finds out on this write; nothing is written
+        cluster.stub.Write(write_requests(ident, new_rows), timeout=TIMEOUT_S)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE and "dropped and created again" in e.value.details()
+    cluster.stub.Write(write_requests(ident, new_rows), timeout=TIMEOUT_S)  # the resend lands in the new table
+    assert cluster.rows(ident) == [{"id": 2, "v": "new", "w": "kept"}]
+    # rows without the new column, which the old schema would have taken, go to the new table too
+    cluster.stub.Write(write_requests(ident, pa.table({"id": pa.array([3], pa.int64()), "v": ["x"]})),
+                       timeout=TIMEOUT_S)
+    assert cluster.rows(ident)[-1] == {"id": 3, "v": "x", "w": None}
+
+
+def test_a_writer_holding_a_dropped_table_has_its_commit_refused(cluster: Cluster) -> None:
+    """Rows that fit the old schema reach the commit: the catalog refuses the old identity, nothing lands."""
+    from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
+
+    ident = cluster.catalog.create_table("db", "re2", [("id", "BIGINT NOT NULL"), ("v", "STRING")], ["id"],
+                                         {"bucket": "1"})
+    rows = pa.table({"id": pa.array([1], pa.int64()), "v": ["a"]})
+    cluster.stub.Write(write_requests(ident, rows), timeout=TIMEOUT_S)
+    cluster.catalog.stub.DropTable(catalog_pb2.DropTableRequest(table=ident), timeout=TIMEOUT_S)
+    cluster.catalog.create_table("db", "re2", [("id", "BIGINT NOT NULL"), ("v", "STRING"), ("w", "STRING")], ["id"],
+                                 {"bucket": "1"})
+    with pytest.raises(grpc.RpcError) as e:
+        cluster.stub.Write(write_requests(ident, rows), timeout=TIMEOUT_S)
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "dropped and created again" in e.value.details()
+    assert cluster.rows(ident) == []
+    cluster.stub.Write(write_requests(ident, rows), timeout=TIMEOUT_S)
+    assert cluster.rows(ident) == [{"id": 1, "v": "a", "w": None}]

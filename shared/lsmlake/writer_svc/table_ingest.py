@@ -31,7 +31,14 @@ from dataclasses import dataclass, field
 import grpc
 import pyarrow as pa
 
-from ..errors import BackPressureError, CommitStateUnknownError, NotFoundError, StorageError
+from ..errors import (
+    BackPressureError,
+    CommitStateUnknownError,
+    InvalidInputError,
+    NotFoundError,
+    ServiceUnavailableError,
+    StorageError,
+)
 from ..input_rows import conform
 from ..table import FileStoreTable, table_identity
 from ..table_write import CommitMessage
@@ -114,12 +121,16 @@ class TableIngest:
         """After the catalog refused a commit or sequence numbers: is the table this writer holds gone?"""
         if isinstance(error, CommitRefusedError) and error.code in (grpc.StatusCode.FAILED_PRECONDITION,
                                                                     grpc.StatusCode.NOT_FOUND):
-            try:
-                self.stale = table_identity(self.table.io, self.table.schemas) != self.table.table_uuid
-            except NotFoundError:
-                self.stale = True
-            if self.stale:
-                _log.warning("table %s was dropped (and created again): this writer reopens it", self.table_id)
+            self._check_identity()
+
+    def _check_identity(self) -> None:
+        """Mark this writer stale when the table under its name is no longer the one it holds."""
+        try:
+            self.stale = table_identity(self.table.io, self.table.schemas) != self.table.table_uuid
+        except NotFoundError:
+            self.stale = True
+        if self.stale:
+            _log.warning("table %s was dropped (and created again): this writer reopens it", self.table_id)
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -189,7 +200,15 @@ class TableIngest:
                             raise StorageError(f"the writer cannot write to the warehouse ({self._storage_error}); "
                                                "it takes no new rows until its pending commit succeeds. Nothing "
                                                "was written: retry later")
-                        self._write.write(data)
+                        try:
+                            self._write.write(data)
+                        except InvalidInputError as e:  # rows for a newer table of the same name?
+                            self._check_identity()
+                            if self.stale:
+                                raise ServiceUnavailableError(
+                                    f"table {self.table_id} was dropped and created again; nothing was written: "
+                                    "resend the write") from e
+                            raise
                         if self._write.must_flush:
                             self._flush_full_buffer()
                         group = self._group
