@@ -12,7 +12,7 @@ import grpc
 import pyarrow as pa
 import pytest
 from lsmlake import Client
-from lsmlake.client import CHUNK_BYTES, TableInfo, WriteResult, _ipc_chunks
+from lsmlake.client import CHUNK_BYTES, BucketCompaction, NotCompacted, TableInfo, WriteResult, _ipc_chunks
 from lsmlake.errors import InvalidInputError, NotFoundError
 from lsmlake.proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
 from lsmlake.writer_svc.server import Settings, WriterServer
@@ -222,7 +222,13 @@ class _Compactor(compactor_pb2_grpc.CompactorServiceServicer):
         self.requests.append(request)
         if request.table.table == "missing":
             context.abort(grpc.StatusCode.NOT_FOUND, "table 'db.missing' does not exist")
-        return compactor_pb2.TriggerCompactionResponse(buckets_queued=2, plan_ids=["7"], snapshot_ids=[9])
+        return compactor_pb2.TriggerCompactionResponse(
+            buckets_queued=2, buckets_elsewhere=1, plan_ids=["7"], snapshot_ids=[9], request_snapshot_id=5,
+            compacted=[compactor_pb2.BucketCompacted(partition_values={"p": "1"}, bucket=0, plan_id="7", snapshot_id=9),
+                       compactor_pb2.BucketCompacted(partition_values={"p": "1"}, bucket=1, snapshot_id=6)],
+            not_compacted=[compactor_pb2.BucketNotCompacted(partition_values={"p": "2"}, bucket=0,
+                                                            reason="owned by another compactor replica")],
+            wait_limit_ms=8_000 if request.wait else 0, timed_out=False)
 
 
 def test_compact_triggers_the_compactor_service(catalog_address: tuple[str, str]) -> None:
@@ -235,8 +241,16 @@ def test_compact_triggers_the_compactor_service(catalog_address: tuple[str, str]
         with Client(catalog_address[0], compactor=f"127.0.0.1:{port}", timeout_s=10) as c:
             result = c.compact("db.s", full=True, partition={"p": 1}, bucket=0)
             assert (result.buckets_queued, result.plan_ids, result.snapshot_ids) == (2, ("7",), (9,))
+            assert result.request_snapshot_id == 5 and result.wait_limit_s == 8.0 and not result.timed_out
+            assert result.compacted == (BucketCompaction({"p": "1"}, 0, "7", 9),
+                                        BucketCompaction({"p": "1"}, 1, None, 6))
+            assert result.not_compacted == (NotCompacted({"p": "2"}, 0, "owned by another compactor replica"),)
+            assert not result.complete
             req = fake.requests[-1]
             assert req.full and req.wait and dict(req.partition) == {"p": "1"} and req.bucket == 0
+            # the wait is bounded by the call's deadline: the client's timeout_s, or the one given
+            unwaited = c.compact("db.s", wait=False, timeout_s=5)
+            assert unwaited.wait_limit_s is None and not fake.requests[-1].wait
             with pytest.raises(NotFoundError, match="db.missing"):
                 c.compact("db.missing")
     finally:

@@ -308,6 +308,10 @@ partitions whose columns equal the values; a value is parsed with the column's t
 2024-01-31), and the table's partition.default-name (__DEFAULT_PARTITION__) means null.
 Prints: compacted DB.TABLE in snapshot S: F files -> G files (files rewritten or moved, and their
 replacements), or: nothing to compact in DB.TABLE.
+Through a cluster (`lake up`, or --compactor-service), the compactor service compacts and the command
+waits for it (within the client's 60 s deadline): it prints how many of the named buckets were compacted
+and the COMPACT snapshots, then each bucket that was not (owned by another compactor replica, its plan
+failed, or timed out) with the reason.
 """
 
 _LEVELS_EPILOG = """\
@@ -1890,10 +1894,18 @@ def cmd_compact(args: argparse.Namespace) -> int:
     if services is not None and services.compactor:
         with _client(services, args) as client:
             r = client.compact(args.table, full=args.full, wait=True, partition=dict(args.partition) or None)
-        where = f" ({r.buckets_elsewhere} bucket(s) belong to other compactor replicas)" if r.buckets_elsewhere else ""
+        named = r.buckets_queued + r.buckets_elsewhere
         snaps = ", ".join(map(str, r.snapshot_ids)) or "none needed"
-        _out(f"compacted {args.table} through the compactor service: {r.buckets_queued} bucket(s) looked at, "
-             f"snapshot(s) {snaps}{where}")
+        _out(f"compacted {args.table} through the compactor service: {len(r.compacted):,} of "
+             f"{_plural(named, 'bucket')} of snapshot {r.request_snapshot_id}, COMPACT snapshot(s) {snaps}")
+        if r.not_compacted:
+            _out(f"not compacted: {_plural(len(r.not_compacted), 'bucket')}")
+            for n in r.not_compacted:
+                where = "/".join(f"{k}={v}" for k, v in n.partition.items())
+                _out(f"  {where + ' ' if where else ''}bucket {n.bucket}: {n.reason}")
+        if r.timed_out and r.wait_limit_s is not None:
+            _out(f"the compactor stopped waiting after {r.wait_limit_s:.1f} s (the call's deadline less a margin); "
+                 "the buckets still queued are compacted later")
         return 0
     table = _catalog(args).get_table(args.table)
     partition = partition_filter(table, args.partition)

@@ -154,13 +154,51 @@ class ExpireResult:
 
 
 @dataclass(frozen=True)
+class BucketCompaction:
+    """A bucket a waited compaction compacted: by plan `plan_id` in COMPACT snapshot `snapshot_id`, or, with
+    `plan_id` None, found already compact in snapshot `snapshot_id`."""
+
+    partition: Mapping[str, str]  # partition values as text by column (the form `compact(partition=...)` takes)
+    bucket: int
+    plan_id: str | None
+    snapshot_id: int
+
+
+@dataclass(frozen=True)
+class NotCompacted:
+    """A bucket a compaction did not compact, and why (owned by another compactor, plan failed, timed out)."""
+
+    partition: Mapping[str, str]
+    bucket: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class CompactResult:
-    """What a compaction trigger did: buckets queued here or owned elsewhere, and (when waited for) the commits."""
+    """What a compaction trigger did: buckets queued here or owned elsewhere, and (when waited for) the outcome
+    of each bucket.
+
+    `request_snapshot_id` is the table's latest snapshot when the trigger arrived; its buckets are the ones
+    named. A waited full compaction lists a bucket in `compacted` only once every file it held in that
+    snapshot is rewritten into one sorted run on the highest level (level-0 files committed later may sit
+    beside it); every other named bucket is in `not_compacted` with the reason. `wait_limit_s` is how long
+    the compactor was prepared to wait (the call's deadline less a margin); `timed_out` says it was reached.
+    """
 
     buckets_queued: int
     buckets_elsewhere: int
     plan_ids: tuple[str, ...]
     snapshot_ids: tuple[int, ...]
+    request_snapshot_id: int = 0
+    compacted: tuple[BucketCompaction, ...] = ()
+    not_compacted: tuple[NotCompacted, ...] = ()
+    wait_limit_s: float | None = None
+    timed_out: bool = False
+
+    @property
+    def complete(self) -> bool:
+        """Whether every named bucket was compacted (meaningful for a waited compaction)."""
+        return not self.not_compacted
 
 
 @dataclass(frozen=True)
@@ -568,11 +606,16 @@ class Client:
         return ExpireResult(tuple(reply.expired_snapshot_ids), reply.deleted_data_files, reply.deleted_metadata_files)
 
     def compact(self, identifier: str, full: bool = False, wait: bool = True, *,
-                partition: Mapping[str, Any] | None = None, bucket: int | None = None) -> CompactResult:
+                partition: Mapping[str, Any] | None = None, bucket: int | None = None,
+                timeout_s: float | None = None) -> CompactResult:
         """Ask the compactor service to compact the table (or one partition / bucket) now.
 
-        With `wait`, returns once the compactions are committed (bounded by `timeout_s`). Buckets another
-        compactor replica owns are only counted (`buckets_elsewhere`); trigger them there.
+        With `wait`, returns once every named bucket the compactor owns is compacted or known not to be:
+        for a full compaction, every file a bucket held when the request arrived is then rewritten into one
+        sorted run (see `CompactResult`). The wait is bounded by the call's deadline, `timeout_s` (default:
+        the client's `timeout_s`): the compactor answers a margin (2 s, or 10% of a shorter deadline) before
+        it, listing the unfinished buckets as timed out. Buckets another compactor replica owns are counted
+        (`buckets_elsewhere`) and listed in `not_compacted`; trigger them there.
         """
         if self._compactor is None:
             raise InvalidInputError("this Client has no compactor service: pass compactor='host:port'")
@@ -581,9 +624,14 @@ class Client:
             wait=wait)
         if bucket is not None:
             req.bucket = bucket
-        reply = self._call(self._compactor.TriggerCompaction, req)
-        return CompactResult(reply.buckets_queued, reply.buckets_elsewhere, tuple(reply.plan_ids),
-                             tuple(reply.snapshot_ids))
+        reply = self._call(self._compactor.TriggerCompaction, req, timeout_s)
+        return CompactResult(
+            reply.buckets_queued, reply.buckets_elsewhere, tuple(reply.plan_ids), tuple(reply.snapshot_ids),
+            reply.request_snapshot_id,
+            tuple(BucketCompaction(dict(c.partition_values), c.bucket, c.plan_id or None, c.snapshot_id)
+                  for c in reply.compacted),
+            tuple(NotCompacted(dict(n.partition_values), n.bucket, n.reason) for n in reply.not_compacted),
+            reply.wait_limit_ms / 1000 if wait and reply.buckets_queued else None, reply.timed_out)
 
     def timeline(self, identifier: str, states: Sequence[str] = ()) -> list[CompactionPlanInfo]:
         """The table's compaction plans, oldest first; `states` (e.g. "INFLIGHT") keeps only those."""

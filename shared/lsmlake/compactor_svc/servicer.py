@@ -13,11 +13,39 @@ from ..errors import InvalidInputError
 from ..partition import partition_value_string
 from ..proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
 from ..rpc_errors import guarded
+from ..table import FileStoreTable
 from .ownership import Ownership
 from .scheduler import Scheduler
 from .timeline_client import ident
 
-DEFAULT_WAIT_S = 300.0
+DEFAULT_WAIT_S = 300.0  # a waited trigger's limit when the call has no deadline
+WAIT_MARGIN_S = 2.0
+
+
+def wait_limit(time_remaining: float | None) -> float:
+    """How long a waited trigger waits: until a margin (2 s, or 10% of a short deadline) before the call's
+    deadline, so that the answer with the timed-out buckets arrives before the client gives up."""
+    if time_remaining is None:
+        return DEFAULT_WAIT_S
+    return max(0.0, time_remaining - min(WAIT_MARGIN_S, 0.1 * time_remaining))
+
+
+class _PartitionTexts:
+    """Partition values as text by column (what `TriggerCompactionRequest.partition` takes), by BinaryRow."""
+
+    def __init__(self, table: FileStoreTable) -> None:
+        self.table = table
+        self.names = list(table.schema.partition_keys)
+        self.types = table.schema.types_of(self.names)
+
+    def __call__(self, partition: bytes) -> dict[str, str]:
+        values = self.table.partition_values(partition)
+        texts = {}
+        for n, t, v in zip(self.names, self.types, values, strict=True):
+            text = partition_value_string(v, t)
+            if text is not None:
+                texts[n] = text
+        return texts
 
 
 class CompactorService(compactor_pb2_grpc.CompactorServiceServicer):
@@ -29,6 +57,7 @@ class CompactorService(compactor_pb2_grpc.CompactorServiceServicer):
 
     @guarded
     def TriggerCompaction(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """Queue the owned buckets; with `wait`, answer once each is compacted or known not to be (waits.py)."""
         table_id = checked_table_id(request.table)
         if request.HasField("bucket") and request.bucket < 0:
             raise InvalidInputError(f"bucket {request.bucket} must not be negative")
@@ -37,16 +66,27 @@ class CompactorService(compactor_pb2_grpc.CompactorServiceServicer):
         if unknown:
             raise InvalidInputError(f"partition names {sorted(unknown)}, which are not partition keys of {table_id} "
                                     f"({list(table.schema.partition_keys)})")
-        since = time.time()
-        queued, elsewhere = self.scheduler.request(table_id, dict(request.partition),
-                                                   request.bucket if request.HasField("bucket") else None,
-                                                   request.full)
-        out = compactor_pb2.TriggerCompactionResponse(buckets_queued=len(queued), buckets_elsewhere=elsewhere)
-        if request.wait and queued:
-            remaining = context.time_remaining()
-            results = self.scheduler.wait_for(queued, since, DEFAULT_WAIT_S if remaining is None else remaining)
-            out.plan_ids.extend(p for p, _ in results)
-            out.snapshot_ids.extend(s for _, s in results)
+        w = self.scheduler.request(table_id, dict(request.partition),
+                                   request.bucket if request.HasField("bucket") else None, request.full,
+                                   wait=request.wait)
+        out = compactor_pb2.TriggerCompactionResponse(buckets_queued=len(w.queued), buckets_elsewhere=w.elsewhere,
+                                                      request_snapshot_id=w.since)
+        if request.wait and w.queued:
+            limit = wait_limit(context.time_remaining())
+            out.wait_limit_ms = int(limit * 1000)
+            self.scheduler.wait(w, limit)
+            out.timed_out = w.timed_out
+            for plan_id, snapshot_id in w.plans():
+                out.plan_ids.append(plan_id)
+                out.snapshot_ids.append(snapshot_id)
+        texts = _PartitionTexts(table)
+        for c in sorted(w.compacted.values(), key=lambda c: (c.key[1], c.key[2])):
+            out.compacted.append(compactor_pb2.BucketCompacted(
+                partition=c.key[1], partition_values=texts(c.key[1]), bucket=c.key[2], plan_id=c.plan_id,
+                snapshot_id=c.snapshot_id))
+        for n in sorted(w.not_compacted.values(), key=lambda n: (n.key[1], n.key[2])):
+            out.not_compacted.append(compactor_pb2.BucketNotCompacted(
+                partition=n.key[1], partition_values=texts(n.key[1]), bucket=n.key[2], reason=n.reason))
         return out
 
     @guarded
@@ -70,18 +110,14 @@ class CompactorService(compactor_pb2_grpc.CompactorServiceServicer):
         out = compactor_pb2.BucketLevelsResponse(snapshot_id=snap.id if snap else 0)
         if snap is None:
             return out
-        names = list(table.schema.partition_keys)
-        types = table.schema.types_of(names)
+        texts = _PartitionTexts(table)
         for s in table.new_scan(None, snap, all_levels=True).plan():
             levels: dict[int, list[Any]] = {}
             for f in s.files:
                 levels.setdefault(f.level, []).append(f)
-            shape = compactor_pb2.BucketShape(partition=s.partition, bucket=s.bucket,
+            shape = compactor_pb2.BucketShape(partition=s.partition, partition_values=texts(s.partition),
+                                              bucket=s.bucket,
                                               owned=self.ownership.owns(table_id, s.partition, s.bucket))
-            for n, t, v in zip(names, types, s.partition_values, strict=True):
-                text = partition_value_string(v, t)
-                if text is not None:
-                    shape.partition_values[n] = text
             for level in sorted(levels):
                 fs = levels[level]
                 shape.levels.append(compactor_pb2.LevelShape(

@@ -71,6 +71,6 @@ class TimelineClient:
         return self._call(self.stub.RollbackCompaction, catalog_pb2.RollbackCompactionRequest(
             table=ident(table_id), plan_id=plan_id, reason=reason, requeue=requeue))
 
-    def plans(self, table_id: str, states: Sequence[int]) -> list[Any]:
+    def plans(self, table_id: str, states: Sequence[catalog_pb2.CompactionPlanState.ValueType]) -> list[Any]:
         return list(self._call(self.stub.ListCompactionPlans, catalog_pb2.ListCompactionPlansRequest(
             table=ident(table_id), states=states)).plans)
