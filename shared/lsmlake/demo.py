@@ -200,9 +200,14 @@ def main() -> int:
         _say("levels of demo.orders now (the compactor has been merging in the background):")
         _say(_levels(warehouse, "demo.orders"))
         t0 = time.perf_counter()
-        result = client.compact("demo.orders", full=True, wait=True)
-        _say(f"full compaction through the compactor (one Spark job, a task per bucket) in "
-             f"{time.perf_counter() - t0:.1f} s: {result}")
+        result = client.compact("demo.orders", full=True, wait=True, timeout_s=300)
+        _say(f"full compaction through the compactor (Spark, a task per bucket) in {time.perf_counter() - t0:.1f} s: "
+             f"{len(result.compacted)} of {len(result.compacted) + len(result.not_compacted)} buckets of snapshot "
+             f"{result.request_snapshot_id} are one sorted run (COMPACT snapshots "
+             f"{', '.join(map(str, sorted({c.snapshot_id for c in result.compacted}))) or 'none'})")
+        for missed in result.not_compacted:
+            ok = False
+            _say(f"  NOT COMPACTED: {missed}")
         _say("levels after:")
         _say(_levels(warehouse, "demo.orders"))
 
