@@ -42,6 +42,16 @@ def test_bad_rows_are_rejected_and_change_nothing(table, rows, message) -> None:
     assert _snapshot_of_disk(table.path) == before
 
 
+def test_json_rows_with_a_field_that_is_not_a_column_are_refused(table) -> None:
+    from lsmlake.writer_svc.json_rows import rows_from_json
+
+    rows = ['{"id": 1, "dt": "a"}', '{"id": 2, "dt": "a", "colour": "red"}', '{"id": 3, "dt": "a", "_row_kind": "-D"}']
+    with pytest.raises(InvalidInputError) as e:
+        rows_from_json(table.schema, rows, "db.t")
+    assert str(e.value) == ('1 row(s) are invalid, nothing was written: '
+                            'rows_json[1]: field "colour" is not a column of db.t (columns: id, dt, v, d)')
+
+
 def test_schema_mismatch_is_a_schema_error(table) -> None:
     with pytest.raises(SchemaMismatchError):
         table.write_arrow(pa.table({"id": [1], "dt": ["a"], "v": [[1, 2]]}))

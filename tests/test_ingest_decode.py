@@ -44,11 +44,12 @@ def kinds(result: Any) -> list[int]:
 
 
 def decode_both_ways(schema: TableSchema, values: list[bytes | None], fmt: str = "json",
-                     retract: bool = False) -> Any:
+                     retract: bool = False, table: str | None = None) -> Any:
     """Decode through the batch reader and through the per-message path (a trailing line break keeps
     a message out of the batch reader); both must agree."""
-    fast = decode_messages(schema, values, fmt, retract)  # type: ignore[arg-type]
-    slow = decode_messages(schema, [None if v is None else v + b"\n" for v in values], fmt, retract)  # type: ignore
+    fast = decode_messages(schema, values, fmt, retract, table=table)  # type: ignore[arg-type]
+    slow = decode_messages(schema, [None if v is None else v + b"\n" for v in values], fmt, retract,  # type: ignore
+                           table=table)
     assert fast.batch.equals(slow.batch), (fast.batch.to_pylist(), slow.batch.to_pylist())
     assert fast.source_index.tolist() == slow.source_index.tolist()
     assert [i for i, _ in fast.rejected] == [i for i, _ in slow.rejected]
@@ -101,9 +102,14 @@ def test_rowkind_field_option_gives_the_kind() -> None:
     assert kinds(r) == [DELETE, UPDATE_BEFORE, INSERT]
 
 
-def test_unknown_fields_are_ignored() -> None:
+def test_unknown_field_is_rejected_naming_it_and_the_columns() -> None:
     r = decode_both_ways(ALL_TYPES, [enc({"id": 1, "new_column": [1, {"x": 2}], "s": "a"})])
-    assert r.rejected == [] and rows(r)[0]["s"] == "a"
+    assert r.rejected == [(0, 'field "new_column" is not a column of the table '
+                              "(columns: id, i8, i16, i32, f, d, ok, s, day, ts, ... (15 in all))")]
+    assert r.batch.num_rows == 0
+    small = table("id BIGINT, amount DOUBLE")
+    r = decode_messages(small, [enc({"id": 1, "colour": "red", "size": None})], "json", False, table="shop.orders")
+    assert r.rejected == [(0, 'fields "colour", "size" are not columns of shop.orders (columns: id, amount)')]
 
 
 def test_nested_types_and_pretty_printed_messages() -> None:
@@ -139,6 +145,10 @@ BAD = [
     (b'{"s": "x"}', 'missing key column "id"'),
     (b'{"id": 1, "_row_kind": "+X"}', 'field "_row_kind": unknown row kind "+X"'),
     (b'{"id": 1}{"id": 2}', "invalid JSON at position 9: Extra data"),
+    (b'{"id": 1, "colour": "red"}', 'field "colour" is not a column of the table (columns: id, i8, '),
+    (b'{"id": 1, "colour": null}', 'field "colour" is not a column of the table'),
+    (b'{"id": 1, "ID": 2}', 'field "ID" is not a column of the table'),  # names are case-sensitive
+    (b'{"id": 1, "col\\u006fur": null}', 'field "colour" is not a column of the table'),  # an escaped key
 ]
 
 
@@ -151,6 +161,76 @@ def test_malformed_message_is_rejected_and_the_good_ones_decode(message: bytes, 
     assert r.rejected[0][1].startswith(reason), r.rejected[0][1]
     assert [row["id"] for row in rows(r)] == list(range(40))
     assert r.source_index.tolist() == [*range(20), *range(21, 41)]
+
+
+# -- fields the table does not have -------------------------------------------------------------------
+
+KNOWN = table("id BIGINT, amount DOUBLE, note STRING, op STRING", **{"rowkind.field": "op"})
+KNOWN_REASON = 'field "colour" is not a column of the table (columns: id, amount, note, op)'
+
+
+@pytest.mark.parametrize("n", [5, 40, 300])  # below MIN_CHUNK, just above it, a batch the reader takes whole
+@pytest.mark.parametrize("value", ["red", None, 7, [1, {"x": 2}], {"nested": True}])
+def test_unknown_field_in_one_row_of_many_rejects_exactly_that_row(n: int, value: Any) -> None:
+    for at in sorted({0, n // 2, n - 1}):
+        values: list[bytes | None] = [enc({"id": i, "amount": i / 2, "note": f"n{i}"}) for i in range(n)]
+        values[at] = enc({"id": at, "amount": 1.0, "colour": value})
+        r = decode_both_ways(KNOWN, values)
+        assert r.rejected == [(at, KNOWN_REASON)]
+        assert [row["id"] for row in rows(r)] == [i for i in range(n) if i != at]
+        assert r.source_index.tolist() == [i for i in range(n) if i != at]
+
+
+def test_every_row_with_an_unknown_field_is_rejected() -> None:
+    """A writer whose schema is older than its producers': every row is refused, none is written with NULLs."""
+    values: list[bytes | None] = [enc({"id": i, "amount": 1.0, "colour": "red"}) for i in range(2000)]
+    values[1000:1000] = [enc({"id": -1, "note": "colour"}), enc({"id": -2, "note": '"colour"'})]  # the name as text
+    r = decode_both_ways(KNOWN, values, table="shop.orders")
+    assert [i for i, _ in r.rejected] == [i for i in range(2002) if i not in (1000, 1001)]
+    assert {reason for _, reason in r.rejected} == {KNOWN_REASON.replace("the table", "shop.orders")}
+    assert [row["id"] for row in rows(r)] == [-1, -2]
+
+
+def test_row_kind_fields_are_not_unknown() -> None:
+    values = [enc({"id": i, "_row_kind": "+U" if i % 2 else None, "op": "-D" if i % 3 == 0 else "+I"})
+              for i in range(100)]
+    r = decode_both_ways(KNOWN, values)
+    assert r.rejected == []
+    assert kinds(r) == [UPDATE_AFTER if i % 2 else DELETE if i % 3 == 0 else INSERT for i in range(100)]
+
+
+def test_many_unknown_fields_are_named_up_to_five() -> None:
+    r = decode_both_ways(KNOWN, [enc({"id": 1, **{f"x{j}": j for j in range(7)}})])
+    assert r.rejected == [(0, 'fields "x0", "x1", "x2", "x3", "x4" and 2 more are not columns of the table '
+                              "(columns: id, amount, note, op)")]
+
+
+OTHER_NAMES = st.sampled_from(["colour", "size", "ID", "Amount", "x y", "é", "", "_row_kind2"]) | \
+    st.text(max_size=8).filter(lambda k: k not in ("id", "amount", "note", "op", ROW_KIND_COLUMN))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 150), st.data())
+def test_property_exactly_the_rows_with_unknown_fields_are_rejected(n: int, data: Any) -> None:
+    bad = data.draw(st.sets(st.integers(0, n - 1)))
+    values: list[bytes | None] = []
+    names: dict[int, str] = {}
+    for i in range(n):
+        doc: dict[str, Any] = {"id": i, "amount": i / 4, "note": data.draw(st.sampled_from([f"n{i}", "colour", None]))}
+        if data.draw(st.booleans()):
+            doc[ROW_KIND_COLUMN] = data.draw(st.sampled_from(["+I", "+U", None]))
+        if data.draw(st.booleans()):
+            doc["op"] = "+I"
+        if i in bad:
+            names[i] = data.draw(OTHER_NAMES)
+            doc[names[i]] = data.draw(st.none() | st.integers(-5, 5) | st.text(max_size=4) | st.just({"x": [1]}))
+        # json.dumps escapes non-ASCII keys (`"\u00e9"`): those take the reader's slow way to their row
+        values.append(json.dumps(doc, ensure_ascii=data.draw(st.booleans())).encode())
+    r = decode_both_ways(KNOWN, values)
+    assert [i for i, _ in r.rejected] == sorted(bad)
+    for i, reason in r.rejected:
+        assert reason.startswith(f"field {json.dumps(names[i], ensure_ascii=False)} is not a column of the table")
+    assert [row["id"] for row in rows(r)] == [i for i in range(n) if i not in bad]
 
 
 def test_append_only_table_rejects_retractions() -> None:
@@ -263,6 +343,39 @@ def test_debezium_plain_values_and_string_decimals() -> None:
     assert r.rejected == []
     assert [row["amt"] for row in rows(r)] == [Decimal("12.50"), Decimal("3.25")]
     assert rows(r)[0]["ts"] == dt.datetime(2024, 1, 2, 3, 4, 5, 123000)
+
+
+DBZ_COLUMNS = "id, name, day, ts, tsu, tsn, ltz, amt, var, t"
+
+
+@pytest.mark.parametrize("with_schema", [True, False])
+def test_debezium_envelope_fields_are_not_checked(with_schema: bool) -> None:
+    """`source`, `ts_ms`, `transaction` (and `schema`) belong to the envelope, not to the row."""
+    payload = {"before": None, "after": image(1), "op": "c", "ts_ms": 1, "ts_us": 1000, "ts_ns": 1000000,
+               "source": {"connector": "postgresql", "db": "shop", "table": "orders", "lsn": 42},
+               "transaction": {"id": "571:53195832", "total_order": 1, "data_collection_order": 1}}
+    message = enc({"schema": {"type": "struct", "fields": []}, "payload": payload}) if with_schema else enc(payload)
+    r = decode_messages(DBZ, [message], "debezium", True)
+    assert r.rejected == [] and [row["id"] for row in rows(r)] == [1]
+
+
+@pytest.mark.parametrize("retract", [True, False])
+@pytest.mark.parametrize(("op", "before", "after", "where"), [
+    ("c", None, {**image(1), "colour": "red"}, "after"),
+    ("r", None, {**image(1), "colour": None}, "after"),
+    ("u", image(1), {**image(1), "colour": "red"}, "after"),
+    ("u", {**image(1), "colour": "red"}, image(1), "before"),  # checked even when no -U is made of it
+    ("d", {**image(1), "colour": "red"}, None, "before"),
+])
+def test_debezium_unknown_field_in_an_image_rejects_the_event(op: str, before: Any, after: Any, where: str,
+                                                              retract: bool) -> None:
+    good = event("c", None, image(2), False)
+    for with_schema in (True, False):
+        r = decode_messages(DBZ, [good, event(op, before, after, with_schema), good], "debezium", retract,
+                            table="shop.orders")
+        assert r.rejected == [(1, f'"{where}": field "colour" is not a column of shop.orders '
+                                  f"(columns: {DBZ_COLUMNS})")]
+        assert r.source_index.tolist() == [0, 2]
 
 
 @pytest.mark.parametrize(("message", "reason"), [
@@ -416,6 +529,7 @@ GARBAGE = st.sampled_from([
     b"", b"{", b"}", b"[]", b"null", b"\xff\xfe\xfa", b'{"id": null}', b'{"v": 1}', b'{"id": "x1"}',
     b'{"id": 1.5}', b'{"id": 1, "small": 1000}', b'{"id": 1, "v": "nope"}', b'{"id": 1, "_row_kind": "?"}',
     b'{"id": 1}{"id": 2}', b'{"id": 1, "day": "2024-13-01"}',
+    b'{"id": 1, "colour": 1}', b'{"id": 1, "v": 1, "zz": null}',  # fields the table does not have
 ]) | st.binary(max_size=12).map(lambda b: b"\x01" + b)
 
 

@@ -1,10 +1,10 @@
 """Acceptance of the writer service as real processes: catalog_svc + writer_svc + the embedded Kafka broker.
 
 - gRPC: 1,000,000 rows in 100 requests from 8 threads; the table equals the model; pypaimon reads the same;
-- Kafka: 200,000 JSON and Debezium messages (updates, deletes, retractions, malformed ones); the writer is
-  killed with SIGKILL three times at random moments; after it settles the tables equal the model exactly
-  (a `sum` aggregation table counts every message, so a lost or duplicated message shows), and the
-  malformed messages sit in the dead-letter topics.
+- Kafka: 200,000 JSON and Debezium messages (updates, deletes, retractions, malformed ones, fields the
+  tables do not have); the writer is killed with SIGKILL three times at random moments; after it settles
+  the tables equal the model exactly (a `sum` aggregation table counts every message, so a lost or
+  duplicated message shows), and the malformed messages sit in the dead-letter topics.
 No compactor runs here (that is the compactor service), so the tables raise `num-sorted-run.stop-trigger`.
 """
 
@@ -123,7 +123,8 @@ def _json_messages(rng: random.Random) -> tuple[list[tuple[bytes, bytes]], dict[
         k = rng.randrange(5_000)
         key = str(k).encode()
         if i % BAD_EVERY == 0:
-            out.append((key, rng.choice([b"{not json", b"[1, 2]", b'{"id": "x", "cnt": 1}', b'{"cnt": 3}'])))
+            out.append((key, rng.choice([b"{not json", b"[1, 2]", b'{"id": "x", "cnt": 1}', b'{"cnt": 3}',
+                                         b'{"id": 1, "cnt": 1, "colour": "red"}'])))
             bad += 1
             continue
         if model.get(k, 0) > 0 and rng.random() < 0.2:  # a retraction (-U) subtracts from the sum
@@ -154,7 +155,8 @@ def _cdc_messages(rng: random.Random) -> tuple[list[tuple[bytes, bytes | None]],
         key = str(k).encode()
         if i % BAD_EVERY == 0:
             out.append((key, rng.choice([b"\xff\xfe garbage", b'{"op": "z", "after": {"id": 1}}',
-                                         b'{"op": "c", "after": {"name": "no key"}}'])))
+                                         b'{"op": "c", "after": {"name": "no key"}}',
+                                         b'{"op": "c", "after": {"id": 1, "name": "x", "colour": "red"}}'])))
             bad += 1
             continue
         old = model.get(k)
@@ -195,10 +197,11 @@ def _settled(warehouse: Path, table_id: str, topic: str, ends: dict[int, int]) -
     return all(got.get(p) == o for p, o in ends.items())
 
 
-def _dead_letters(bootstrap: str, topic: str, expected: int) -> set[tuple[int, int]]:
-    """The (partition, offset) of the original of each dead letter, read until `expected` distinct are seen."""
+def _dead_letters(bootstrap: str, topic: str, expected: int) -> dict[tuple[int, int], str]:
+    """The reason of each dead letter by the (partition, offset) of its original, read until `expected`
+    distinct are seen."""
     c = consumer(bootstrap, f"dlq-{uuid.uuid4().hex[:8]}", [topic])
-    seen: set[tuple[int, int]] = set()
+    seen: dict[tuple[int, int], str] = {}
     try:
         deadline = time.monotonic() + 60
         while len(seen) < expected and time.monotonic() < deadline:
@@ -206,11 +209,13 @@ def _dead_letters(bootstrap: str, topic: str, expected: int) -> set[tuple[int, i
                 for r in records:
                     d = json.loads(r.value)
                     assert d["reason"] and d["topic"] == topic.replace("deadletter", "ingest")
-                    seen.add((d["partition"], d["offset"]))
+                    seen[(d["partition"], d["offset"])] = d["reason"]
         end = time.monotonic() + 2  # a moment more: nothing unexpected follows
         while time.monotonic() < end:
             for records in c.poll(timeout_ms=300).values():
-                seen.update((json.loads(r.value)["partition"], json.loads(r.value)["offset"]) for r in records)
+                for r in records:
+                    d = json.loads(r.value)
+                    seen[(d["partition"], d["offset"])] = d["reason"]
     finally:
         c.close()
     return seen
@@ -273,8 +278,13 @@ def test_kafka_exactly_once_through_three_kills(broker: EmbeddedBroker, tmp_path
         theirs = pypaimon_read(str(warehouse), "db.cdc").to_pylist()
         assert {r["id"]: (r["name"], r["amount"]) for r in theirs} == cdc_model
 
-        assert len(_dead_letters(broker.bootstrap, "lake.deadletter.db.counts", json_bad)) == json_bad
-        assert len(_dead_letters(broker.bootstrap, "lake.deadletter.db.cdc", cdc_bad)) == cdc_bad
+        json_dead = _dead_letters(broker.bootstrap, "lake.deadletter.db.counts", json_bad)
+        assert len(json_dead) == json_bad
+        cdc_dead = _dead_letters(broker.bootstrap, "lake.deadletter.db.cdc", cdc_bad)
+        assert len(cdc_dead) == cdc_bad
+        # a field the table does not have is a dead letter naming it, not a row with the field dropped
+        assert any(r.startswith('field "colour" is not a column of') for r in json_dead.values())
+        assert any(r.startswith('"after": field "colour" is not a column of') for r in cdc_dead.values())
     finally:
         if writer is not None:
             writer.stop()

@@ -3,7 +3,9 @@
 An event is `{"op", "before", "after", ...}`, wrapped as `{"schema": ..., "payload": {...}}` when
 the JsonConverter has schemas enabled. `c` (create) and `r` (snapshot read) insert the after
 image, `d` deletes the before image, `u` updates: -U(before) +U(after) for tables that need
-retractions, +U(after) alone otherwise (see `decode.needs_retractions`).
+retractions, +U(after) alone otherwise (see `decode.needs_retractions`). The fields of `before` and
+`after` must be columns of the table (`known_fields`); the envelope's own (`source`, `ts_ms`,
+`transaction`, `schema`, ...) are not looked at.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..row_kind import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
+from .known_fields import KnownFields
 from .values import BadMessage, Hint, show
 
 OPS = ("c", "r", "u", "d")
@@ -30,8 +33,11 @@ def json_kind(value: Any) -> str:
     return "number"
 
 
-def changes(event: Any, needs_retractions: bool) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, Hint]]:
-    """The (row kind, row image) pairs of one event, and the field hints of its schema (if any)."""
+def changes(event: Any, needs_retractions: bool,
+            fields: KnownFields) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, Hint]]:
+    """The (row kind, row image) pairs of one event, and the field hints of its schema (if any).
+
+    Both images are checked against `fields` when present, also a `before` the rows do not use."""
     if not isinstance(event, dict):
         raise BadMessage(f"expected a JSON object, got {json_kind(event)}")
     envelope, schema = event, None
@@ -60,6 +66,10 @@ def changes(event: Any, needs_retractions: bool) -> tuple[list[tuple[int, dict[s
         raise BadMessage('op "t" (truncate) is not supported: it cannot be applied row by row')
     else:
         raise BadMessage(f"unknown op {show(op)}; Debezium ops are c, r, u and d")
+    if before is not None:
+        fields.check(before, "before")
+    if after is not None:
+        fields.check(after, "after")
     return rows, hints_of(schema)
 
 

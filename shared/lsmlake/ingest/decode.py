@@ -7,9 +7,10 @@ column-wise conversions flag are decoded one by one with the reference conversio
 which also writes the reasons. Debezium events are
 decoded one by one (their envelopes and schemas differ per message).
 
-Fields the table does not have are ignored, as Paimon's CDC ingestion and Flink's JSON format do:
-producers add columns before the table's schema catches up, and rejecting those rows would stall
-the topic. A null message value (a tombstone, which follows a Debezium delete) is skipped.
+A field the table does not have (in a plain message, or in a Debezium `before`/`after` image) rejects
+the message, naming the field and the table's columns (`known_fields`): dropping it would store NULLs
+where the producer meant values. `_row_kind` (and the `rowkind.field` column) is not such a field.
+A null message value (a tombstone, which follows a Debezium delete) is skipped.
 """
 
 from __future__ import annotations
@@ -27,7 +28,17 @@ from ..errors import InvalidInputError
 from ..row_kind import INSERT, ROW_KIND_COLUMN, SHORT_NAMES, UPDATE_BEFORE
 from ..schema import TableSchema
 from . import debezium
-from .json_batch import BatchRows, ChunkFailed, NotVectorised, fits_plan, read_plan, read_rows, to_rows
+from .json_batch import (
+    BatchRows,
+    ChunkFailed,
+    NotVectorised,
+    fits_plan,
+    read_plan,
+    read_rows,
+    to_rows,
+    unknown_field_rows,
+)
+from .known_fields import KnownFields
 from .values import BadMessage, BadValue, Column, Hint, columns_of, convert, show
 
 Format = Literal["json", "debezium"]
@@ -80,14 +91,15 @@ def needs_retractions(schema: TableSchema) -> bool:
 
 
 def decode_messages(table_schema: TableSchema, values: list[bytes | None], fmt: Format,
-                    needs_retractions: bool) -> DecodeResult:
+                    needs_retractions: bool, *, table: str | None = None) -> DecodeResult:
     """Decode Kafka message values for one table (see the module docstring for the formats).
 
+    `table` (`db.table`) names the table in the reason for a field it does not have.
     Raises InvalidInputError for an unknown `fmt`; a bad message never raises, it is rejected.
     """
     if fmt not in FORMATS:
         raise InvalidInputError(f"unknown ingestion format {fmt!r}; use one of {', '.join(FORMATS)}")
-    out = _Output(table_schema, fmt == "debezium", needs_retractions)
+    out = _Output(table_schema, fmt == "debezium", needs_retractions, KnownFields.of(table_schema, table))
     if fmt == "debezium":
         for i, v in enumerate(values):
             out.one(i, v)
@@ -127,11 +139,14 @@ def _decode_plain(out: _Output, positions: list[int], messages: list[bytes]) -> 
     """Decode one-line JSON objects with the batch reader.
 
     1. Read everything at once (threaded); done when nothing fails.
-    2. Else find the messages the parser refuses: read one block from the start, take the row the
+    2. When the reader refused a field the table does not have (it does not say which row holds it),
+       take the messages holding one out (`unknown_field_rows`; decoded one by one, which rejects
+       them with the field's name) and read the rest at once again.
+    3. Find the messages the parser still refuses: read one block from the start, take the row the
        error names out (decoded one by one), go on after it. Parsing stops at an error, but each
        failed read still costs tens of milliseconds: after MAX_LOCATED culprits the remaining
        messages are checked in one Python pass (`fits_plan`).
-    3. Read the rest; a conversion error (a number that does not fit; the reader does not say
+    4. Read the rest; a conversion error (a number that does not fit; the reader does not say
        which row) is found by halving.
     """
     if not positions:
@@ -143,13 +158,15 @@ def _decode_plain(out: _Output, positions: list[int], messages: list[bytes]) -> 
             out.one(i, m)
         return
     joined = pa.py_buffer(b"\n".join(messages))
-    try:
-        rows = to_rows(read_rows(joined, len(messages), plan, one_block=False), out.columns, out.rowkind_field,
-                       out.append_only)
-        out.batch(rows, positions, messages)
+    failed = _read_whole(out, plan, positions, messages, joined)
+    if failed is not None and failed.unknown_field:
+        held = unknown_field_rows(joined, messages, plan)
+        if held.any():
+            positions, messages = _one_by_one(out, held, positions, messages)
+            joined = pa.py_buffer(b"\n".join(messages))
+            failed = _read_whole(out, plan, positions, messages, joined) if messages else None
+    if failed is None:
         return
-    except ChunkFailed:
-        pass
     starts = np.r_[0, np.cumsum([len(m) + 1 for m in messages])]
     keep = np.ones(len(messages), dtype=bool)
     first = 0
@@ -170,12 +187,34 @@ def _decode_plain(out: _Output, positions: list[int], messages: list[bytes]) -> 
             out.one(positions[culprit], messages[culprit])
             first = culprit + 1
     else:  # many culprits: one pass in Python costs less than a read per culprit
+        names = frozenset(plan.names)
         for j in range(first, len(messages)):
-            if not fits_plan(messages[j], plan):
+            if not fits_plan(messages[j], plan, names):
                 keep[j] = False
                 out.one(positions[j], messages[j])
     kept = np.flatnonzero(keep).tolist()
     _decode_halving(out, plan, [positions[j] for j in kept], [messages[j] for j in kept])
+
+
+def _read_whole(out: _Output, plan: pa.Schema, positions: list[int], messages: list[bytes],
+                joined: pa.Buffer) -> ChunkFailed | None:
+    """Read and convert all the messages at once (threaded): None when their rows are out, else the failure."""
+    try:
+        rows = to_rows(read_rows(joined, len(messages), plan, one_block=False), out.columns, out.rowkind_field,
+                       out.append_only)
+    except ChunkFailed as e:
+        return e
+    out.batch(rows, positions, messages)
+    return None
+
+
+def _one_by_one(out: _Output, taken: np.ndarray, positions: list[int],
+                messages: list[bytes]) -> tuple[list[int], list[bytes]]:
+    """Decode the taken messages one by one (the error path); the positions and values of the others."""
+    for j in np.flatnonzero(taken).tolist():
+        out.one(positions[j], messages[j])
+    kept = np.flatnonzero(~taken).tolist()
+    return [positions[j] for j in kept], [messages[j] for j in kept]
 
 
 def _decode_halving(out: _Output, plan: pa.Schema, positions: list[int], messages: list[bytes]) -> None:
@@ -200,9 +239,10 @@ def _decode_halving(out: _Output, plan: pa.Schema, positions: list[int], message
 class _Output:
     """Collects decoded rows (batch chunks, and rows decoded one by one) and rejections."""
 
-    def __init__(self, schema: TableSchema, is_debezium: bool, needs_retractions: bool) -> None:
+    def __init__(self, schema: TableSchema, is_debezium: bool, needs_retractions: bool, fields: KnownFields) -> None:
         self.schema = schema
         self.columns: tuple[Column, ...] = columns_of(schema)
+        self.fields = fields
         self.debezium = is_debezium
         self.needs_retractions = needs_retractions
         self.append_only = not schema.is_primary_key_table
@@ -253,11 +293,12 @@ class _Output:
         except RecursionError:
             raise BadMessage("invalid JSON: nested too deeply") from None
         if self.debezium:
-            rows, hints = debezium.changes(doc, self.needs_retractions)
+            rows, hints = debezium.changes(doc, self.needs_retractions, self.fields)
             kinds = [(kind, image, hints) for kind, image in rows]
         else:
             if not isinstance(doc, dict):
                 raise BadMessage(f"expected a JSON object, got {debezium.json_kind(doc)}")
+            self.fields.check(doc)
             kinds = [(self._plain_kind(doc), doc, {})]
         if self.append_only:
             for kind, _, _ in kinds:
@@ -278,7 +319,7 @@ class _Output:
         raise BadMessage(f'field "{what}": unknown row kind {show(v)}; a row kind is +I, -U, +U or -D')
 
     def _row(self, image: dict[str, Any], hints: dict[str, Hint]) -> list[Any]:
-        row = []
+        row: list[Any] = []
         for c in self.columns:
             v = image.get(c.name)
             if v is None:

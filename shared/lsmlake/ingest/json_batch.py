@@ -2,7 +2,9 @@
 
 `read_rows` reads a chunk of messages (each one JSON object on one line) with an explicit schema
 from `read_plan`: a column whose sampled values are text is read as text, one whose values are
-numbers as numbers. Fields the table does not have are ignored.
+numbers as numbers. A field the plan does not have (not a column, not `_row_kind`) fails the read:
+`unknown_field_rows` then finds the messages that hold one (the caller rejects them, see
+`known_fields`), so a clean chunk pays nothing for the check.
 Conversions to the table's types run over whole columns with the patterns of `values`; a row
 whose value they cannot vouch for (a pattern miss, a value out of range, a NULL key, an unknown
 row kind) is flagged, and the caller decodes it again with the reference conversion for its
@@ -42,11 +44,13 @@ from .values import (
 
 class ChunkFailed(Exception):
     """The reader refused the chunk: a malformed message, a value of another JSON kind, a number that
-    does not fit. `row` is the failing row when the parser names it (a one-block read)."""
+    does not fit, a field the plan does not have (`unknown_field`: the parser does not name its row).
+    `row` is the failing row when the parser names it (a one-block read)."""
 
-    def __init__(self, row: int | None = None) -> None:
+    def __init__(self, row: int | None = None, unknown_field: bool = False) -> None:
         super().__init__(row)
         self.row = row
+        self.unknown_field = unknown_field
 
 
 class NotVectorised(Exception):
@@ -64,6 +68,7 @@ class BatchRows:
 
 _DATE_DAYS_LIMIT = 106_751  # |days| * 86400 s in nanoseconds stays inside int64
 _ROW_IN_ERROR = re.compile(r"in row (\d+)")
+_UNKNOWN_FIELD_ERROR = "unexpected field"  # pyarrow's parse error for a field outside the explicit schema
 
 
 def read_plan(columns: tuple[Column, ...], messages: list[bytes]) -> pa.Schema:
@@ -93,13 +98,14 @@ def read_plan(columns: tuple[Column, ...], messages: list[bytes]) -> pa.Schema:
     return pa.schema(fields)
 
 
-def fits_plan(message: bytes, plan: pa.Schema) -> bool:
-    """Whether the reader can read this message with the plan (checked in Python, per message)."""
+def fits_plan(message: bytes, plan: pa.Schema, names: frozenset[str]) -> bool:
+    """Whether the reader can read this message with the plan (checked in Python, per message); `names`
+    are the plan's field names (the caller makes the set once)."""
     try:
         doc = json.loads(message)
     except (ValueError, RecursionError):
         return False
-    if not isinstance(doc, dict):
+    if not isinstance(doc, dict) or not doc.keys() <= names:
         return False
     for f in plan:
         v = doc.get(f.name)
@@ -126,7 +132,7 @@ def fits_plan(message: bytes, plan: pa.Schema) -> bool:
 def read_rows(data: pa.Buffer, num_rows: int, plan: pa.Schema, one_block: bool) -> pa.Table:
     """Read newline-separated messages; raises ChunkFailed. A one-block read stops at the first
     parse error and names its row (a threaded read is faster but its rows are per block)."""
-    parse = pjson.ParseOptions(explicit_schema=plan, unexpected_field_behavior="ignore")
+    parse = pjson.ParseOptions(explicit_schema=plan, unexpected_field_behavior="error")
     if one_block:
         options = pjson.ReadOptions(use_threads=False, block_size=max(data.size + 1, 1 << 20))
     else:
@@ -135,10 +141,40 @@ def read_rows(data: pa.Buffer, num_rows: int, plan: pa.Schema, one_block: bool) 
         table = pjson.read_json(pa.BufferReader(data), read_options=options, parse_options=parse)
     except (pa.ArrowException, UnicodeDecodeError, ValueError) as e:
         row = _ROW_IN_ERROR.search(str(e)) if one_block else None
-        raise ChunkFailed(int(row.group(1)) if row else None) from None
+        raise ChunkFailed(int(row.group(1)) if row else None, _UNKNOWN_FIELD_ERROR in str(e)) from None
     if table.num_rows != num_rows:  # a message held more than one object
         raise ChunkFailed
     return table
+
+
+def unknown_field_rows(data: pa.Buffer, messages: list[bytes], plan: pa.Schema) -> np.ndarray:
+    """Which messages hold a field the plan does not have (bool per message), once a read refused them.
+
+    A read that infers the other fields names them. A message is taken when it holds a value for one,
+    or its text holds the name in quotes (a null value leaves no trace in the read). The mask may take
+    a message too many (the name as a string value: its own decoding accepts it) and misses only a key
+    written with escapes (`"col\\u006fur"` holding null), which the caller's later reads still refuse.
+    All False when the read fails for another reason as well: the caller's search finds every culprit.
+    """
+    taken = np.zeros(len(messages), dtype=bool)
+    parse = pjson.ParseOptions(explicit_schema=plan, unexpected_field_behavior="infer")
+    options = pjson.ReadOptions(use_threads=len(messages) > 50_000)
+    try:
+        table = pjson.read_json(pa.BufferReader(data), read_options=options, parse_options=parse)
+    except (pa.ArrowException, UnicodeDecodeError, ValueError):
+        return taken
+    if table.num_rows != len(messages):
+        return taken
+    known = set(plan.names)
+    unknown = [name for name in table.column_names if name not in known]
+    if not unknown:
+        return taken
+    text = pa.array(messages, pa.binary())
+    for name in unknown:  # one pass over the column (or the bytes) per unknown field, not per message
+        taken |= pc.is_valid(table.column(name)).to_numpy(zero_copy_only=False)
+        quoted = json.dumps(name, ensure_ascii=False)
+        taken |= pc.match_substring(text, quoted).to_numpy(zero_copy_only=False)
+    return taken
 
 
 def to_rows(table: pa.Table, columns: tuple[Column, ...], rowkind_field: str | None,

@@ -11,9 +11,12 @@ from ..schema import TableSchema
 MAX_REASONS = 5
 
 
-def rows_from_json(schema: TableSchema, rows_json: list[str]) -> pa.Table:
-    """The rows as an Arrow table (with `_row_kind`); InvalidInputError naming every bad row (up to 5) otherwise."""
-    result = decode_messages(schema, [r.encode() for r in rows_json], "json", needs_retractions=False)
+def rows_from_json(schema: TableSchema, rows_json: list[str], table: str | None = None) -> pa.Table:
+    """The rows as an Arrow table (with `_row_kind`); InvalidInputError naming every bad row (up to 5) otherwise.
+
+    A field that is not a column of the table makes its row bad (`table`, `db.table`, is named in the reason).
+    """
+    result = decode_messages(schema, [r.encode() for r in rows_json], "json", needs_retractions=False, table=table)
     if result.rejected:
         shown = "; ".join(f"rows_json[{i}]: {reason}" for i, reason in result.rejected[:MAX_REASONS])
         more = f" (and {len(result.rejected) - MAX_REASONS} more)" if len(result.rejected) > MAX_REASONS else ""

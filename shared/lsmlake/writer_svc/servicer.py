@@ -122,5 +122,5 @@ class WriterService(writer_pb2_grpc.WriterServiceServicer):
         if not request.rows_json:
             raise InvalidInputError("rows_json must not be empty")
         ingest = self.tables.get(table_id)
-        data = rows_from_json(ingest.table.schema, list(request.rows_json))
+        data = rows_from_json(ingest.table.schema, list(request.rows_json), table_id)
         return self._write("WriteRows", table_id, data, now, request.request_id, context)
