@@ -7,13 +7,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from lsmlake.catalog import FileSystemCatalog
 from lsmlake.errors import NotFoundError
 from lsmlake.expire import referenced_files
+from lsmlake.schema import SEQUENCE_NUMBER
 from lsmlake.writer_svc.kafka_ingest import OFFSET_PROPERTY, topic_id_key
 
 from ..test_interop_pypaimon import pypaimon_read
+from .order_load import Change
 
 # files in these folders are not reached through snapshots and orphan cleanup keeps them
 KEPT_DIRS = ("schema/", "tag/", "consumer/", "branch/", "changelog/", "statistics/")
@@ -27,6 +31,21 @@ class Findings:
     duplicates: int = 0
     unknown_landed: int = 0
     problems: list[str] = field(default_factory=list)
+    order: OrderFindings | None = None  # what the check of db.g_order found
+
+
+@dataclass
+class OrderFindings:
+    """The check of the table every path writes (`check_order`); all counts but the first two must be 0."""
+
+    acked: int = 0  # changes acknowledged so far
+    file_rows: int = 0  # rows of the data files whose sequence numbers were compared
+    lost: int = 0  # keys read back absent whose last acknowledged change is an upsert
+    duplicated: int = 0  # rows of a key beyond its first, in lsmlake's read
+    out_of_order: int = 0  # keys read back with an older version than their last acknowledged change
+    never_sent: int = 0  # keys read back with a version that was not sent as an upsert (or not yet sent)
+    inverted: int = 0  # in the data files: a key's later version under a smaller sequence number
+    shared_numbers: int = 0  # in the data files: two versions of a key under one sequence number
 
 
 def read(warehouse: Path, table_id: str) -> pa.Table:
@@ -63,12 +82,93 @@ def check_equal(found: Findings, what: str, got: dict[int, tuple], expected: dic
                               f"{wrong} different; e.g. {sorted(missing)[:3]} {sorted(extra)[:3]})")
 
 
-def check_pypaimon(found: Findings, warehouse: Path, table_id: str, columns: list[str]) -> None:
-    ours = read(warehouse, table_id).select(columns).sort_by("id")
-    theirs = pypaimon_read(str(warehouse), table_id).select(columns).sort_by("id")
+def check_pypaimon(found: Findings, warehouse: Path, table_id: str, columns: list[str], key: str = "id") -> None:
+    ours = read(warehouse, table_id).select(columns).sort_by(key)
+    theirs = pypaimon_read(str(warehouse), table_id).select(columns).sort_by(key)
     if not theirs.cast(ours.schema).equals(ours):
         found.problems.append(f"{table_id}: pypaimon reads {theirs.num_rows} rows, we read {ours.num_rows}; "
                               "they differ")
+
+
+def check_order(found: Findings, warehouse: Path, table_id: str, last: dict[int, Change],
+                upserts: dict[int, set[int]]) -> OrderFindings:
+    """The table every path writes, once every change sent was acknowledged (see `order_load.py`).
+
+    1. The read: each key holds its last acknowledged change (absent after a delete); an older version is
+       out of order, a version never sent as an upsert is a phantom, an absent upsert is lost.
+    2. The data files of every retained snapshot (before their rows are merged away): ordered by
+       sequence number, a key's versions never go down, and no sequence number carries two versions.
+       A resent change may land twice, as the same version under two numbers.
+    """
+    out = OrderFindings()
+    got: dict[int, list[int]] = {}
+    for r in read(warehouse, table_id).select(["k", "ver"]).to_pylist():
+        got.setdefault(r["k"], []).append(r["ver"])
+    out.duplicated = sum(len(v) - 1 for v in got.values())
+    examples: list[str] = []
+    for k in sorted(last.keys() | got.keys()):
+        change, vers = last.get(k), got.get(k)
+        if vers is None:
+            if change is not None and not change.delete:
+                out.lost += 1
+                examples.append(f"key {k} is missing, its last acknowledged change is {change}")
+            continue
+        ver = vers[-1]
+        if change is not None and ver < change.ver:
+            out.out_of_order += 1
+            examples.append(f"key {k} reads version {ver}, its last acknowledged change is {change}")
+        elif change is None or ver > change.ver or ver not in upserts.get(k, ()):
+            out.never_sent += 1
+            examples.append(f"key {k} reads version {ver}, which was never upserted; last acknowledged: {change}")
+    rows = file_versions(warehouse, table_id)
+    out.file_rows = rows.num_rows
+    out.inverted, out.shared_numbers, inverted = _inversions(rows)
+    examples += inverted
+    found.lost += out.lost
+    found.duplicates += out.duplicated
+    if out.lost or out.duplicated or out.out_of_order or out.never_sent or out.inverted or out.shared_numbers:
+        found.problems.append(
+            f"{table_id}: {out.lost} lost, {out.duplicated} duplicated, {out.out_of_order} out of order, "
+            f"{out.never_sent} never sent; in the files {out.inverted} versions inverted, {out.shared_numbers} "
+            f"sequence numbers shared; e.g. {examples[:4]}")
+    found.order = out
+    return out
+
+
+def file_versions(warehouse: Path, table_id: str) -> pa.Table:
+    """(key `k`, `_SEQUENCE_NUMBER`, `ver`) of every row in the data files a retained snapshot references,
+    each distinct triple once (a compaction copies rows into new files with their numbers)."""
+    table, paths = _referenced(warehouse, table_id)
+    data = sorted(p for p in paths if "/bucket-" in p and p.endswith(".parquet"))
+    parts = []
+    for p in data:
+        try:
+            f = table.io.open_input(p)
+        except (NotFoundError, FileNotFoundError):  # expired with its snapshots since the look
+            continue
+        try:
+            parts.append(pq.read_table(f, columns=["_KEY_k", SEQUENCE_NUMBER, "ver"]))
+        finally:
+            f.close()
+    schema = pa.schema([("_KEY_k", pa.int64()), (SEQUENCE_NUMBER, pa.int64()), ("ver", pa.int64())])
+    rows = pa.concat_tables([t.cast(schema) for t in parts]) if parts else schema.empty_table()
+    return rows.group_by(["_KEY_k", SEQUENCE_NUMBER, "ver"]).aggregate([]) \
+        .sort_by([("_KEY_k", "ascending"), (SEQUENCE_NUMBER, "ascending"), ("ver", "ascending")])
+
+
+def _inversions(rows: pa.Table) -> tuple[int, int, list[str]]:
+    """(neighbours by sequence number whose version goes down, sequence numbers on two versions, examples)."""
+    if rows.num_rows < 2:
+        return 0, 0, []
+    k = rows.column("_KEY_k").to_numpy()
+    seq = rows.column(SEQUENCE_NUMBER).to_numpy()
+    ver = rows.column("ver").to_numpy()
+    same_key = k[1:] == k[:-1]
+    shared = same_key & (seq[1:] == seq[:-1])
+    inverted = same_key & (seq[1:] > seq[:-1]) & (ver[1:] < ver[:-1])
+    examples = [f"key {k[i]}: version {ver[i]} has sequence number {seq[i]}, version {ver[i + 1]} has "
+                f"{seq[i + 1]}" for i in np.flatnonzero(inverted | shared)[:3]]
+    return int(inverted.sum()), int(shared.sum()), examples
 
 
 def _referenced(warehouse: Path, table_id: str) -> tuple[Any, set[str]]:
