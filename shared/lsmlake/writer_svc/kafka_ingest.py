@@ -292,7 +292,8 @@ class KafkaIngest:
         spec = self.topics[tp.topic]
         ingest = self._table(spec.table_id)
         values = [r.value for r in records]  # type: ignore[attr-defined]
-        result = decode_messages(ingest.table.schema, values, spec.fmt, self._retract[spec.table_id])
+        result = decode_messages(ingest.table.schema, values, spec.fmt, self._retract[spec.table_id],
+                                 table=spec.table_id)
         rejected = list(result.rejected)
         if result.batch.num_rows:
             try:
