@@ -460,11 +460,11 @@ class Harness:
         """Kill the broker (memory storage: every topic, offset and group is gone) and restart it empty.
 
         The producers are paused first, so each message's fate in the old log is known (acknowledged at an
-        offset, or not sent; the lane of db.g_order pauses only once its messages are committed); the
-        writers, relay and compactor are hit at a random moment. Then: wait until both ingest topics record
-        the new log and each writer replica has committed a marker of a new log (it dropped every buffer it
-        read from the old log), which makes the old log's committed offsets final; re-send every message of
-        the old log past them, in order.
+        offset, or not sent; the lane of db.g_order pauses only once its messages are committed, and goes on
+        at once in the new log); the writers, relay and compactor are hit at a random moment. Then: wait
+        until both ingest topics record the new log and each writer replica has committed a snapshot
+        recording a new log (it dropped every buffer it read from the old log), which makes the old log's
+        committed offsets final; re-send every message of the old log past them, in order.
         """
         c = self.cluster
         self.kafka.pause()
@@ -478,6 +478,10 @@ class Harness:
         c.incarnation += 1
         c.broker.start()
         self.kafka.reset_producer()
+        # a replica that finds the new id already recorded (by the other) rewinds without a marker and commits
+        # nothing while the producers are paused: the lane's messages in the new log make each replica commit
+        # (both have partitions of its topic)
+        self.order_kafka.resume()
         _wait("the writers to read the new logs", lambda: all(
             checks.recorded_ids(c.warehouse, t, topic) - {old_ids[t]} for t, topic in K_TOPICS.items())
             and all(self._switched(w, old_ids, before) for w in WRITER_IDS))
@@ -486,7 +490,6 @@ class Harness:
         resent = self.kafka.reproduce_lost(old_inc, final)
         self.report.kafka_resent += resent
         self.kafka.resume()
-        self.order_kafka.resume()
         return RoundResult("broker", recovery, f"({resent} messages re-sent)")
 
     def _switched(self, writer_id: str, old_ids: dict[str, str], before: dict[str, int]) -> bool:
