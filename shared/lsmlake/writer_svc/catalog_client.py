@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 import grpc
 
@@ -20,6 +21,7 @@ from ..proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 from ..table_write import CommitMessage
 
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _UNKNOWN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
             grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
@@ -76,22 +78,11 @@ class CatalogClient:
                                             changes=[changes_to_proto(m) for m in messages],
                                             properties=properties or {}, request_ids=list(request_ids),
                                             table_uuid=table_uuid)
-        deadline = time.monotonic() + self.retry_for_s
-        backoff = 0.1
-        while True:
-            try:
-                return self.stub.Commit(request, timeout=self.timeout_s).snapshot_id
-            except grpc.RpcError as e:
-                code = e.code()
-                if code not in _UNKNOWN:
-                    raise CommitRefusedError(code, f"the catalog refused the commit: {e.details()}") from e
-                if time.monotonic() + backoff > deadline:
-                    raise CommitStateUnknownError(f"commit {identifier} of {table_id} by {user}: the catalog at "
-                                                  f"{self.target} did not answer ({code.name}: {e.details()})") from e
-                _log.warning("commit %d of %s: %s, retrying with the same identifier", identifier, table_id,
-                             code.name)
-                time.sleep(backoff)  # bounded by `retry_for_s`
-                backoff = min(backoff * 2, 2.0)
+        def unknown(e: grpc.RpcError) -> LakeError:
+            return CommitStateUnknownError(f"commit {identifier} of {table_id} by {user}: the catalog at "
+                                           f"{self.target} did not answer ({e.code().name}: {e.details()})")
+        return self._retrying(lambda: self.stub.Commit(request, timeout=self.timeout_s).snapshot_id,
+                              f"commit {identifier} of {table_id}", "the commit", unknown)
 
     def allocate_sequences(self, table_id: str, counts: Mapping[tuple[bytes, int], int],
                            table_uuid: str = "") -> dict[tuple[bytes, int], int]:
@@ -104,21 +95,32 @@ class CatalogClient:
         request = catalog_pb2.AllocateSequencesRequest(
             table=ident(table_id), table_uuid=table_uuid,
             ranges=[catalog_pb2.SequenceRange(partition=p, bucket=b, count=counts[(p, b)]) for p, b in keys])
+        def unknown(e: grpc.RpcError) -> LakeError:
+            return ServiceUnavailableError(f"the catalog at {self.target} gave no sequence numbers for {table_id} "
+                                           f"({e.code().name}: {e.details()}); nothing was written, retry")
+        first = self._retrying(lambda: self.stub.AllocateSequences(request, timeout=self.timeout_s).first,
+                               f"sequence numbers for {table_id}", "sequence numbers", unknown)
+        return dict(zip(keys, first, strict=True))
+
+    def _retrying(self, call: Callable[[], T], what: str, refused: str,
+                  unknown: Callable[[grpc.RpcError], LakeError]) -> T:
+        """`call`, asked again with backoff while the catalog's answer is lost, for up to `retry_for_s`.
+
+        A definite refusal raises CommitRefusedError ("the catalog refused <refused>"); an answer still
+        missing at the end raises `unknown(last error)`. Only for calls that are safe to repeat.
+        """
         deadline = time.monotonic() + self.retry_for_s
         backoff = 0.1
         while True:
             try:
-                first = self.stub.AllocateSequences(request, timeout=self.timeout_s).first
-                return dict(zip(keys, first, strict=True))
+                return call()
             except grpc.RpcError as e:
                 code = e.code()
                 if code not in _UNKNOWN:
-                    raise CommitRefusedError(code, f"the catalog refused sequence numbers: {e.details()}") from e
+                    raise CommitRefusedError(code, f"the catalog refused {refused}: {e.details()}") from e
                 if time.monotonic() + backoff > deadline:
-                    raise ServiceUnavailableError(f"the catalog at {self.target} gave no sequence numbers for "
-                                                  f"{table_id} ({code.name}: {e.details()}); nothing was written, "
-                                                  "retry") from e
-                _log.warning("sequence numbers for %s: %s, asking again", table_id, code.name)
+                    raise unknown(e) from e
+                _log.warning("%s: %s, asking again", what, code.name)
                 time.sleep(backoff)  # bounded by `retry_for_s`
                 backoff = min(backoff * 2, 2.0)
 
