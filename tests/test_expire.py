@@ -88,3 +88,39 @@ def test_remove_orphan_files_with_age_guard(tmp_path) -> None:
     assert set(res.deleted) == orphan_data | {stray}
     assert sorted(r["k"] for r in t.to_arrow().to_pylist()) == [1, 2]
     assert _files(t.path) >= referenced_files(t, t.snapshots.snapshots())
+
+
+def test_orphan_cleanup_beside_expiration_skips_expired_snapshots(tmp_path) -> None:
+    """Expiration deleting a snapshot's manifests while orphan cleanup reads them is not an error.
+
+    The snapshot list is taken first, then expiration runs (as another catalog replica or the
+    ExpireSnapshots call would between cleanup's listing and its reads); nothing still reachable
+    may be left out of what cleanup keeps.
+    """
+    t = _table(tmp_path)
+    for i in range(6):
+        t.write_arrow(pa.table({"k": [i % 3], "p": ["a"], "v": [i]}))
+    listed = t.snapshots.snapshots()
+    expire_snapshots(t, retain_min=2, retain_max=100, time_retained_ms=0)
+    kept = referenced_files(t, listed)
+    assert kept == referenced_files(t, t.snapshots.snapshots())
+    assert remove_orphan_files(t, older_than_ms=0).deleted == []
+    assert sorted(r["v"] for r in t.to_arrow().to_pylist()) == [3, 4, 5]
+
+
+def test_orphan_cleanup_stops_on_a_broken_snapshot(tmp_path) -> None:
+    """A manifest missing from a snapshot that still exists stops cleanup before it deletes anything."""
+    t = _table(tmp_path)
+    t.write_arrow(pa.table({"k": [1], "p": ["a"], "v": [1]}))
+    w = t.new_write()
+    w.write(pa.table({"k": [2], "p": ["a"], "v": [2]}))
+    w.prepare_commit()  # leaves an unreferenced data file behind
+    before = _files(t.path)
+    os.remove(os.path.join(t.path, "manifest", t.snapshots.latest().delta_manifest_list))
+    try:
+        remove_orphan_files(t, older_than_ms=0)
+    except LookupError as e:
+        assert "not found" in str(e)
+    else:
+        raise AssertionError("cleanup went on with a snapshot it could not read")
+    assert _files(t.path) == before - {os.path.join(t.path, "manifest", t.snapshots.latest().delta_manifest_list)}

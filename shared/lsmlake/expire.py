@@ -175,20 +175,38 @@ def expire_snapshots(table: FileStoreTable, now_ms: int | None = None,
 
 
 def referenced_files(table: FileStoreTable, snapshots: Iterable[Snapshot]) -> set[str]:
-    """Every path that one of the snapshots can reach."""
+    """Every path that one of the snapshots can reach.
+
+    Expiration may run beside us (another catalog replica, or the ExpireSnapshots call beside the
+    scheduled cleanup) and delete a snapshot's manifests while we read them. Such a snapshot is
+    skipped: what only it reached is expiration's to delete, and what a newer snapshot also reaches
+    is found through that one. A file missing from a snapshot that still exists is a broken table;
+    that raises, so cleanup stops rather than deleting on an incomplete picture.
+    """
     paths = _Paths(table)
     out: set[str] = set()
     for s in snapshots:
-        out.add(table.snapshots.path(s.id))
-        meta, index = _metadata_files(table, s)
-        out.update(paths.manifest(n) for n in meta)
-        out.update(paths.index(n) for n in index)
-        for e in table.manifests.live(s.base_manifest_list, s.delta_manifest_list).values():
-            out.update(paths.data_files(e))
-        if s.changelog_manifest_list:
-            for m in table.manifests.read_list(s.changelog_manifest_list):
-                for e in table.manifests.read_manifest(m.file_name):
-                    out.update(paths.data_files(e))
+        try:
+            reached = _reached_by(table, paths, s)
+        except NotFoundError:
+            if table.io.exists(table.snapshots.path(s.id)):
+                raise
+            continue
+        out.update(reached)
+    return out
+
+
+def _reached_by(table: FileStoreTable, paths: _Paths, s: Snapshot) -> set[str]:
+    out = {table.snapshots.path(s.id)}
+    meta, index = _metadata_files(table, s)
+    out.update(paths.manifest(n) for n in meta)
+    out.update(paths.index(n) for n in index)
+    for e in table.manifests.live(s.base_manifest_list, s.delta_manifest_list).values():
+        out.update(paths.data_files(e))
+    if s.changelog_manifest_list:
+        for m in table.manifests.read_list(s.changelog_manifest_list):
+            for e in table.manifests.read_manifest(m.file_name):
+                out.update(paths.data_files(e))
     return out
 
 
