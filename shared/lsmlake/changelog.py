@@ -107,7 +107,7 @@ def read_changelog(table: FileStoreTable, from_snapshot: int = 1, to_snapshot: i
             for e in table.manifests.read_manifest(m.file_name):
                 values = table.partition_values(e.partition)
                 directory = bucket_dir(table.path, schema.partition_dir(values), e.bucket)
-                rows = read_data_file(table.io, f"{directory}/{e.file.file_name}", schema, schema.field_names,
+                rows = read_data_file(table.io, e.file.path_in(directory), schema, schema.field_names,
                                       [VALUE_KIND], file_schema=table.history.file_schema(e.file.schema_id, schema))
                 names = pa.array(np.array(SHORT_NAMES)[rows.column(VALUE_KIND).to_numpy()])
                 rows = rows.drop_columns([VALUE_KIND])

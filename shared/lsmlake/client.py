@@ -32,6 +32,7 @@ from .errors import (
     InvalidInputError,
     LakeError,
     NotFoundError,
+    PermissionDeniedError,
     ServiceUnavailableError,
 )
 from .fileio import FileIO
@@ -64,6 +65,7 @@ _ERRORS: dict[grpc.StatusCode, type[LakeError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidInputError,
     grpc.StatusCode.OUT_OF_RANGE: InvalidInputError,
     grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: BackPressureError,
     grpc.StatusCode.FAILED_PRECONDITION: CommitConflictError,
     grpc.StatusCode.ABORTED: CommitRetryExhaustedError,
@@ -79,8 +81,8 @@ def lake_error(e: grpc.RpcError) -> LakeError:
     code = e.code() if hasattr(e, "code") else None
     details = (e.details() if hasattr(e, "details") else None) or str(e)
     cls = _ERRORS.get(code, LakeError) if isinstance(code, grpc.StatusCode) else LakeError
-    if cls is LakeError and isinstance(code, grpc.StatusCode):
-        details = f"{code.name}: {details}"
+    if cls in (LakeError, PermissionDeniedError) and isinstance(code, grpc.StatusCode):
+        details = f"{code.name}: {details}"  # refusals name their status (docs/security.md)
     return cls(details)
 
 

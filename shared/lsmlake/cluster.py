@@ -117,7 +117,13 @@ class Cluster:
 
     def __init__(self, warehouse: str, kafka: str | None = None, ports: dict[str, int] | None = None,
                  compactor: bool = True, spark_master: str = "local[*]", commit_interval_s: float = 1.0,
-                 ingest: list[str] | None = None, log_dir: str | None = None) -> None:
+                 ingest: list[str] | None = None, log_dir: str | None = None,
+                 extra_args: dict[str, list[str]] | None = None) -> None:
+        """`extra_args`: more command-line flags for a service (`catalog`, `writer` or `compactor`), passed after
+        those `lake up` sets, so a flag given there wins (e.g. `{"catalog": ["--expire-interval", "30"]}`)."""
+        unknown = sorted(set(extra_args or {}) - set(DEFAULT_PORTS))
+        if unknown:
+            raise InvalidInputError(f"extra_args for unknown service(s) {unknown}: use {sorted(DEFAULT_PORTS)}")
         self.warehouse = os.path.abspath(os.path.expanduser(warehouse))
         self.kafka = kafka
         self.ports = {**DEFAULT_PORTS, **(ports or {})}
@@ -126,6 +132,7 @@ class Cluster:
         self.commit_interval_s = commit_interval_s
         self.ingest = ingest or []
         self.log_dir = Path(log_dir or os.path.join(self.warehouse, STATE_DIR, "logs"))
+        self.extra_args = {name: list(args) for name, args in (extra_args or {}).items()}
         self._broker: Any = None
         self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.state: ClusterState | None = None
@@ -133,6 +140,7 @@ class Cluster:
     def _spawn(self, name: str, module: str, args: list[str]) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
+        args = [*args, *self.extra_args.get(name, [])]
         try:
             proc = subprocess.Popen([sys.executable, "-m", module, *args], stdout=log, stderr=log,
                                     stdin=subprocess.DEVNULL, start_new_session=True)  # Ctrl-C is ours to relay

@@ -61,6 +61,10 @@ class DataFileMeta:
     write_cols: tuple[str, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
+    def path_in(self, bucket_dir: str) -> str:
+        """Where the file is: its external path (Paimon's `data-file.external-paths`), else in its bucket folder."""
+        return self.external_path or f"{bucket_dir}/{self.file_name}"
+
     def upgrade(self, level: int) -> DataFileMeta:
         """The same file moved to another level (no rewrite)."""
         return replace(self, level=level)

@@ -27,6 +27,10 @@ class NotFoundError(LakeError, LookupError):
     """A database, table, snapshot or file that does not exist."""
 
 
+class PermissionDeniedError(LakeError):
+    """The caller's token does not allow what the request would do; nothing was applied."""
+
+
 class AlreadyExistsError(LakeError):
     """Creating something that already exists."""
 

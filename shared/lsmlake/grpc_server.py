@@ -1,5 +1,6 @@
 """What the three services share about being a gRPC server: the server with health checking, reflection,
-TLS and token checking, the SERVING switch, and running until a signal."""
+TLS and token checking, limits on open streams and calls (`rpc_limits`), the SERVING switch, and running
+until a signal."""
 
 from __future__ import annotations
 
@@ -17,20 +18,31 @@ from grpc_reflection.v1alpha import reflection
 
 from .auth import ServerSecurity
 from .errors import InvalidInputError
+from .log_limit import flush_all
 from .rpc_errors import UndecodableRequests
+from .rpc_limits import RpcLimits
+
+HEALTH_WORKERS = 2  # threads of the plaintext health server
 
 
 def new_server(service_name: str, health_servicer: health.HealthServicer, host: str, port: int, workers: int,
                max_message_bytes: int = 64 << 20,
-               security: ServerSecurity | None = None) -> tuple[grpc.Server, int]:
+               security: ServerSecurity | None = None,
+               limits: RpcLimits | None = None) -> tuple[grpc.Server, int]:
     """A gRPC server bound to host:port (0 picks a free port) with health (NOT_SERVING until `set_serving`) and
-    reflection, serving TLS and checking tokens as `security` says; the service itself is added by the caller.
-    The server and its port."""
+    reflection, serving TLS and checking tokens as `security` says, with `workers` threads and the `limits` on
+    open streams and calls (defaults derived from `workers`; InvalidInputError when they cannot work); the
+    service itself is added by the caller. The server and its port."""
     security = security or ServerSecurity()
+    limits = limits or RpcLimits()
     opts = [("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes)]
+    # order matters: the token check outermost, then undecodable bytes, then the stream limits (they need the
+    # principal the token check found)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), options=opts,
-                         interceptors=[*security.interceptors(), UndecodableRequests()])
+                         interceptors=[*security.interceptors(), UndecodableRequests(),
+                                       limits.interceptor(workers, security.auth_tokens is not None)],
+                         **limits.server_options(workers))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     set_serving(health_servicer, service_name, False)
     reflection.enable_server_reflection((service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
@@ -42,10 +54,15 @@ def new_server(service_name: str, health_servicer: health.HealthServicer, host: 
     return server, bound
 
 
-def new_health_server(health_servicer: health.HealthServicer, host: str, port: int) -> tuple[grpc.Server, int]:
+def new_health_server(health_servicer: health.HealthServicer, host: str, port: int,
+                      limits: RpcLimits | None = None) -> tuple[grpc.Server, int]:
     """A plaintext server answering only health checks, for probes that cannot speak TLS (the kubelet's gRPC
-    probes) when the service itself serves TLS. Started here; the server and its port."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    probes) when the service itself serves TLS. Its Watch streams are capped by `limits.max_watch_streams`, the
+    other limits are those of its own small pool. Started here; the server and its port."""
+    own = RpcLimits(max_watch_streams=(limits or RpcLimits()).max_watch_streams)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=HEALTH_WORKERS),
+                         interceptors=[UndecodableRequests(), own.interceptor(HEALTH_WORKERS)],
+                         **own.server_options(HEALTH_WORKERS))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
@@ -83,6 +100,7 @@ def run_until_signal(server: Any, name: str, host: str) -> int:
         pass
     logging.getLogger(__name__).info("%s shutting down", name)
     server.stop()
+    flush_all()  # the counts of log lines held back (refused calls) are not lost
     return 0
 
 
@@ -92,6 +110,17 @@ def add_security_arguments(p: argparse.ArgumentParser, env: Mapping[str, str]) -
     p.add_argument("--health-port", type=int, default=int_or_none(env.get("LSMLAKE_HEALTH_PORT")),
                    help="also answer health checks in plaintext on this port, for probes that cannot speak TLS "
                         "(env LSMLAKE_HEALTH_PORT; 0 picks one); off when not set")
+
+
+def add_limit_arguments(p: argparse.ArgumentParser, env: Mapping[str, str], workers: int) -> None:
+    """The flags of a server's worker threads and its limits on open streams and calls (`RpcLimits`);
+    `workers` is the service's default thread count."""
+    RpcLimits.add_arguments(p, env, workers)
+
+
+def limits_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> tuple[int, RpcLimits]:
+    """The worker count and `RpcLimits` of parsed flags; limits that cannot work are a usage error."""
+    return RpcLimits.from_args(p, a)
 
 
 def security_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> ServerSecurity:

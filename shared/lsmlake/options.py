@@ -112,6 +112,10 @@ SNAPSHOT_TIME_RETAINED = _opt("snapshot.time-retained", parse_duration_ms, 3_600
                               "Snapshots younger than this are kept (milliseconds; '1 h').", "1 h")
 SNAPSHOT_EXPIRE_LIMIT = _opt("snapshot.expire.limit", _parse_int, 50,
                              "Snapshots expired at most in one run.")
+CONSUMER_EXPIRATION_TIME = _opt("consumer.expiration-time", parse_duration_ms, None,
+                                "A consumer (`consumer/consumer-<id>`) whose file was last modified longer ago "
+                                "than this no longer holds snapshots back, and expiration deletes it; unset: "
+                                "consumers never expire.")
 COMMIT_MAX_RETRIES = _opt("commit.max-retries", _parse_int, 10,
                           "Attempts of a commit that keeps losing the snapshot-id race.")
 MERGE_ENGINE = _opt("merge-engine", str, "deduplicate",
@@ -187,6 +191,10 @@ SPILL_COMPRESSION = _opt("spill-compression", str, "zstd",
 SPILL_COMPRESSION_ZSTD_LEVEL = _opt("spill-compression.zstd-level", _parse_int, 1, "zstd level of spilled runs.")
 METADATA_STATS_MODE = _opt("metadata.stats-mode", str, "full",
                            "Value statistics in manifests: none or full (lsmlake writes full).")
+DATA_FILE_EXTERNAL_PATHS = _opt("data-file.external-paths", str, None,
+                                "Comma-separated roots outside the table folder where data files may live "
+                                "(a commit naming an external path elsewhere is refused; expiration deletes "
+                                "nothing outside the table folder and these roots).")
 PRIMARY_KEY_OPT = _opt("primary-key", str, None, "Primary key given as an option (comma-separated).")
 PARTITION_OPT = _opt("partition", str, None, "Partition keys given as an option (comma-separated).")
 PATH = _opt("path", str, None, "Table location (set by the catalog).")

@@ -13,14 +13,16 @@ from collections.abc import Sequence
 from .errors import InvalidInputError
 
 MAX_REQUEST_ID = 200
+#: an id as the catalog stores it: in its principal's namespace (`<principal>/<id>`, principals <= 128 chars)
+MAX_STORED_REQUEST_ID = MAX_REQUEST_ID + 129
 
 
-def check_request_ids(request_ids: Sequence[str]) -> list[str]:
-    """Client write ids: non-empty strings of at most MAX_REQUEST_ID characters, none twice."""
+def check_request_ids(request_ids: Sequence[str], max_chars: int = MAX_REQUEST_ID) -> list[str]:
+    """Client write ids: non-empty strings of at most `max_chars` characters, none twice."""
     ids = list(request_ids)
     for rid in ids:
-        if not isinstance(rid, str) or not rid or len(rid) > MAX_REQUEST_ID:
-            raise InvalidInputError(f"request id {rid!r} must be a non-empty string of at most {MAX_REQUEST_ID} "
+        if not isinstance(rid, str) or not rid or len(rid) > max_chars:
+            raise InvalidInputError(f"request id {rid!r} must be a non-empty string of at most {max_chars} "
                                     "characters")
     if len(set(ids)) != len(ids):
         twice = sorted(r for r, n in Counter(ids).items() if n > 1)

@@ -23,13 +23,16 @@ from .errors import (
     InvalidInputError,
     LakeError,
     NotFoundError,
+    PermissionDeniedError,
     ServiceUnavailableError,
     StaleTableError,
     StorageError,
 )
+from .log_limit import LogLimiter, peer_host
 from .metastore.errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError
 
 _log = logging.getLogger(__name__)
+_undecodable_log = LogLimiter(_log, "refused undecodable requests")
 
 class UnimplementedError(LakeError):
     """An RPC this version of the service does not implement yet."""
@@ -45,6 +48,7 @@ _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (InvalidInputError, grpc.StatusCode.INVALID_ARGUMENT),  # incl. SchemaMismatchError, UnknownOptionError
     (NotFoundError, grpc.StatusCode.NOT_FOUND),
     (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
+    (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (CommitRetryExhaustedError, grpc.StatusCode.ABORTED),
     (CommitConflictError, grpc.StatusCode.FAILED_PRECONDITION),
     (StaleTableError, grpc.StatusCode.FAILED_PRECONDITION),
@@ -127,7 +131,8 @@ def guarded_stream(method: F) -> F:
 class _Undecodable:
     """Stands for a request whose bytes are not a message of the method's request type."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, type_name: str, reason: str) -> None:
+        self.type_name = type_name
         self.reason = reason
 
 
@@ -139,19 +144,37 @@ def _lenient(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
         try:
             return deserializer(data)
         except Exception as e:  # protobuf's DecodeError, whatever the implementation
-            return _Undecodable(f"the request is not a valid {type_name} ({len(data)} bytes): {e}")
+            return _Undecodable(type_name, f"the request is not a valid {type_name} ({len(data)} bytes): {e}")
 
     return parse
 
 
-def _refuse_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
-    def handle(request: Any, context: grpc.ServicerContext) -> Any:
-        if isinstance(request, _Undecodable):
-            _log.info("refused: %s", request.reason)
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, _short(request.reason))
-        return behavior(request, context)
+#: what makes gRPC run a behaviour otherwise than "one pool thread returns or iterates its result"
+_MODE_ATTRIBUTES = ("experimental_non_blocking", "experimental_thread_pool")
 
-    return handle
+
+def same_mode(behavior: Callable[..., Any], wrapper: F) -> F:
+    """`wrapper` (of `behavior`) served the way gRPC serves `behavior`: a non-blocking stream (the health
+    service's Watch, fed from callbacks on no thread) stays non-blocking, and the wrapper must then pass on
+    the `send_response_callback` gRPC gives it. A wrapper without this would hold a pool thread for as long
+    as the stream is open."""
+    for name in _MODE_ATTRIBUTES:
+        value = getattr(behavior, name, None)
+        if value is not None:
+            setattr(wrapper, name, value)
+    return wrapper
+
+
+def _refuse_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    def handle(request: Any, context: grpc.ServicerContext, *callback: Any) -> Any:
+        if isinstance(request, _Undecodable):
+            peer = context.peer()
+            _undecodable_log.log(logging.INFO, (request.type_name, peer_host(peer)), "refused from %s: %s", peer,
+                                 request.reason)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, _short(request.reason))
+        return behavior(request, context, *callback)
+
+    return same_mode(behavior, handle)
 
 
 def _checked_stream(requests: Any) -> Any:
@@ -162,10 +185,10 @@ def _checked_stream(requests: Any) -> Any:
 
 
 def _refuse_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
-    def handle(requests: Any, context: grpc.ServicerContext) -> Any:
-        return behavior(_checked_stream(requests), context)
+    def handle(requests: Any, context: grpc.ServicerContext, *callback: Any) -> Any:
+        return behavior(_checked_stream(requests), context, *callback)
 
-    return handle
+    return same_mode(behavior, handle)
 
 
 class UndecodableRequests(grpc.ServerInterceptor):
@@ -173,6 +196,8 @@ class UndecodableRequests(grpc.ServerInterceptor):
 
     Without it gRPC answers such a request INTERNAL ("Exception deserializing request!"), which reads as a
     fault of the service. Install it on every server: `grpc.server(..., interceptors=[UndecodableRequests()])`.
+    A wrapped behaviour keeps its mode (`same_mode`): a non-blocking stream stays one. Refusals are logged at
+    INFO, the first of each (message type, peer host) at once and the repeats summed up (`LogLimiter`).
     """
 
     def intercept_service(self, continuation: Callable[[Any], Any], handler_call_details: Any) -> Any:

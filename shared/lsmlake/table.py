@@ -245,7 +245,7 @@ class FileStoreTable:
             directory = bucket_dir(self.path, self.schema.partition_dir(split.partition_values), split.bucket)
             changed = False
             for f in split.files:
-                rows = read_data_file(self.io, f"{directory}/{f.file_name}", self.schema, columns, [],
+                rows = read_data_file(self.io, f.path_in(directory), self.schema, columns, [],
                                       vectors.get(f.file_name), positions=True,
                                       file_schema=self.history.file_schema(f.schema_id, self.schema))
                 hit = rows.filter(expr).column(ROW_POSITION).to_numpy()

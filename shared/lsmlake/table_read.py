@@ -112,7 +112,7 @@ class TableRead:
         partition = dict(zip(schema.partition_keys, split.partition_values, strict=True))
 
         def read(files: Sequence[DataFileMeta], on: Executor) -> list[pa.Table]:
-            return read_all([DataFileRead(self.io, f"{directory}/{f.file_name}", schema, needed, system,
+            return read_all([DataFileRead(self.io, f.path_in(directory), schema, needed, system,
                                           vectors.get(f.file_name), constants=partition,
                                           file_schema=self.history.file_schema(f.schema_id, schema))
                              for f in files], on)

@@ -20,6 +20,7 @@ class Tokens:
     file: str
     reader: str
     writer: str
+    service: str
     admin: str
     unknown: str
 
@@ -27,11 +28,12 @@ class Tokens:
         return str(getattr(self, role))
 
 
-def write_token_file(path: Path, reader: str, writer: str, admin: str) -> None:
-    # one entry hashed, two in plaintext: both forms are accepted
+def write_token_file(path: Path, reader: str, writer: str, service: str, admin: str) -> None:
+    # one entry hashed, the others in plaintext: both forms are accepted
     path.write_text(json.dumps({"tokens": [
         {"principal": "alice-reader", "role": "reader", "sha256": digest(reader).hex()},
-        {"principal": "writer-svc", "role": "writer", "token": writer},
+        {"principal": "bob-writer", "role": "writer", "token": writer},
+        {"principal": "writer-svc", "role": "service", "token": service},
         {"principal": "root", "role": "admin", "token": admin},
     ]}))
 
@@ -44,6 +46,6 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 @pytest.fixture(scope="session")
 def tokens(tmp_path_factory: pytest.TempPathFactory) -> Tokens:
     path = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    t = Tokens(str(path), *(secrets.token_urlsafe(24) for _ in range(4)))
-    write_token_file(path, t.reader, t.writer, t.admin)
+    t = Tokens(str(path), *(secrets.token_urlsafe(24) for _ in range(5)))
+    write_token_file(path, t.reader, t.writer, t.service, t.admin)
     return t

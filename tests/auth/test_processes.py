@@ -59,7 +59,7 @@ class Proc:
 def services(tmp_path: Path, certs: Certs, tokens: Tokens) -> Iterator[tuple[str, str]]:
     warehouse = tmp_path / "wh"
     writer_token = tmp_path / "writer.token"
-    writer_token.write_text(tokens.writer + "\n")
+    writer_token.write_text(tokens.service + "\n")
     # the catalog from flags, the writer from the environment: both ways reach the same settings
     catalog = Proc("lsmlake.catalog_svc", ["--warehouse", str(warehouse), "--tls-cert", certs.server_cert,
                                            "--tls-key", certs.server_key, "--auth-tokens", tokens.file],

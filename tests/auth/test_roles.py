@@ -32,10 +32,11 @@ READ = {"CatalogService": {"ListDatabases", "GetTable", "ListTables", "GetSnapsh
                            "LatestSnapshot", "SnapshotAtTime", "PlanScan", "WatchSnapshots", "ListCompactionPlans",
                            "FindWrites"},
         "CompactorService": {"CompactionStatus", "BucketLevels"}}
-WRITE = {"CatalogService": {"Commit", "AllocateSequences", "RequestCompaction", "StartCompaction", "CompleteCompaction",
-                            "RollbackCompaction"},
+WRITE = {"CatalogService": {"Commit"},
          "WriterService": {"Write", "WriteRows"},
          "CompactorService": {"TriggerCompaction"}}
+SERVICE = {"CatalogService": {"AllocateSequences", "RequestCompaction", "StartCompaction", "CompleteCompaction",
+                              "RollbackCompaction"}}
 ADMIN = {"CatalogService": {"CreateDatabase", "DropDatabase", "CreateTable", "DropTable", "AlterTable",
                             "ExpireSnapshots", "RemoveOrphanFiles"}}
 
@@ -56,7 +57,7 @@ def _all_methods() -> dict[str, Any]:
 def _expected(path: str) -> Role:
     service, method = path.strip("/").split("/")
     service = service.rsplit(".", 1)[-1]
-    for role, table in ((Role.READER, READ), (Role.WRITER, WRITE), (Role.ADMIN, ADMIN)):
+    for role, table in ((Role.READER, READ), (Role.WRITER, WRITE), (Role.SERVICE, SERVICE), (Role.ADMIN, ADMIN)):
         if method in table.get(service, ()):
             return role
     raise AssertionError(f"{path} has no expected role in this test")
@@ -73,8 +74,8 @@ def test_every_method_of_every_service_has_a_role_and_no_other_entry() -> None:
 
 
 def test_the_role_table_in_the_docs_is_the_codes() -> None:
-    rows = re.findall(r"^\|\s*`?(\w+)`?\s*\|\s*`?(\w+)`?\s*\|\s*`?(reader|writer|admin)`?\s*\|", DOCS.read_text(),
-                      flags=re.MULTILINE)
+    rows = re.findall(r"^\|\s*`?(\w+)`?\s*\|\s*`?(\w+)`?\s*\|\s*`?(reader|writer|service|admin)`?\s*\|",
+                      DOCS.read_text(), flags=re.MULTILINE)
     documented = {f"/lsmlake.v1.{s}/{m}": Role.parse(r) for s, m, r in rows}
     assert documented == METHOD_ROLES
 
@@ -115,7 +116,7 @@ def _call(channel: grpc.Channel, path: str, method: Any) -> grpc.StatusCode:
     return grpc.StatusCode.OK
 
 
-@pytest.mark.parametrize("who", ["nobody", "unknown", "reader", "writer", "admin"])
+@pytest.mark.parametrize("who", ["nobody", "unknown", "reader", "writer", "service", "admin"])
 def test_each_role_reaches_exactly_the_methods_it_may_call(servers: dict[str, int], tokens: Tokens,
                                                            who: str) -> None:
     token = None if who == "nobody" else tokens.of(who)

@@ -52,7 +52,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, certs: Certs, tokens: Toke
     try:
         writer = WriterServer(WriterSettings(
             warehouse=warehouse, catalog=f"127.0.0.1:{catalog.port}", commit_interval_s=0.1, security=security,
-            catalog_security=ChannelSecurity(tls_ca=certs.ca, token=tokens.writer)))
+            catalog_security=ChannelSecurity(tls_ca=certs.ca, token=tokens.service)))
         writer.start()
         try:
             assert catalog.health_port is not None
@@ -222,7 +222,7 @@ def test_the_compactors_timeline_client_authenticates_with_its_own_token(cluster
     with cluster.client("admin") as admin:
         admin.create_database("tldb")
         admin.create_table("tldb.t", "id BIGINT NOT NULL", primary_keys=["id"], options={"bucket": 1})
-    for who, allowed in (("writer", True), ("reader", False)):
+    for who, allowed in (("service", True), ("writer", False), ("reader", False)):
         timeline = TimelineClient(cluster.catalog, timeout_s=TIMEOUT_S, retry_for_s=5,
                                   security=ChannelSecurity(tls_ca=cluster.certs.ca, token=cluster.tokens.of(who)))
         try:

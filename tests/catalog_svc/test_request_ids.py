@@ -23,12 +23,16 @@ def cat(tmp_path: Path) -> Iterator[Local]:
         yield c
 
 
+def _request(cat: Local, ident: common_pb2.TableIdentifier, number: int, ids: list[str], row: int,
+             kind: common_pb2.CommitKind.ValueType = common_pb2.COMMIT_KIND_APPEND) -> catalog_pb2.CommitRequest:
+    messages = cat.write(ident, {"id": [row], "v": [f"r{row}"]})
+    return catalog_pb2.CommitRequest(table=ident, commit_user="w", commit_identifier=number, kind=kind,
+                                     changes=[changes_to_proto(m) for m in messages], request_ids=ids)
+
+
 def _commit(cat: Local, ident: common_pb2.TableIdentifier, number: int, ids: list[str], row: int,
             kind: common_pb2.CommitKind.ValueType = common_pb2.COMMIT_KIND_APPEND) -> catalog_pb2.CommitResponse:
-    messages = cat.write(ident, {"id": [row], "v": [f"r{row}"]})
-    return cat.stub.Commit(catalog_pb2.CommitRequest(
-        table=ident, commit_user="w", commit_identifier=number, kind=kind,
-        changes=[changes_to_proto(m) for m in messages], request_ids=ids), timeout=TIMEOUT_S)
+    return cat.stub.Commit(_request(cat, ident, number, ids, row, kind), timeout=TIMEOUT_S)
 
 
 def _found(cat: Local, ident: common_pb2.TableIdentifier, ids: list[str]) -> dict[str, int]:
@@ -43,11 +47,16 @@ def _ids(cat: Local, ident: common_pb2.TableIdentifier) -> list[int]:
 
 def test_a_committed_write_id_is_found_and_never_committed_again(cat: Local) -> None:
     ident = cat.create_table("db", "t", [("id", "BIGINT"), ("v", "STRING")])  # append: duplicates would show
-    first = _commit(cat, ident, 1, ["a", "b"], 1)
+    request = _request(cat, ident, 1, ["a", "b"], 1)
+    first = cat.stub.Commit(request, timeout=TIMEOUT_S)
     assert _found(cat, ident, ["a", "b", "c"]) == {"a": first.snapshot_id, "b": first.snapshot_id}
-    # the same commit again (a lost reply): the first snapshot, whatever its ids
-    again = _commit(cat, ident, 1, ["a", "b"], 1)
+    # the same commit again (a lost reply): the first snapshot
+    again = cat.stub.Commit(request, timeout=TIMEOUT_S)
     assert again.already_committed and again.snapshot_id == first.snapshot_id
+    # the same user and identifier with other files is not that commit: refused, nothing committed
+    with pytest.raises(grpc.RpcError) as e:
+        _commit(cat, ident, 1, ["a", "b"], 1)
+    assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS and "other files" in e.value.details()
     # a new commit holding a committed id (a resend that raced its first attempt): refused, nothing committed
     with pytest.raises(grpc.RpcError) as e:
         _commit(cat, ident, 2, ["c", "b"], 2)

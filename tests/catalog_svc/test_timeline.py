@@ -232,8 +232,9 @@ def test_watch_snapshots_streams_each_commit(local: Local) -> None:
 
 def test_metrics_and_reflection(local: Local) -> None:
     ident = local.create_table("db", "m", [("id", "BIGINT NOT NULL")], ["id"], {"bucket": "1"})
-    local.commit(ident, "u", 1, local.write(ident, {"id": [1]}))
-    local.commit(ident, "u", 1, local.write(ident, {"id": [1]}))  # a retry
+    written = local.write(ident, {"id": [1]})
+    local.commit(ident, "u", 1, written)
+    local.commit(ident, "u", 1, written)  # a retry
     body = urllib.request.urlopen(f"http://127.0.0.1:{local.server.metrics_port}/metrics", timeout=10).read().decode()
     assert 'lsmlake_catalog_commits_total{kind="APPEND",outcome="committed"} 1.0' in body
     assert 'lsmlake_catalog_commits_total{kind="APPEND",outcome="already_committed"} 1.0' in body

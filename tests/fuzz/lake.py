@@ -12,7 +12,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ class Lake:
     catalog: catalog_pb2_grpc.CatalogServiceStub
     writer: writer_pb2_grpc.WriterServiceStub
     compactor: compactor_pb2_grpc.CompactorServiceStub
+    addresses: dict[str, str] = field(default_factory=dict)  # service name -> host:port
 
     def state(self) -> tuple[dict[str, tuple[int, str]], dict[str, list[tuple[Any, ...]]]]:
         """Every file under the root (size and digest, the store's files aside) and every row of the store."""
@@ -156,13 +157,15 @@ def running_lake(root: Path) -> Iterator[Lake]:
         CompactorService(str(warehouse), scheduler, scheduler.ownership, "fuzz-compactor"), compactor)
     compactor.start()
     set_serving(health_servicer, name, True)
-    channels = {svc: grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)])
-                for svc, port in (("lsmlake.v1.CatalogService", cat_port), ("lsmlake.v1.WriterService", writer_port),
-                                  ("lsmlake.v1.CompactorService", compactor_port))}
+    addresses = {svc: f"127.0.0.1:{port}" for svc, port in (("lsmlake.v1.CatalogService", cat_port),
+                                                            ("lsmlake.v1.WriterService", writer_port),
+                                                            ("lsmlake.v1.CompactorService", compactor_port))}
+    channels = {svc: grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 64 << 20)])
+                for svc, address in addresses.items()}
     lake = Lake(root, warehouse, metastore, channels,
                 catalog_pb2_grpc.CatalogServiceStub(channels["lsmlake.v1.CatalogService"]),
                 writer_pb2_grpc.WriterServiceStub(channels["lsmlake.v1.WriterService"]),
-                compactor_pb2_grpc.CompactorServiceStub(channels["lsmlake.v1.CompactorService"]))
+                compactor_pb2_grpc.CompactorServiceStub(channels["lsmlake.v1.CompactorService"]), addresses)
     try:
         _seed(lake)
         yield lake

@@ -27,6 +27,7 @@ from lsmlake.metastore import (
     SchemaVersionError,
     open_store,
 )
+from lsmlake.request_ids import MAX_STORED_REQUEST_ID
 from lsmlake.snapshot import BATCH_COMMIT_IDENTIFIER
 
 PG_URL = os.environ.get("LSMLAKE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -238,7 +239,7 @@ def test_client_writes_are_recorded_found_and_forgotten(store: MetaStore) -> Non
     with pytest.raises(InvariantError, match="committed before"), store.commit_lock(T):
         store.record_writes(T, ["d", "b"], 4)
     assert store.find_writes(T, ["d"]) == {}  # the failed transaction left nothing
-    for bad in ([""], ["x" * 201], ["e", "e"], [7]):
+    for bad in ([""], ["x" * (MAX_STORED_REQUEST_ID + 1)], ["e", "e"], [7]):
         with pytest.raises(InvalidInputError, match="request id"):
             store.find_writes(T, bad)  # type: ignore[arg-type]
     assert store.forget_writes(0) == 0

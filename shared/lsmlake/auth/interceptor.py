@@ -10,10 +10,15 @@ from typing import Any
 
 import grpc
 
+from ..log_limit import LogLimiter, peer_host
+from .principal import serving
 from .roles import is_open, required_role
 from .tokens import TokenStore
 
 _log = logging.getLogger(__name__)
+#: a caller without a token can make refusals at will: the first of each (code, reason, host) is logged, the
+#: repeats are summed up once a minute
+_refusals = LogLimiter(_log, "refused calls")
 
 AUTHORIZATION = "authorization"
 _SCHEME = "bearer "
@@ -32,7 +37,9 @@ def _refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str
     """A handler of the same shape as `handler` that fails the call with `code`."""
 
     def refuse(_request: Any, context: grpc.ServicerContext) -> Any:
-        _log.warning("refused %s from %s: %s", method, context.peer(), message)
+        peer = context.peer()
+        _refusals.log(logging.WARNING, (code.name, peer_host(peer), message), "refused %s from %s: %s", method,
+                      peer, message)
         context.abort(code, message)
 
     kw = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
@@ -76,7 +83,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
             return _refusal(handler, grpc.StatusCode.PERMISSION_DENIED,
                             f"{principal.name} has role {principal.role.name.lower()}; {method} needs "
                             f"{needed.name.lower()}", method)
-        return handler
+        return serving(handler, principal)
 
 
 class _CallDetails(collections.namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials",

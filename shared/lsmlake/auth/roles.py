@@ -14,8 +14,10 @@ class Role(enum.IntEnum):
     """What a token may do; a higher role may do everything a lower one may."""
 
     READER = 1  # describe and read tables, snapshots, scan plans, compaction status
-    WRITER = 2  # also write rows, commit files, run the compaction timeline
-    ADMIN = 3  # also create, alter and drop databases and tables, expire snapshots, remove files
+    WRITER = 2  # also write rows and commit new files (APPEND)
+    SERVICE = 3  # also what the writer and compactor services do for everyone: the compaction timeline,
+    #             sequence numbers, the `lsmlake.*` snapshot properties (Kafka offsets), other callers' request ids
+    ADMIN = 4  # also create, alter and drop databases and tables, overwrite, expire snapshots, remove files
 
     @staticmethod
     def parse(text: str) -> Role:
@@ -47,13 +49,14 @@ METHOD_ROLES: dict[str, Role] = {
     f"/{_C}/WatchSnapshots": Role.READER,
     f"/{_C}/ListCompactionPlans": Role.READER,
     f"/{_C}/FindWrites": Role.READER,
-    # catalog: adding data and compacting it (the writer and compactor services' own calls)
+    # catalog: adding data (what a commit may do beyond APPEND is checked in the commit: `commit_roles`)
     f"/{_C}/Commit": Role.WRITER,
-    f"/{_C}/AllocateSequences": Role.WRITER,
-    f"/{_C}/RequestCompaction": Role.WRITER,
-    f"/{_C}/StartCompaction": Role.WRITER,
-    f"/{_C}/CompleteCompaction": Role.WRITER,
-    f"/{_C}/RollbackCompaction": Role.WRITER,
+    # catalog: the writer and compactor services' own calls (a compaction replaces a table's files)
+    f"/{_C}/AllocateSequences": Role.SERVICE,
+    f"/{_C}/RequestCompaction": Role.SERVICE,
+    f"/{_C}/StartCompaction": Role.SERVICE,
+    f"/{_C}/CompleteCompaction": Role.SERVICE,
+    f"/{_C}/RollbackCompaction": Role.SERVICE,
     # catalog: definitions and deletions
     f"/{_C}/CreateDatabase": Role.ADMIN,
     f"/{_C}/DropDatabase": Role.ADMIN,

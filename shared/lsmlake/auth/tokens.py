@@ -32,6 +32,7 @@ from .roles import Role
 _log = logging.getLogger(__name__)
 
 MIN_TOKEN_CHARS = 16
+MAX_PRINCIPAL_CHARS = 128
 _RECHECK_S = 1.0
 _ENTRY_KEYS = {"principal", "role", "token", "sha256"}
 
@@ -75,8 +76,9 @@ def _entry(entry: Any, where: str) -> tuple[bytes, Principal]:
     if unknown:
         raise InvalidInputError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
     name = entry.get("principal")
-    if not isinstance(name, str) or not name.strip():
-        raise InvalidInputError(f"{where}: 'principal' must be a non-empty string")
+    if not isinstance(name, str) or not name.strip() or "/" in name or len(name) > MAX_PRINCIPAL_CHARS:
+        raise InvalidInputError(f"{where}: 'principal' must be a non-empty string of at most {MAX_PRINCIPAL_CHARS} "
+                                "characters without '/' (it namespaces the commit users and request ids it owns)")
     try:
         role = Role.parse(entry.get("role") if isinstance(entry.get("role"), str) else "")
     except ValueError as e:

@@ -4,8 +4,10 @@ A manifest entry is trusted by every later reader, so a commit is refused before
 when a file change could not have come from a writer of this table: a file name that is a path, a
 negative size or count, a level the table does not have, sequence numbers out of order, a schema the
 table never had, a partition that does not decode with the table's partition columns, a negative bucket
-in a table of fixed buckets, or a new data file that is not in its bucket folder with the size the
-commit says (one stat per new file: an accepted commit of a file that is not there breaks every reader).
+in a table of fixed buckets, a new data file that is not in its bucket folder with the size the commit
+says (one stat per new file: an accepted commit of a file that is not there breaks every reader), or an
+`external_path` that is not a normal path under one of the table's external roots (expiration deletes
+it once unreachable, so it must never name a file the table does not own).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 
 from ..data_file_writer import bucket_dir
 from ..errors import CorruptMetadataError, InvalidInputError, NotFoundError
+from ..external_paths import check_external_path
 from ..proto_gen.lsmlake.v1 import common_pb2
 from ..table import FileStoreTable
 
@@ -107,8 +110,15 @@ def check_changes(table: FileStoreTable, changes: Sequence[common_pb2.FileChange
         folder = bucket_dir(table.path, table.schema.partition_dir(values), c.bucket)
         for kind in ("new_files", "changelog_files"):
             for j, f in enumerate(getattr(c, kind)):
-                if not f.HasField("external_path"):
-                    _check_written(table, f"{folder}/{f.file_name}", f.file_size, f"changes[{i}].{kind}[{j}]")
+                where = f"changes[{i}].{kind}[{j}]"
+                if f.HasField("external_path"):
+                    check_external_path(f.external_path, table.options, where)
+                    _check_written(table, f.external_path, f.file_size, where)
+                else:
+                    _check_written(table, f"{folder}/{f.file_name}", f.file_size, where)
+        for j, f in enumerate(c.deleted_files):
+            if f.HasField("external_path"):
+                check_external_path(f.external_path, table.options, f"changes[{i}].deleted_files[{j}]")
         for kind in ("new_index_files", "deleted_index_files"):
             for j, e in enumerate(getattr(c, kind)):
                 _check_index(e, f"changes[{i}].{kind}[{j}]")

@@ -1,8 +1,9 @@
 """Work the catalog does by itself: announce unrecorded snapshots at start-up, expire snapshots and remove
 orphan files on a schedule.
 
-Each table is handled under its commit lock, so replicas sharing a metadata store take turns and never
-expire a snapshot a commit is building on. A failure on one table is logged and the others go on.
+Each expiration batch runs under the table's commit lock, so replicas sharing a metadata store take turns
+and never expire a snapshot a commit is building on; the lock is let go between batches, so commits are not
+held up while a table far behind catches up. A failure on one table is logged and the others go on.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import threading
 from collections.abc import Iterator
 
 from ..catalog import FileSystemCatalog
-from ..expire import expire_snapshots, remove_orphan_files
+from ..expire import PASS_BUDGET_S, ExpirePass, remove_orphan_files
 from ..metastore import MetaStore
 from .metrics import CatalogMetrics
 from .reconcile import reconcile_table
@@ -47,14 +48,17 @@ def reconcile_all(catalog: FileSystemCatalog, store: MetaStore, metrics: Catalog
 class Maintenance:
     """A daemon thread that expires snapshots every `expire_interval_s` (table options decide how many stay),
     removes orphan files every `orphan_interval_s` and announces snapshots written by outside engines every
-    `reconcile_interval_s`; an interval of 0 turns that job off."""
+    `reconcile_interval_s`; an interval of 0 turns that job off. An expiration pass works on each table until
+    it is caught up or `expire_budget_s` is spent on it."""
 
     def __init__(self, catalog: FileSystemCatalog, store: MetaStore, metrics: CatalogMetrics,
-                 expire_interval_s: float, orphan_interval_s: float, reconcile_interval_s: float = 0.0) -> None:
+                 expire_interval_s: float, orphan_interval_s: float, reconcile_interval_s: float = 0.0,
+                 expire_budget_s: float = PASS_BUDGET_S) -> None:
         self.catalog = catalog
         self.store = store
         self.metrics = metrics
         self.expire_interval_s = expire_interval_s
+        self.expire_budget_s = expire_budget_s
         self.orphan_interval_s = orphan_interval_s
         self.reconcile_interval_s = reconcile_interval_s
         self._stop = threading.Event()
@@ -90,25 +94,41 @@ class Maintenance:
                 next_orphans = time.monotonic() + self.orphan_interval_s
 
     def expire_once(self) -> int:
-        """Expire snapshots of every table by its `snapshot.*` options; how many were expired."""
+        """Expire snapshots of every table by its `snapshot.*` options, each until caught up (in batches of
+        `snapshot.expire.limit`, within `expire_budget_s`); how many were expired."""
         total = 0
         for tid in table_ids(self.catalog):
             if self._stop.is_set():
                 break
-            try:
-                with self.store.commit_lock(tid):
-                    result = expire_snapshots(self.catalog.get_table(tid))
-            except Exception:
-                _log.exception("scheduled expiration of %s failed", tid)
-                continue
-            if result.expired_snapshots:
-                _log.info("expired %d snapshot(s) of %s", len(result.expired_snapshots), tid)
-            total += len(result.expired_snapshots)
-        self.metrics.expired.inc(total)
+            total += self._expire_table(tid)
         return total
 
+    def _expire_table(self, tid: str) -> int:
+        """One pass over one table; how many snapshots it expired (those of batches before a failure too)."""
+        expire: ExpirePass | None = None
+        failed = False
+        try:
+            expire = ExpirePass(self.catalog.get_table(tid), batch_lock=lambda: self.store.commit_lock(tid),
+                                budget_s=self.expire_budget_s, should_stop=self._stop.is_set)
+            expire.run()
+        except Exception:
+            _log.exception("scheduled expiration of %s failed", tid)
+            failed = True
+        if expire is None:
+            return 0
+        n = len(expire.result.expired_snapshots)
+        self.metrics.expired.inc(n)  # per table, as soon as its pass ends, not after every table
+        if n:
+            _log.info("expired %d snapshot(s) of %s in %d batch(es)", n, tid, expire.batches)
+        if not (expire.caught_up or failed or self._stop.is_set()):
+            # The pass's bound stopped it: a long backlog, or a table that gains snapshots faster than
+            # one pass per interval removes them.
+            _log.warning("expiration of %s is not caught up after %d snapshot(s) in %d batch(es); the next "
+                         "pass goes on", tid, n, expire.batches)
+        return n
+
     def remove_orphans_once(self) -> int:
-        """Delete files older than a day that no snapshot of their table references; how many."""
+        """Delete files older than a day that no snapshot or tag of their table references; how many."""
         total = 0
         for tid in table_ids(self.catalog):
             if self._stop.is_set():

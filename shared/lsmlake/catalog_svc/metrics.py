@@ -38,6 +38,14 @@ class CatalogMetrics:
                                     registry=r)
         self.outbox_lag = Gauge("lsmlake_catalog_outbox_lag_seconds", "Age of the oldest undelivered event.",
                                 registry=r)
+        self.outbox_events = Gauge("lsmlake_catalog_outbox_events", "Events in the outbox, delivered or not "
+                                   "(bounded by the outbox retentions).", registry=r)
+        self.outbox_purged = Counter("lsmlake_catalog_outbox_purged", "Outbox events deleted by retention: "
+                                     "delivered, or undelivered (dropped, never published).", ["state"], registry=r)
+
+    def purged(self, state: str, count: int) -> None:
+        """Count `count` events of `state` (delivered or undelivered) deleted by the outbox retention."""
+        self.outbox_purged.labels(state).inc(count)
 
     def watch_outbox(self, store: MetaStore) -> None:
         """Read the outbox gauges from the store at each scrape (a failing store reads as -1)."""
@@ -54,5 +62,12 @@ class CatalogMetrics:
                 return -1.0
             return 0.0 if oldest is None else max(0.0, time.time() - oldest / 1000)
 
+        def size() -> float:
+            try:
+                return float(store.outbox_size())
+            except Exception:
+                return -1.0
+
         self.outbox_pending.set_function(pending)
         self.outbox_lag.set_function(lag)
+        self.outbox_events.set_function(size)

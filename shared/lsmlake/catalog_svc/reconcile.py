@@ -19,7 +19,7 @@ from ..errors import LakeError
 from ..manifest import ADD
 from ..metastore import MetaStore
 from ..proto_gen.lsmlake.v1 import common_pb2
-from ..request_ids import check_request_ids
+from ..request_ids import MAX_STORED_REQUEST_ID, check_request_ids
 from ..snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from ..table import FileStoreTable
 from . import convert
@@ -61,7 +61,7 @@ def snapshot_writes(snap: Snapshot) -> list[str]:
         ids = json.loads(text)
         if not isinstance(ids, list):
             raise ValueError(f"a JSON {type(ids).__name__}, not a list")
-        check_request_ids(ids)
+        check_request_ids(ids, MAX_STORED_REQUEST_ID)
     except (ValueError, LakeError) as e:
         _log.warning("snapshot %d: property %s is not a list of request ids (%s); ignored", snap.id,
                      WRITES_PROPERTY, e)

@@ -15,8 +15,10 @@ from ..auth import ServerSecurity
 from ..catalog import FileSystemCatalog
 from ..errors import InvalidInputError
 from ..grpc_server import (
+    add_limit_arguments,
     add_security_arguments,
     int_or_none,
+    limits_from_args,
     new_health_server,
     new_server,
     run_until_signal,
@@ -28,9 +30,10 @@ from ..kafka.security import KafkaSecurity
 from ..metastore import MetaStore, open_store
 from ..observability import MetricsEndpoint, configure_logging
 from ..proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc
+from ..rpc_limits import RpcLimits
 from .maintenance import Maintenance, reconcile_all
 from .metrics import CatalogMetrics
-from .relay import OutboxRelay
+from .relay import KEEP_DELIVERED_S, KEEP_UNDELIVERED_S, OutboxRelay
 from .servicer import FAULTS, KEEP_WRITES_MS, CatalogService
 
 _log = logging.getLogger(__name__)
@@ -38,6 +41,7 @@ _log = logging.getLogger(__name__)
 SERVICE_NAME = catalog_pb2.DESCRIPTOR.services_by_name["CatalogService"].full_name
 HOST = "127.0.0.1"
 METASTORE_FILE = "_lsmlake_catalog.sqlite"
+WORKERS = 16
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,8 @@ class Settings:
     port: int = 0  # 0: pick a free port
     kafka: str | None = None
     grace_s: float = 10.0
-    workers: int = 16
+    workers: int = WORKERS
+    limits: RpcLimits = field(default_factory=RpcLimits)  # open streams and calls (docs/security.md)
     max_message_bytes: int = 64 * 1024 * 1024
     host: str = HOST
     metrics_port: int | None = None  # None: no metrics endpoint; 0: a free port
@@ -57,6 +62,8 @@ class Settings:
     orphan_interval_s: float = 86_400.0
     request_id_retention_s: float = KEEP_WRITES_MS / 1000  # how long a committed request id answers a resend
     reconcile_interval_s: float = 10.0
+    outbox_retention_s: float = KEEP_DELIVERED_S  # delivered outbox events are purged this long after delivery
+    outbox_undelivered_retention_s: float = KEEP_UNDELIVERED_S  # undelivered ones are dropped this long after commit
     fault: str | None = None  # crash injection for the recovery tests
     security: ServerSecurity = field(default_factory=ServerSecurity)
     health_port: int | None = None  # plaintext health checks for probes that cannot speak TLS
@@ -67,8 +74,10 @@ class Settings:
         """Flags win over the environment: `LSMLAKE_WAREHOUSE`, `LSMLAKE_METASTORE`, `LSMLAKE_CATALOG_HOST`,
         `LSMLAKE_CATALOG_PORT`, `LSMLAKE_KAFKA`, `LSMLAKE_METRICS_PORT`, `LSMLAKE_EXPIRE_INTERVAL`,
         `LSMLAKE_ORPHAN_INTERVAL`, `LSMLAKE_RECONCILE_INTERVAL`, `LSMLAKE_REQUEST_ID_RETENTION`,
-        `LSMLAKE_CATALOG_FAULT`, and those of TLS,
-        tokens and Kafka security (docs/security.md)."""
+        `LSMLAKE_OUTBOX_RETENTION`, `LSMLAKE_OUTBOX_UNDELIVERED_RETENTION`,
+        `LSMLAKE_CATALOG_FAULT`, those of TLS, tokens and Kafka security and those of the worker threads
+        and the limits on open streams and calls (`LSMLAKE_WORKERS`, `LSMLAKE_MAX_STREAMS`, ...;
+        docs/security.md)."""
         env = dict(os.environ if env is None else env)
         p = argparse.ArgumentParser(prog="catalog-svc", description="lsmlake catalog service (gRPC)")
         p.add_argument("--warehouse", default=env.get("LSMLAKE_WAREHOUSE"),
@@ -94,12 +103,20 @@ class Settings:
                        default=float(env.get("LSMLAKE_REQUEST_ID_RETENTION", str(KEEP_WRITES_MS / 1000))),
                        help="seconds a committed write's request id keeps answering resends (default: a day); "
                             "longer than any client retries a write")
+        p.add_argument("--outbox-retention", type=float,
+                       default=float(env.get("LSMLAKE_OUTBOX_RETENTION", str(KEEP_DELIVERED_S))),
+                       help="seconds a delivered event stays in the outbox (default: an hour)")
+        p.add_argument("--outbox-undelivered-retention", type=float,
+                       default=float(env.get("LSMLAKE_OUTBOX_UNDELIVERED_RETENTION", str(KEEP_UNDELIVERED_S))),
+                       help="seconds an event waits for Kafka before it is dropped with a warning (default: a day)")
         p.add_argument("--fault", default=env.get("LSMLAKE_CATALOG_FAULT") or None, choices=[f for f in FAULTS if f],
                        help="testing only: crash at this point of the first commit")
         add_security_arguments(p, env)
+        add_limit_arguments(p, env, WORKERS)
         KafkaSecurity.add_arguments(p, env)
         a = p.parse_args(argv)
         security = security_from_args(p, a)
+        workers, limits = limits_from_args(p, a)
         try:
             kafka_security = KafkaSecurity.from_args(a)
         except InvalidInputError as e:
@@ -119,12 +136,16 @@ class Settings:
                 p.error(f"--{name.replace('_', '-')} must not be negative")
         if not a.request_id_retention >= 1:  # also refuses nan
             p.error(f"--request-id-retention must be at least 1 second, got {a.request_id_retention}")
+        if not (a.outbox_retention >= 0 and a.outbox_undelivered_retention >= 1):  # also refuses nan
+            p.error("--outbox-retention must not be negative and --outbox-undelivered-retention must be at least "
+                    f"1 second, got {a.outbox_retention} and {a.outbox_undelivered_retention}")
         return Settings(warehouse=a.warehouse, metastore=metastore, port=a.port, kafka=a.kafka, grace_s=a.grace,
                         host=a.host, metrics_port=a.metrics_port, expire_interval_s=a.expire_interval,
                         orphan_interval_s=a.orphan_interval, reconcile_interval_s=a.reconcile_interval,
-                        request_id_retention_s=a.request_id_retention,
+                        request_id_retention_s=a.request_id_retention, outbox_retention_s=a.outbox_retention,
+                        outbox_undelivered_retention_s=a.outbox_undelivered_retention,
                         fault=a.fault, security=security, health_port=a.health_port,
-                        kafka_security=kafka_security)
+                        kafka_security=kafka_security, workers=workers, limits=limits)
 
 
 
@@ -151,15 +172,18 @@ class CatalogServer:
         s = self.settings
         configure_security(s.kafka_security)
         server, self.port = new_server(SERVICE_NAME, self.health, s.host, s.port, s.workers, s.max_message_bytes,
-                                       s.security)
+                                       s.security, s.limits)
         self._server = server
         if s.health_port is not None:
-            self._health_server, self.health_port = new_health_server(self.health, s.host, s.health_port)
+            self._health_server, self.health_port = new_health_server(self.health, s.host, s.health_port,
+                                                                      s.limits)
         self._store = open_store(s.metastore)
         catalog = FileSystemCatalog(s.warehouse)
         catalog.io.mkdirs(catalog.root)
         self.metrics.watch_outbox(self._store)
-        self._relay = OutboxRelay(self._store, s.kafka, on_published=self.metrics.events_published.inc)
+        self._relay = OutboxRelay(self._store, s.kafka, on_published=self.metrics.events_published.inc,
+                                  keep_delivered_s=s.outbox_retention_s,
+                                  keep_undelivered_s=s.outbox_undelivered_retention_s, on_purged=self.metrics.purged)
         # snapshots a crash left unannounced get their events before the first new commit
         found = reconcile_all(catalog, self._store, self.metrics)
         if found:

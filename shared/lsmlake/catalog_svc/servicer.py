@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 
+from ..auth.principal import current_principal
 from ..catalog import FileSystemCatalog, check_name
 from ..commit import CommitResult
 from ..errors import (
@@ -42,6 +43,7 @@ from ..table_write import CommitMessage
 from ..types import parse_schema_fields
 from . import convert
 from .commit_checks import check_changes
+from .commit_identity import DIGEST_PROPERTY, CommitIdentity, check_rights, request_id_limit, request_ids_of
 from .events import snapshot_events
 from .metrics import CatalogMetrics
 from .reconcile import WRITES_PROPERTY, reconcile_table
@@ -103,7 +105,7 @@ def _check_commit(request: catalog_pb2.CommitRequest) -> str:
             raise InvalidInputError(f"property {WRITES_PROPERTY!r} is the catalog's: pass request_ids instead")
         if len(request.request_ids) > MAX_REQUEST_IDS:
             raise InvalidInputError(f"request_ids has {len(request.request_ids)} entries; at most {MAX_REQUEST_IDS}")
-        check_request_ids(request.request_ids)
+        check_request_ids(request.request_ids, request_id_limit(current_principal()))
     return kind
 
 
@@ -289,25 +291,30 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     def Commit(self, request: Any, context: grpc.ServicerContext) -> Any:
         """Commit file changes as one snapshot (see `_commit`)."""
         kind = _check_commit(request)
+        check_rights(kind, request.properties, current_principal())
         tid = _ident(request.table)
-        check_changes(self.catalog.get_table(tid), request.changes, request.overwrite_partitions)  # before any work
-        messages = [convert.changes_from_proto(c) for c in request.changes]
-        snapshot_id, again, _ = self._commit(tid, request.table, kind, request, messages, request.changes)
+        snapshot_id, again, _ = self._commit(tid, request.table, kind, request, request.changes)
         return catalog_pb2.CommitResponse(snapshot_id=snapshot_id, already_committed=again)
 
     def _commit(self, tid: str, ident: common_pb2.TableIdentifier, kind: str, request: Any,
-                messages: list[CommitMessage], changes: Sequence[common_pb2.FileChanges],
+                changes: Sequence[common_pb2.FileChanges],
                 plan_check: Callable[[], StoredPlan] | None = None) -> tuple[int, bool, StoredPlan | None]:
         """Commit under the table's lock, in one metadata-store transaction; (snapshot id, already committed, plan).
 
         1. snapshots published without a record (a crash, an outside writer) are recorded first, with events;
-        2. a recorded (user, identifier, kind) answers `already_committed` with its snapshot;
+        2. a recorded (user, identifier, kind) of the caller's namespace answers `already_committed` with its
+           snapshot, when the resend carries the same files (`commit_identity`);
+        2b. the file changes are checked against the table as it is under the lock (a drop, a rollback or a
+           compaction cannot remove a checked file before the snapshot names it);
         3. `plan_check` (a timeline completion) checks the plan, then lsmlake's FileStoreCommit publishes the
            snapshot in the warehouse; the commit record, one outbox event per changed bucket and the plan's
            completion are recorded; any failure rolls the transaction back;
         4. wake the outbox relay and the snapshot watchers.
         """
-        user, number = request.commit_user, request.commit_identifier
+        overwrite_partitions = list(getattr(request, "overwrite_partitions", ()))
+        me = CommitIdentity.of(kind, request.commit_user, list(getattr(request, "request_ids", ())), changes,
+                               bool(getattr(request, "overwrite_all_partitions", False)), overwrite_partitions)
+        user, number, writes = me.user, request.commit_identifier, me.request_ids
         started = time.perf_counter()
         outcome = "error"
         try:
@@ -316,17 +323,21 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
                 _check_identity(table, getattr(request, "table_uuid", ""))
                 self._reconcile(tid, table)
                 done = self.store.find_commit(tid, user, number, kind)
-                if done is not None:
+                if done is not None:  # a resend: its files may be compacted away by now, so not checked again
+                    me.check_same_files(table, done, number)
                     outcome = "already_committed"
                     return done, True, None
-                writes = list(getattr(request, "request_ids", ()))  # CompleteCompaction carries none
+                check_changes(table, changes, overwrite_partitions)
+                messages = [convert.changes_from_proto(c) for c in changes]
                 found = self.store.find_writes(tid, writes) if writes else {}
                 if found:
                     shown = ", ".join(f"{r!r} (snapshot {s})" for r, s in sorted(found.items())[:5])
                     raise AlreadyExistsError(f"the table committed these writes before: {shown}"
                                              f"{' and more' if len(found) > 5 else ''}; nothing was committed")
                 plan = plan_check() if plan_check is not None else None
-                result = self._apply(table, kind, messages, request, writes)
+                result = self._apply(table, kind, messages, request, me)
+                if result.already_committed:  # published before, without a record (a crash): same files?
+                    me.check_same_files(table, result.snapshot_id, number)
                 self._crash_if("exit-after-snapshot")
                 # also when lsmlake found the snapshot already published (a crash before the record): record it now
                 self.store.record_commit(tid, user, number, kind, result.snapshot_id)
@@ -375,8 +386,11 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         """The snapshot of each client write (by request id) the table committed."""
         tid = _ident(request.table)
         self.catalog.get_table(tid)  # NotFoundError for an unknown table
-        found = self.store.find_writes(tid, check_request_ids(request.request_ids))
-        return catalog_pb2.FindWritesResponse(snapshot_ids=found)
+        asked = check_request_ids(request.request_ids, request_id_limit(current_principal()))
+        stored = request_ids_of(asked, current_principal())  # only the caller's own writes are found
+        found = self.store.find_writes(tid, stored)
+        return catalog_pb2.FindWritesResponse(snapshot_ids={a: found[s] for a, s in zip(asked, stored, strict=True)
+                                                            if s in found})
 
     @guarded
     def AllocateSequences(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -409,11 +423,12 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
 
     @staticmethod
     def _apply(table: FileStoreTable, kind: str, messages: list[CommitMessage], request: Any,
-               writes: Sequence[str]) -> CommitResult:
-        commit = table.new_commit(request.commit_user)
+               me: CommitIdentity) -> CommitResult:
+        commit = table.new_commit(me.user)
         props = dict(request.properties)
-        if writes:  # kept with the snapshot, so that reconcile finds them
-            props[WRITES_PROPERTY] = json.dumps(list(writes))
+        if me.request_ids:  # kept with the snapshot, so that reconcile finds them
+            props[WRITES_PROPERTY] = json.dumps(me.request_ids)
+        props[DIGEST_PROPERTY] = me.digest
         number = request.commit_identifier
         if kind == OVERWRITE and request.overwrite_all_partitions:
             return commit.overwrite(messages, None, identifier=number, properties=props or None)
@@ -567,9 +582,8 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
                                            kind=common_pb2.COMMIT_KIND_COMPACT, changes=request.changes,
                                            properties=request.properties)
         _check_commit(commit)
-        check_changes(self.catalog.get_table(tid), request.changes)
-        messages = [convert.changes_from_proto(c) for c in request.changes]
-        snapshot_id, again, _ = self._commit(tid, request.table, COMPACT, commit, messages, request.changes,
+        check_rights(COMPACT, request.properties, current_principal(), planned=True)
+        snapshot_id, again, _ = self._commit(tid, request.table, COMPACT, commit, request.changes,
                                              plan_check=lambda: self.timeline.check_completion(tid, request))
         plan = self.store.get_plan(plan_id)
         if again and plan.snapshot_id != snapshot_id:

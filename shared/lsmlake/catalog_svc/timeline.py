@@ -17,9 +17,11 @@ import posixpath
 import uuid
 from collections.abc import Sequence
 
+from ..auth.principal import SEPARATOR, current_principal, owned
+from ..auth.roles import Role
 from ..catalog import FileSystemCatalog
 from ..data_file_writer import bucket_dir
-from ..errors import InvalidInputError, NotFoundError
+from ..errors import InvalidInputError, NotFoundError, PermissionDeniedError
 from ..expire import referenced_files
 from ..manifest import ManifestEntry
 from ..metastore import ABANDONED, COMPLETED, PENDING_STATES, PLAN_STATES, ROLLED_BACK, CompactionPlan, MetaStore
@@ -91,6 +93,19 @@ def _missing_inputs(units: Sequence[catalog_pb2.CompactionUnit],
             if f.file_name not in live.get((u.partition, u.bucket), {})]
 
 
+def _check_owner(plan: CompactionPlan, tid: str) -> None:
+    """PermissionDeniedError unless the caller's principal runs the plan (any instance of it) or is an admin.
+
+    A compactor recovering from a crash rolls back the plans its dead instances left INFLIGHT: the same
+    principal, another owner. Another principal's plan is not the caller's to undo.
+    """
+    principal = current_principal()
+    if principal is None or principal.role >= Role.ADMIN or (plan.owner or "").startswith(principal.name + SEPARATOR):
+        return
+    raise PermissionDeniedError(f"compaction plan {plan.plan_id} of {tid} is run by {plan.owner!r}, not by "
+                                f"{principal.name}: only its principal or an admin may roll it back; nothing changed")
+
+
 class Timeline:
     """The timeline RPCs of one catalog service; `commit` is the service's own COMPACT commit under the lock."""
 
@@ -157,7 +172,7 @@ class Timeline:
             if missing:  # the abandonment commits; the caller learns of it below
                 self.store.abandon_plan(plan_id, f"input files are gone: {', '.join(missing[:5])}")
             else:
-                started = self.store.start_plan(plan_id, request.owner)
+                started = self.store.start_plan(plan_id, owned(request.owner, current_principal()))
         if missing:
             raise PlanStateError(f"compaction plan {plan_id} of {tid} was abandoned: {len(missing)} of its "
                                  f"input files are no longer live ({', '.join(missing[:5])})", plan_id, ABANDONED)
@@ -169,9 +184,10 @@ class Timeline:
         if plan.state != "INFLIGHT":  # checked before anything is published
             raise PlanStateError(f"compaction plan {plan.plan_id} of {tid} is {plan.state}: only an INFLIGHT plan "
                                  "can be completed (it was rolled back or has ended)", plan.plan_id, plan.state)
-        if plan.owner != request.owner:
+        owner = owned(request.owner, current_principal())
+        if plan.owner != owner:
             raise PlanStateError(f"compaction plan {plan.plan_id} of {tid} is run by {plan.owner!r}, "
-                                 f"not {request.owner!r}", plan.plan_id, plan.state)
+                                 f"not {owner!r}", plan.plan_id, plan.state)
         inputs = set(plan.input_files)
         strays = [f.file_name for c in request.changes for f in c.deleted_files if f.file_name not in inputs]
         if strays:
@@ -191,6 +207,7 @@ class Timeline:
             if plan.state != "INFLIGHT":
                 raise PlanStateError(f"cannot roll back compaction plan {plan_id} of {tid}: it is {plan.state}, "
                                      "and only an INFLIGHT plan can be rolled back", plan_id, plan.state)
+            _check_owner(plan, tid)
             table = self.catalog.get_table(tid)
             detail = catalog_pb2.CompactionPlan.FromString(plan.detail)
             live = _live_by_bucket(table)

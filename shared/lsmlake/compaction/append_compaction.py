@@ -80,7 +80,7 @@ class AppendCompactManager:
         """Concatenate the unit's files, in the unit's order, into new level-0 files."""
         picked = list(unit.files)
         schema = self.table.schema
-        tables = [read_data_file(self.table.io, f"{self.bucket_dir}/{f.file_name}", schema, schema.field_names, [],
+        tables = [read_data_file(self.table.io, f.path_in(self.bucket_dir), schema, schema.field_names, [],
                                  self.vectors.get(f.file_name))
                   for f in picked]
         rows = pa.concat_tables(tables)

@@ -67,7 +67,7 @@ class LookupCompaction:
         """Keys and positions of a file from the lookup cache, with the file's deletion vector applied."""
         assert self.cache is not None
         table = self.cache.get(f.file_name, lambda: read_data_file(
-            self.rewriter.io, f"{self.rewriter.bucket_dir}/{f.file_name}", self.schema, keys, [], None, True))
+            self.rewriter.io, f.path_in(self.rewriter.bucket_dir), self.schema, keys, [], None, True))
         deleted = self.vectors.get(f.file_name)
         if deleted is None or not len(deleted):
             return table
@@ -75,7 +75,7 @@ class LookupCompaction:
         return table.filter(pa.array(~np.isin(table.column(ROW_POSITION).to_numpy(), gone)))
 
     def _read(self, f: DataFileMeta, columns: list[str], system: list[str], positions: bool = False) -> pa.Table:
-        return read_data_file(self.rewriter.io, f"{self.rewriter.bucket_dir}/{f.file_name}", self.schema, columns,
+        return read_data_file(self.rewriter.io, f.path_in(self.rewriter.bucket_dir), self.schema, columns,
                               system, self.vectors.get(f.file_name), positions)
 
     def run(self, unit: CompactUnit) -> DvCompactResult:

@@ -57,7 +57,7 @@ class MergeTreeCompactRewriter:
         tables = []
         for r in runs:
             for f in r.files:
-                t = read_data_file(self.io, f"{self.bucket_dir}/{f.file_name}", self.schema,
+                t = read_data_file(self.io, f.path_in(self.bucket_dir), self.schema,
                                    self.schema.field_names, [SEQUENCE_NUMBER, VALUE_KIND])
                 if with_level:
                     t = t.append_column(_LEVEL, pa.array(np.full(t.num_rows, f.level, np.int32)))

@@ -17,8 +17,10 @@ from grpc_health.v1 import health
 from ..auth import ChannelSecurity, ServerSecurity
 from ..errors import InvalidInputError
 from ..grpc_server import (
+    add_limit_arguments,
     add_security_arguments,
     int_or_none,
+    limits_from_args,
     new_health_server,
     new_server,
     run_until_signal,
@@ -29,6 +31,7 @@ from ..kafka.client import configure_security
 from ..kafka.security import KafkaSecurity
 from ..observability import MetricsEndpoint, configure_logging
 from ..proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
+from ..rpc_limits import RpcLimits
 from .event_feed import EventFeed
 from .metrics import CompactorMetrics
 from .ownership import Ownership
@@ -42,6 +45,7 @@ _log = logging.getLogger(__name__)
 
 SERVICE_NAME = compactor_pb2.DESCRIPTOR.services_by_name["CompactorService"].full_name
 HOST = "127.0.0.1"
+WORKERS = 8
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,8 @@ class Settings:
     reconcile_interval_s: float = 30.0
     metrics_port: int | None = None
     grace_s: float = 30.0
+    workers: int = WORKERS
+    limits: RpcLimits = field(default_factory=RpcLimits)  # open streams and calls (docs/security.md)
     security: ServerSecurity = field(default_factory=ServerSecurity)
     health_port: int | None = None  # plaintext health checks for probes that cannot speak TLS
     catalog_security: ChannelSecurity = field(default_factory=ChannelSecurity)  # this compactor's catalog calls
@@ -68,8 +74,9 @@ class Settings:
     @staticmethod
     def from_args(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> Settings:
         """Flags win over `LSMLAKE_WAREHOUSE`, `LSMLAKE_CATALOG`, `LSMLAKE_KAFKA`, `LSMLAKE_COMPACTOR_PORT`,
-        `LSMLAKE_COMPACTOR_HOST`, `LSMLAKE_SPARK_MASTER`, `LSMLAKE_METRICS_PORT`, and those of TLS, tokens and
-        Kafka security (docs/security.md)."""
+        `LSMLAKE_COMPACTOR_HOST`, `LSMLAKE_SPARK_MASTER`, `LSMLAKE_METRICS_PORT`, those of TLS, tokens and
+        Kafka security and those of the worker threads and the limits on open streams and calls
+        (`LSMLAKE_WORKERS`, ...; docs/security.md)."""
         env = dict(os.environ if env is None else env)
         p = argparse.ArgumentParser(prog="compactor-svc", description="lsmlake compactor service (Kafka + Spark)")
         p.add_argument("--warehouse", default=env.get("LSMLAKE_WAREHOUSE"))
@@ -93,10 +100,12 @@ class Settings:
         p.add_argument("--metrics-port", type=int, default=int_or_none(env.get("LSMLAKE_METRICS_PORT")))
         p.add_argument("--grace", type=float, default=30.0)
         add_security_arguments(p, env)
+        add_limit_arguments(p, env, WORKERS)
         ChannelSecurity.add_arguments(p, env, "catalog-", "LSMLAKE_CATALOG_", "the catalog")
         KafkaSecurity.add_arguments(p, env)
         a = p.parse_args(argv)
         security = security_from_args(p, a)
+        workers, limits = limits_from_args(p, a)
         try:
             catalog_security = ChannelSecurity.from_args(a, "catalog-")
             kafka_security = KafkaSecurity.from_args(a)
@@ -122,7 +131,7 @@ class Settings:
                         max_plan_bytes=a.max_plan_bytes, max_plan_buckets=a.max_plan_buckets,
                         reconcile_interval_s=a.reconcile_interval, metrics_port=a.metrics_port, grace_s=a.grace,
                         security=security, health_port=a.health_port, catalog_security=catalog_security,
-                        kafka_security=kafka_security, **extra)
+                        kafka_security=kafka_security, workers=workers, limits=limits, **extra)
 
 
 
@@ -150,10 +159,12 @@ class CompactorServer:
         # warm before the first plan, since a cold session costs seconds
         self._spark = SparkCompactor(s.spark_master, conf=dict(s.spark_conf))
         self._start_spark()
-        server, self.port = new_server(SERVICE_NAME, self.health, s.host, s.port, workers=8, security=s.security)
+        server, self.port = new_server(SERVICE_NAME, self.health, s.host, s.port, s.workers, security=s.security,
+                                       limits=s.limits)
         self._server = server
         if s.health_port is not None:
-            self._health_server, self.health_port = new_health_server(self.health, s.host, s.health_port)
+            self._health_server, self.health_port = new_health_server(self.health, s.host, s.health_port,
+                                                                      s.limits)
         self._timeline = TimelineClient(s.catalog, security=s.catalog_security)
         self._scheduler = Scheduler(s.warehouse, self._timeline, self._spark, self.ownership, self.metrics,
                                     s.compactor_id, s.trigger, s.max_plan_bytes, s.max_plan_buckets,

@@ -37,6 +37,9 @@ def schema_ddl(serial_id: str, blob: str, bigint: str) -> list[str]:
         f" event_key {blob} NOT NULL, payload {blob} NOT NULL, created_ms {bigint} NOT NULL,"
         f" delivered_ms {bigint})",
         "CREATE INDEX IF NOT EXISTS lsmlake_outbox_pending ON lsmlake_outbox (event_id) WHERE delivered_ms IS NULL",
+        # the retention purge deletes the oldest delivered events in batches without scanning the table
+        "CREATE INDEX IF NOT EXISTS lsmlake_outbox_delivered ON lsmlake_outbox (delivered_ms)"
+        " WHERE delivered_ms IS NOT NULL",
         "CREATE TABLE IF NOT EXISTS lsmlake_plans ("
         f" plan_id {serial_id}, table_id TEXT NOT NULL, partition_bytes {blob} NOT NULL,"
         " bucket INTEGER NOT NULL, input_files TEXT NOT NULL, output_level INTEGER NOT NULL, state TEXT NOT NULL"

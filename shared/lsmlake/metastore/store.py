@@ -14,6 +14,7 @@ Outside a `commit_lock` block every method runs in a short transaction of its ow
 
 Outbox. Events are delivered at least once: a relay reads `pending_events`, publishes them, then calls
 `mark_delivered`; a crash in between publishes them again. Within one table, event ids grow in commit order.
+Retention is the caller's: `purge_delivered` and `purge_undelivered` delete old events in bounded batches.
 
 Timeline (Hudi style). `request_plan` REQUESTED -> `start_plan` INFLIGHT -> `complete_plan` COMPLETED;
 `rollback_plan` returns an INFLIGHT plan of a dead compactor to REQUESTED (the caller deletes its
@@ -32,7 +33,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import InvalidInputError, InvariantError, NotFoundError
-from ..request_ids import check_request_ids
+from ..request_ids import MAX_STORED_REQUEST_ID, check_request_ids
 from ..snapshot import BATCH_COMMIT_IDENTIFIER, COMMIT_KINDS
 from .errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError, SchemaVersionError
 from .model import (
@@ -49,6 +50,7 @@ from .model import (
 
 SCHEMA_VERSION = 1
 _CHUNK = 500  # ids or names per IN (...) list
+PURGE_BATCH = 1000  # outbox events deleted per purge transaction
 _PLAN_COLUMNS = ("plan_id, table_id, partition_bytes, bucket, input_files, output_level, state, owner, attempts, "
                  "snapshot_id, reason, created_ms, updated_ms, started_ms, detail")
 _EVENT_COLUMNS = "event_id, table_id, snapshot_id, topic, event_key, payload, created_ms, delivered_ms"
@@ -339,7 +341,7 @@ class MetaStore(ABC):
         when one was recorded already (a commit must be refused first, see `find_writes`)."""
         _check_table_id(table_id)
         _check_int(snapshot_id, "snapshot id", 1)
-        ids = check_request_ids(request_ids)
+        ids = check_request_ids(request_ids, MAX_STORED_REQUEST_ID)
         if not ids:
             return
         ts = now_ms()
@@ -355,7 +357,7 @@ class MetaStore(ABC):
     def find_writes(self, table_id: str, request_ids: Sequence[str]) -> dict[str, int]:
         """The snapshot of each of these client writes the table committed (and has not forgotten)."""
         _check_table_id(table_id)
-        ids = check_request_ids(request_ids)
+        ids = check_request_ids(request_ids, MAX_STORED_REQUEST_ID)
         out: dict[str, int] = {}
         with self._tx(write=False) as conn:
             for chunk in _chunks(ids):
@@ -475,12 +477,36 @@ class MetaStore(ABC):
                 marked += cur.rowcount
         return marked
 
-    def purge_delivered(self, delivered_before_ms: int) -> int:
-        """Delete events delivered before a time; how many were deleted."""
+    def purge_delivered(self, delivered_before_ms: int, limit: int = PURGE_BATCH) -> int:
+        """Delete at most `limit` events delivered before a time, oldest delivery first; how many were deleted.
+
+        One short transaction per call, so that a large backlog is purged in bounded steps between
+        commits: call it again while it returns `limit`.
+        """
         _check_int(delivered_before_ms, "time")
+        _check_int(limit, "limit", 1)
         with self._tx(write=True) as conn:
-            return int(self._run(conn, "DELETE FROM lsmlake_outbox WHERE delivered_ms IS NOT NULL AND "
-                                       "delivered_ms < ?", (delivered_before_ms,)).rowcount)
+            return int(self._run(conn, "DELETE FROM lsmlake_outbox WHERE event_id IN (SELECT event_id FROM "
+                                       "lsmlake_outbox WHERE delivered_ms IS NOT NULL AND delivered_ms < ? "
+                                       "ORDER BY delivered_ms LIMIT ?)", (delivered_before_ms, limit)).rowcount)
+
+    def purge_undelivered(self, created_before_ms: int, limit: int = PURGE_BATCH) -> int:
+        """Delete at most `limit` events never delivered and recorded before a time, oldest first; how many.
+
+        These events are never published: for an outbox nobody relays (no Kafka) or a broker down for
+        longer than the retention. One short transaction per call, like `purge_delivered`.
+        """
+        _check_int(created_before_ms, "time")
+        _check_int(limit, "limit", 1)
+        with self._tx(write=True) as conn:
+            return int(self._run(conn, "DELETE FROM lsmlake_outbox WHERE event_id IN (SELECT event_id FROM "
+                                       "lsmlake_outbox WHERE delivered_ms IS NULL AND created_ms < ? "
+                                       "ORDER BY event_id LIMIT ?)", (created_before_ms, limit)).rowcount)
+
+    def outbox_size(self) -> int:
+        """How many events the outbox holds, delivered or not."""
+        with self._tx(write=False) as conn:
+            return int(self._run(conn, "SELECT COUNT(*) FROM lsmlake_outbox").fetchone()[0])
 
     # -- 4. compaction timeline ------------------------------------------------------------------
 

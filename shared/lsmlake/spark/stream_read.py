@@ -94,7 +94,7 @@ def read_changes(task: ReadTask, changes: Sequence[ChangeFiles]) -> Iterator[pa.
     for c in changes:
         directory = bucket_dir(table.path, schema.partition_dir(c.partition_values), c.bucket)
         for f in c.files:
-            rows = read_data_file(table.io, f"{directory}/{f.file_name}", schema, columns, [VALUE_KIND] if pk else [],
+            rows = read_data_file(table.io, f.path_in(directory), schema, columns, [VALUE_KIND] if pk else [],
                                   file_schema=table.history.file_schema(f.schema_id, schema))
             if pk:
                 names = pa.array(kinds[rows.column(VALUE_KIND).to_numpy()])

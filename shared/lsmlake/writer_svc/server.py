@@ -15,8 +15,10 @@ from grpc_health.v1 import health
 from ..auth import ChannelSecurity, ServerSecurity
 from ..errors import InvalidInputError
 from ..grpc_server import (
+    add_limit_arguments,
     add_security_arguments,
     int_or_none,
+    limits_from_args,
     new_health_server,
     new_server,
     run_until_signal,
@@ -27,16 +29,19 @@ from ..kafka.client import configure_security
 from ..kafka.security import KafkaSecurity
 from ..observability import MetricsEndpoint, configure_logging
 from ..proto_gen.lsmlake.v1 import writer_pb2, writer_pb2_grpc
+from ..rpc_limits import RpcLimits
 from .catalog_client import CatalogClient
 from .kafka_ingest import IngestTopic, KafkaIngest, parse_ingest
 from .metrics import WriterMetrics
 from .servicer import WriterService
+from .stream_budget import DEFAULT_BUDGET_BYTES, DEFAULT_MAX_MESSAGES, positive_int
 from .tables import Tables
 
 _log = logging.getLogger(__name__)
 
 SERVICE_NAME = writer_pb2.DESCRIPTOR.services_by_name["WriterService"].full_name
 HOST = "127.0.0.1"
+WORKERS = 32
 
 
 @dataclass(frozen=True)
@@ -54,8 +59,11 @@ class Settings:
     commit_rows: int = 1_000_000
     spill_dir: str | None = None
     grace_s: float = 30.0
-    workers: int = 32
+    workers: int = WORKERS
+    limits: RpcLimits = field(default_factory=RpcLimits)  # open streams and calls (docs/security.md)
     max_request_bytes: int = 256 << 20
+    max_write_messages: int = DEFAULT_MAX_MESSAGES  # chunk messages per Write stream
+    max_buffered_write_bytes: int = DEFAULT_BUDGET_BYTES  # bytes of all Write streams being read at once
     metrics_port: int | None = None
     max_poll_records: int = 20_000
     security: ServerSecurity = field(default_factory=ServerSecurity)
@@ -67,8 +75,8 @@ class Settings:
     def from_args(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> Settings:
         """Flags win over `LSMLAKE_WAREHOUSE`, `LSMLAKE_CATALOG`, `LSMLAKE_WRITER_PORT`, `LSMLAKE_WRITER_HOST`,
         `LSMLAKE_KAFKA`, `LSMLAKE_INGEST` (comma-separated), `LSMLAKE_WRITER_ID`, `LSMLAKE_COMMIT_INTERVAL`,
-        `LSMLAKE_SPILL_DIR`, `LSMLAKE_METRICS_PORT`, and those of TLS, tokens and Kafka security
-        (docs/security.md)."""
+        `LSMLAKE_SPILL_DIR`, `LSMLAKE_METRICS_PORT`, those of TLS, tokens and Kafka security and those of the
+        worker threads and the limits on open streams and calls (`LSMLAKE_WORKERS`, ...; docs/security.md)."""
         env = dict(os.environ if env is None else env)
         p = argparse.ArgumentParser(prog="writer-svc", description="lsmlake writer service (gRPC and Kafka)")
         p.add_argument("--warehouse", default=env.get("LSMLAKE_WAREHOUSE"), help="warehouse folder or URI")
@@ -83,14 +91,20 @@ class Settings:
                        help="seconds between group commits of a table")
         p.add_argument("--commit-rows", type=int, default=1_000_000, help="commit as soon as this many rows wait")
         p.add_argument("--max-poll-records", type=int, default=20_000, help="Kafka records per poll")
+        p.add_argument("--max-write-messages", type=positive_int, default=DEFAULT_MAX_MESSAGES,
+                       help="chunk messages per Write stream")
+        p.add_argument("--max-buffered-write-bytes", type=positive_int, default=DEFAULT_BUDGET_BYTES,
+                       help="bytes of all Write streams buffered at once")
         p.add_argument("--spill-dir", default=env.get("LSMLAKE_SPILL_DIR") or None)
         p.add_argument("--grace", type=float, default=30.0, help="seconds for in-flight writes at shutdown")
         p.add_argument("--metrics-port", type=int, default=int_or_none(env.get("LSMLAKE_METRICS_PORT")))
         add_security_arguments(p, env)
+        add_limit_arguments(p, env, WORKERS)
         ChannelSecurity.add_arguments(p, env, "catalog-", "LSMLAKE_CATALOG_", "the catalog")
         KafkaSecurity.add_arguments(p, env)
         a = p.parse_args(argv)
         security = security_from_args(p, a)
+        workers, limits = limits_from_args(p, a)
         try:
             catalog_security = ChannelSecurity.from_args(a, "catalog-")
             kafka_security = KafkaSecurity.from_args(a)
@@ -112,7 +126,8 @@ class Settings:
                         commit_rows=a.commit_rows, spill_dir=a.spill_dir, grace_s=a.grace,
                         metrics_port=a.metrics_port, max_poll_records=a.max_poll_records, security=security,
                         health_port=a.health_port, catalog_security=catalog_security,
-                        kafka_security=kafka_security)
+                        kafka_security=kafka_security, max_write_messages=a.max_write_messages,
+                        max_buffered_write_bytes=a.max_buffered_write_bytes, workers=workers, limits=limits)
 
 
 
@@ -136,15 +151,18 @@ class WriterServer:
     def start(self) -> int:
         s = self.settings
         configure_security(s.kafka_security)
-        server, self.port = new_server(SERVICE_NAME, self.health, s.host, s.port, s.workers, security=s.security)
+        server, self.port = new_server(SERVICE_NAME, self.health, s.host, s.port, s.workers, security=s.security,
+                                       limits=s.limits)
         self._server = server
         if s.health_port is not None:
-            self._health_server, self.health_port = new_health_server(self.health, s.host, s.health_port)
+            self._health_server, self.health_port = new_health_server(self.health, s.host, s.health_port,
+                                                                      s.limits)
         self._client = CatalogClient(s.catalog, security=s.catalog_security)
         self._tables = Tables(s.warehouse, self._client, self.metrics, s.writer_id, s.commit_interval_s,
                               s.commit_rows, s.spill_dir)
         writer_pb2_grpc.add_WriterServiceServicer_to_server(
-            WriterService(self._tables, self.metrics, s.max_request_bytes), server)
+            WriterService(self._tables, self.metrics, s.max_request_bytes, s.max_write_messages,
+                          s.max_buffered_write_bytes), server)
         if s.metrics_port is not None:
             self._metrics_endpoint = MetricsEndpoint(self.metrics.registry, s.host, s.metrics_port)
             self.metrics_port = self._metrics_endpoint.start()

@@ -18,6 +18,7 @@ from ..rpc_errors import guarded
 from .catalog_client import ident  # noqa: F401  (re-exported for clients building identifiers)
 from .json_rows import rows_from_json
 from .metrics import WriterMetrics
+from .stream_budget import DEFAULT_BUDGET_BYTES, DEFAULT_MAX_MESSAGES, StreamBudget, StreamBuffer
 from .tables import Tables
 
 _log = logging.getLogger(__name__)
@@ -48,10 +49,16 @@ def _table_id(t: Any) -> str:
 
 
 class WriterService(writer_pb2_grpc.WriterServiceServicer):
-    def __init__(self, tables: Tables, metrics: WriterMetrics, max_request_bytes: int) -> None:
+    def __init__(self, tables: Tables, metrics: WriterMetrics, max_request_bytes: int,
+                 max_write_messages: int = DEFAULT_MAX_MESSAGES,
+                 max_buffered_write_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
         self.tables = tables
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
+        if max_write_messages <= 0:
+            raise ValueError(f"max_write_messages must be positive, not {max_write_messages}")
+        self.max_write_messages = max_write_messages
+        self.stream_budget = StreamBudget(max_buffered_write_bytes)  # shared by every Write stream of the server
 
     def _deadline(self, context: grpc.ServicerContext) -> float:
         remaining = context.time_remaining()
@@ -88,29 +95,30 @@ class WriterService(writer_pb2_grpc.WriterServiceServicer):
         table_id = _table_id(header.table)
         now = _check_options(header.options)
         _check_request_id(header.request_id)
-        chunks = []
-        size = 0
-        for msg in request_iterator:
-            if msg.WhichOneof("payload") != "arrow_ipc_chunk":
-                raise InvalidInputError("only the first message of a Write stream may be a header")
-            size += len(msg.arrow_ipc_chunk)
-            if size > self.max_request_bytes:
-                raise BackPressureError(f"the Write stream is larger than {self.max_request_bytes} bytes; "
-                                        "split it into several requests")
-            chunks.append(msg.arrow_ipc_chunk)
-        self.metrics.bytes_in.labels("grpc").inc(size)
-        try:
-            data = pa.ipc.open_stream(pa.py_buffer(b"".join(chunks))).read_all()
-        except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
-            raise InvalidInputError(f"the Write stream is not a valid Arrow IPC stream: {e}") from e
-        kind_col = header.row_kind_column or ROW_KIND_COLUMN
-        if kind_col != ROW_KIND_COLUMN:
-            if kind_col not in data.column_names:
-                raise InvalidInputError(f"row_kind_column {kind_col!r} is not a column of the stream")
-            if ROW_KIND_COLUMN in data.column_names:
-                raise InvalidInputError(f"the stream has both {ROW_KIND_COLUMN!r} and row_kind_column {kind_col!r}")
-            data = data.rename_columns([ROW_KIND_COLUMN if c == kind_col else c for c in data.column_names])
-        return self._write("Write", table_id, data, now, header.request_id, context)
+        # the stream's bytes count against the process's budget until the request ends, however it ends
+        with StreamBuffer(self.stream_budget, self.max_request_bytes, self.max_write_messages) as stream:
+            try:
+                for msg in request_iterator:
+                    if msg.WhichOneof("payload") != "arrow_ipc_chunk":
+                        raise InvalidInputError("only the first message of a Write stream may be a header")
+                    stream.add(msg.arrow_ipc_chunk)
+            except BackPressureError:
+                self.metrics.requests.labels("Write", "rejected").inc()
+                raise
+            self.metrics.bytes_in.labels("grpc").inc(len(stream))
+            try:  # zero-copy: the decoded columns may point into the stream's buffer
+                data = pa.ipc.open_stream(pa.py_buffer(stream.data)).read_all()
+            except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
+                raise InvalidInputError(f"the Write stream is not a valid Arrow IPC stream: {e}") from e
+            kind_col = header.row_kind_column or ROW_KIND_COLUMN
+            if kind_col != ROW_KIND_COLUMN:
+                if kind_col not in data.column_names:
+                    raise InvalidInputError(f"row_kind_column {kind_col!r} is not a column of the stream")
+                if ROW_KIND_COLUMN in data.column_names:
+                    raise InvalidInputError(
+                        f"the stream has both {ROW_KIND_COLUMN!r} and row_kind_column {kind_col!r}")
+                data = data.rename_columns([ROW_KIND_COLUMN if c == kind_col else c for c in data.column_names])
+            return self._write("Write", table_id, data, now, header.request_id, context)
 
     @guarded
     def WriteRows(self, request: Any, context: grpc.ServicerContext) -> Any:

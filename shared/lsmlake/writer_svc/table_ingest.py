@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import grpc
 import pyarrow as pa
 
+from ..auth.principal import current_principal, owned
 from ..errors import (
     BackPressureError,
     CommitStateUnknownError,
@@ -141,7 +142,11 @@ class TableIngest:
         returned); one the table committed (by any writer, within the catalog's request-id retention) is
         not written again (a done group with its snapshot id is returned, and True). A failed attempt left
         nothing: write anew.
+
+        With tokens, the id lives in the calling principal's namespace (`<principal>/<id>`): one client
+        can neither claim nor answer another's writes by guessing its ids.
         """
+        request_id = owned(request_id, current_principal())
         with self._claims:
             while True:
                 claimed = request_id in self._requests
