@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection
 
 from .auth import ServerSecurity
 from .errors import InvalidInputError
+from .health_service import HealthServicer
 from .log_limit import flush_all
 from .rpc_errors import UndecodableRequests
 from .rpc_limits import RpcLimits
@@ -25,14 +26,18 @@ from .rpc_limits import RpcLimits
 HEALTH_WORKERS = 2  # threads of the plaintext health server
 
 
-def new_server(service_name: str, health_servicer: health.HealthServicer, host: str, port: int, workers: int,
+def new_server(service_name: str, health_servicer: HealthServicer | health.HealthServicer, host: str, port: int,
+               workers: int,
                max_message_bytes: int = 64 << 20,
                security: ServerSecurity | None = None,
                limits: RpcLimits | None = None) -> tuple[grpc.Server, int]:
     """A gRPC server bound to host:port (0 picks a free port) with health (NOT_SERVING until `set_serving`) and
     reflection, serving TLS and checking tokens as `security` says, with `workers` threads and the `limits` on
     open streams and calls (defaults derived from `workers`; InvalidInputError when they cannot work); the
-    service itself is added by the caller. The server and its port."""
+    service itself is added by the caller. The server and its port.
+
+    `health_servicer` should be lsmlake's `HealthServicer`: grpcio's deadlocks when a Watch stream closes
+    while a status is being set (see `health_service`)."""
     security = security or ServerSecurity()
     limits = limits or RpcLimits()
     opts = [("grpc.max_receive_message_length", max_message_bytes),
@@ -54,7 +59,7 @@ def new_server(service_name: str, health_servicer: health.HealthServicer, host: 
     return server, bound
 
 
-def new_health_server(health_servicer: health.HealthServicer, host: str, port: int,
+def new_health_server(health_servicer: HealthServicer | health.HealthServicer, host: str, port: int,
                       limits: RpcLimits | None = None) -> tuple[grpc.Server, int]:
     """A plaintext server answering only health checks, for probes that cannot speak TLS (the kubelet's gRPC
     probes) when the service itself serves TLS. Its Watch streams are capped by `limits.max_watch_streams`, the
@@ -71,7 +76,7 @@ def new_health_server(health_servicer: health.HealthServicer, host: str, port: i
     return server, bound
 
 
-def set_serving(health_servicer: health.HealthServicer, service_name: str, serving: bool) -> None:
+def set_serving(health_servicer: HealthServicer | health.HealthServicer, service_name: str, serving: bool) -> None:
     status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
     for name in ("", service_name):
         health_servicer.set(name, status)

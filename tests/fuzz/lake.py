@@ -18,7 +18,6 @@ from typing import Any
 
 import grpc
 import pyarrow as pa
-from grpc_health.v1 import health
 from hypothesis import event
 from hypothesis.control import currently_in_test_context
 from lsmlake.catalog_svc.server import CatalogServer
@@ -31,6 +30,7 @@ from lsmlake.compactor_svc.spark_exec import SparkCompactor
 from lsmlake.compactor_svc.timeline_client import TimelineClient
 from lsmlake.compactor_svc.triggers import FullCompactionTrigger
 from lsmlake.grpc_server import new_server, set_serving
+from lsmlake.health_service import HealthServicer
 from lsmlake.proto_gen.lsmlake.v1 import (
     catalog_pb2,
     catalog_pb2_grpc,
@@ -151,7 +151,7 @@ def running_lake(root: Path) -> Iterator[Lake]:
     scheduler = Scheduler(str(warehouse), timeline, SparkCompactor("local[1]"), Ownership(), CompactorMetrics(),
                           "fuzz-compactor", FullCompactionTrigger())  # not started: no Spark job ever runs
     name = compactor_pb2.DESCRIPTOR.services_by_name["CompactorService"].full_name
-    health_servicer = health.HealthServicer()
+    health_servicer = HealthServicer()
     compactor, compactor_port = new_server(name, health_servicer, "127.0.0.1", 0, workers=4)
     compactor_pb2_grpc.add_CompactorServiceServicer_to_server(
         CompactorService(str(warehouse), scheduler, scheduler.ownership, "fuzz-compactor"), compactor)

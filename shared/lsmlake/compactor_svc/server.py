@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import grpc
-from grpc_health.v1 import health
 
 from ..auth import ChannelSecurity, ServerSecurity
 from ..errors import InvalidInputError
@@ -27,6 +26,7 @@ from ..grpc_server import (
     security_from_args,
     set_serving,
 )
+from ..health_service import HealthServicer
 from ..kafka.client import configure_security
 from ..kafka.security import KafkaSecurity
 from ..observability import MetricsEndpoint, configure_logging
@@ -138,7 +138,7 @@ class Settings:
 class CompactorServer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.health = health.HealthServicer()
+        self.health = HealthServicer()  # lsmlake's: grpcio's can deadlock (health_service)
         self.metrics = CompactorMetrics()
         self.ownership = Ownership()
         self.port = 0
