@@ -19,6 +19,9 @@ COPY pyproject.toml README.md ./
 COPY proto ./proto
 COPY scripts ./scripts
 COPY shared ./shared
+COPY catalog_svc ./catalog_svc
+COPY writer_svc ./writer_svc
+COPY compactor_svc ./compactor_svc
 # The same steps as `make venv`: the protobuf code is generated (never committed) by
 # scripts/gen_proto.py with the generators pinned in pyproject.toml, then the package is installed
 # with it. The pins are read from pyproject.toml so that they live in one place.

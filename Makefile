@@ -28,14 +28,14 @@ test: venv
 	$(BIN)/python -m pytest -q
 
 demo: venv
-	$(BIN)/python -m lsmlake.demo
+	$(BIN)/python -m lsmlake.cli.demo
 
 bench: venv
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 lint: venv
 	$(BIN)/pip install --quiet ruff
-	$(BIN)/ruff check shared tests benchmarks scripts
+	$(BIN)/ruff check shared catalog_svc writer_svc compactor_svc tests benchmarks scripts
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis shared/lsmlake/proto_gen

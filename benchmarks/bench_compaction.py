@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).parent))
 import common  # noqa: E402
-from lsmlake.compaction.table_compact import compact_table  # noqa: E402
+
+from lsmlake.table.compact import compact_table  # noqa: E402
 
 
 def pyarrow_limit(paths: list[str], out: str) -> int:

@@ -13,8 +13,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 import common  # noqa: E402
 from bench_compaction import pyarrow_limit  # noqa: E402
-from lsmlake.catalog import FileSystemCatalog  # noqa: E402
-from lsmlake.compaction.table_compact import compact_table  # noqa: E402
+
+from lsmlake.catalog.filesystem import FileSystemCatalog  # noqa: E402
+from lsmlake.table.compact import compact_table  # noqa: E402
 
 ENGINES = {
     "partial-update": {"merge-engine": "partial-update"},

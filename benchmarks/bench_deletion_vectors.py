@@ -28,8 +28,9 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).parent))
 import common  # noqa: E402
-from lsmlake.catalog import FileSystemCatalog  # noqa: E402
-from lsmlake.compaction.table_compact import compact_table  # noqa: E402
+
+from lsmlake.catalog.filesystem import FileSystemCatalog  # noqa: E402
+from lsmlake.table.compact import compact_table  # noqa: E402
 
 KEYS = int(os.environ.get("DV_KEYS", "1000000"))
 UPDATES = int(os.environ.get("DV_UPDATES", "100000"))

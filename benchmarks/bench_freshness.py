@@ -32,6 +32,7 @@ ROWS = 1_000
 def _start(module: str, args: list[str], log: Path) -> tuple[subprocess.Popen[bytes], int]:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     from lsmlake.kafka.broker import free_port
 
     port = free_port()
@@ -63,7 +64,8 @@ def _level0_names(table: object) -> set[str]:
 
 def main() -> None:
     import grpc
-    from lsmlake.catalog import FileSystemCatalog
+
+    from lsmlake.catalog.filesystem import FileSystemCatalog
     from lsmlake.kafka.broker import EmbeddedBroker
     from lsmlake.kafka.client import consumer
     from lsmlake.proto_gen.lsmlake.v1 import common_pb2, events_pb2, writer_pb2, writer_pb2_grpc
@@ -78,14 +80,14 @@ def main() -> None:
             table = cat.create_table("db.t", "id BIGINT NOT NULL, v STRING", primary_keys=["id"],
                                      options={"bucket": "4", "deletion-vectors.enabled": "true",
                                               "write-only": "true"})
-            p, cport = _start("lsmlake.catalog_svc", ["--warehouse", wh, "--kafka", broker.bootstrap],
+            p, cport = _start("catalog_svc", ["--warehouse", wh, "--kafka", broker.bootstrap],
                               root / "catalog.log")
             procs.append(p)
-            p, _ = _start("lsmlake.compactor_svc", ["--warehouse", wh, "--catalog", f"127.0.0.1:{cport}", "--kafka",
+            p, _ = _start("compactor_svc", ["--warehouse", wh, "--catalog", f"127.0.0.1:{cport}", "--kafka",
                                                     broker.bootstrap, "--spark-master", "local[2]"],
                           root / "compactor.log")
             procs.append(p)
-            p, wport = _start("lsmlake.writer_svc", ["--warehouse", wh, "--catalog", f"127.0.0.1:{cport}",
+            p, wport = _start("writer_svc", ["--warehouse", wh, "--catalog", f"127.0.0.1:{cport}",
                                                      "--commit-interval", "0.05"], root / "writer.log")
             procs.append(p)
             events = consumer(broker.bootstrap, "bench-freshness", ["data-files"])

@@ -19,9 +19,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.json as pjson
+
+from lsmlake.format.schema import new_table_schema
+from lsmlake.format.types import parse_schema_fields
 from lsmlake.ingest import decode_messages
-from lsmlake.schema import new_table_schema
-from lsmlake.types import parse_schema_fields
 
 sys.path.insert(0, str(Path(__file__).parent))
 import common  # noqa: E402

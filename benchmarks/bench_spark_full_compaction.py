@@ -26,9 +26,10 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).parent))
 import common  # noqa: E402
-from lsmlake.catalog import FileSystemCatalog  # noqa: E402
-from lsmlake.compaction.table_compact import commit_compaction, plan_bucket  # noqa: E402
-from lsmlake.compactor_svc.spark_exec import BucketTask, SparkCompactor, task_prefix  # noqa: E402
+
+from lsmlake.catalog.filesystem import FileSystemCatalog  # noqa: E402
+from lsmlake.spark.compaction_job import BucketTask, SparkCompactor, task_prefix  # noqa: E402
+from lsmlake.table.compact import commit_compaction, plan_bucket  # noqa: E402
 
 ROWS_TOTAL = int(os.environ.get("ROWS_TOTAL", "5000000"))
 BATCHES = int(os.environ.get("BATCHES", "5"))
@@ -62,7 +63,7 @@ def write_table(warehouse: str) -> int:
 
 
 def _warm(_: int) -> int:
-    import lsmlake.compactor_svc.spark_exec  # noqa: F401 - imports the engine in the Python worker
+    import lsmlake.spark.compaction_job  # noqa: F401 - imports the engine in the Python worker
 
     return os.getpid()
 

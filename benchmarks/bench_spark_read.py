@@ -26,9 +26,10 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).parent))
 import common  # noqa: E402
-from lsmlake.catalog import FileSystemCatalog  # noqa: E402
-from lsmlake.compaction.table_compact import compact_table  # noqa: E402
-from lsmlake.data_file_writer import bucket_dir  # noqa: E402
+
+from lsmlake.catalog.filesystem import FileSystemCatalog  # noqa: E402
+from lsmlake.format.data_file_writer import bucket_dir  # noqa: E402
+from lsmlake.table.compact import compact_table  # noqa: E402
 
 ROWS_TOTAL = int(os.environ.get("ROWS_TOTAL", "5000000"))
 BUCKETS = int(os.environ.get("BUCKETS", "8"))
@@ -44,8 +45,9 @@ def data(n: int, first_id: int, seed: int, version: int) -> pa.Table:
 
 
 def spark_session():  # type: ignore[no-untyped-def]
-    import lsmlake.spark
     from pyspark.sql import SparkSession
+
+    import lsmlake.spark
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for attempt in range(3):

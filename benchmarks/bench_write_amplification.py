@@ -2,7 +2,7 @@
 
 No file is read or written. One bucket receives COMMITS commits of the same size; each adds one
 level-0 sorted run of size 1 (the flush). After each commit the real `UniversalCompaction.pick`
-(shared/lsmlake/compaction/universal.py) is asked once for a unit, as in the chain test of
+(shared/lsmlake/mergetree/compact/universal.py) is asked once for a unit, as in the chain test of
 tests/compaction/test_universal.py, and the unit is applied as "replace the picked runs by one run
 of their summed size on the output level". `num_levels` is trigger + 1, as the table options default.
 
@@ -63,13 +63,13 @@ import math
 import os
 from dataclasses import dataclass
 
-from lsmlake.binary_row import serialize_row
-from lsmlake.compaction.force_up_level0 import ForceUpLevel0Compaction
-from lsmlake.compaction.sorted_run import LevelSortedRun, SortedRun
-from lsmlake.compaction.universal import UniversalCompaction
-from lsmlake.data_file_meta import DataFileMeta
-from lsmlake.stats import EMPTY_STATS
-from lsmlake.types import DataType
+from lsmlake.format.binary_row import serialize_row
+from lsmlake.format.data_file_meta import DataFileMeta
+from lsmlake.format.stats import EMPTY_STATS
+from lsmlake.format.types import DataType
+from lsmlake.mergetree.compact.force_up_level0 import ForceUpLevel0Compaction
+from lsmlake.mergetree.compact.universal import UniversalCompaction
+from lsmlake.mergetree.sorted_run import LevelSortedRun, SortedRun
 
 _KEY = serialize_row([0], [DataType("BIGINT", nullable=False)])
 _names = itertools.count()

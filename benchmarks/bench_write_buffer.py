@@ -27,7 +27,7 @@ BUFFER = os.environ.get("BUFFER", "8 mb")
 
 
 def lake_table(root: str, options: dict[str, str]) -> Any:
-    from lsmlake.catalog import FileSystemCatalog
+    from lsmlake.catalog.filesystem import FileSystemCatalog
 
     cat = FileSystemCatalog(root)
     cat.create_database("db", True)
@@ -36,7 +36,7 @@ def lake_table(root: str, options: dict[str, str]) -> Any:
 
 
 def buffered_write(tbl: Any, small: list[pa.Table], spill_root: str) -> Any:
-    from lsmlake.write_buffer import BufferedTableWrite
+    from lsmlake.table.write_buffer import BufferedTableWrite
 
     with BufferedTableWrite(tbl, spill_root=spill_root) as bw:
         for batch in small:

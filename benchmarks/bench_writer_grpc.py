@@ -41,6 +41,7 @@ def requests_data() -> list[pa.Table]:
 def _start(module: str, args: list[str], log: Path) -> tuple[subprocess.Popen[bytes], int]:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     from lsmlake.kafka.broker import free_port
 
     port = free_port()
@@ -66,15 +67,16 @@ def _start(module: str, args: list[str], log: Path) -> tuple[subprocess.Popen[by
 def grpc_write(root: str, data: list[pa.Table]) -> float:
     """Seconds from the first request to the last committed reply."""
     import grpc
-    from lsmlake.catalog import FileSystemCatalog
+
+    from lsmlake.catalog.filesystem import FileSystemCatalog
     from lsmlake.proto_gen.lsmlake.v1 import common_pb2, writer_pb2, writer_pb2_grpc
 
     wh = f"{root}/grpc"
     cat = FileSystemCatalog(wh)
     cat.create_database("db", True)
     cat.create_table("db.t", common.LAKE_SCHEMA, partition_keys=["dt"], primary_keys=["id", "dt"], options=OPTIONS)
-    catalog, cport = _start("lsmlake.catalog_svc", ["--warehouse", wh], Path(root) / "catalog.log")
-    writer, wport = _start("lsmlake.writer_svc", ["--warehouse", wh, "--catalog", f"127.0.0.1:{cport}",
+    catalog, cport = _start("catalog_svc", ["--warehouse", wh], Path(root) / "catalog.log")
+    writer, wport = _start("writer_svc", ["--warehouse", wh, "--catalog", f"127.0.0.1:{cport}",
                                                   "--commit-interval", "0.2"], Path(root) / "writer.log")
     bodies = []
     for tb in data:
@@ -116,7 +118,7 @@ def grpc_write(root: str, data: list[pa.Table]) -> float:
 
 
 def lake_per_batch(root: str, data: list[pa.Table]) -> None:
-    from lsmlake.catalog import FileSystemCatalog
+    from lsmlake.catalog.filesystem import FileSystemCatalog
 
     cat = FileSystemCatalog(root)
     cat.create_database("db", True)

@@ -79,7 +79,7 @@ def pypaimon_read(tbl: Any) -> pa.Table:
 
 
 def lake_table(root: str) -> Any:
-    from lsmlake.catalog import FileSystemCatalog
+    from lsmlake.catalog.filesystem import FileSystemCatalog
 
     cat = FileSystemCatalog(root)
     cat.create_database("db", True)

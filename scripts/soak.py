@@ -1,7 +1,7 @@
 """Soak test: the whole cluster under steady load for a bounded time, on loopback only.
 
 Starts the embedded broker, catalog, writer and compactor (Spark local) as real processes with
-`lsmlake.cluster.Cluster`, then runs `--writers` gRPC writer threads and one Kafka producer feeding the
+`lsmlake.cli.cluster.Cluster`, then runs `--writers` gRPC writer threads and one Kafka producer feeding the
 writer's ingestion, until `--minutes` have passed (or every writer made `--max-writes` writes). Every
 `--sample-s` seconds it records the rows acknowledged (gRPC) and committed (Kafka offsets in the snapshots),
 the resident memory of each service's process tree (VmRSS summed over the process and its children, so
@@ -51,15 +51,16 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.catalog_svc.relay import PURGE_EVERY_S
-from lsmlake.client import Client
-from lsmlake.cluster import Cluster
+
+from catalog_svc.relay import PURGE_EVERY_S
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.cli.cluster import Cluster
+from lsmlake.client.client import Client
 from lsmlake.errors import BackPressureError, InvalidInputError, LakeError, NotFoundError
+from lsmlake.format.options import parse_duration_ms
 from lsmlake.kafka.broker import free_port
 from lsmlake.kafka.client import close_producer, producer
-from lsmlake.options import parse_duration_ms
-from lsmlake.writer_svc.kafka_ingest import committed_offsets
+from writer_svc.kafka_ingest import committed_offsets
 
 GRPC_TABLE = "soak.grpc_rows"
 KAFKA_TABLE = "soak.kafka_rows"

@@ -6,7 +6,8 @@ import os
 
 import pyarrow as pa
 import pytest
-from lsmlake.catalog import FileSystemCatalog
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import InvalidInputError, NotFoundError, SchemaMismatchError, UnknownOptionError
 
 
@@ -43,7 +44,7 @@ def test_bad_rows_are_rejected_and_change_nothing(table, rows, message) -> None:
 
 
 def test_json_rows_with_a_field_that_is_not_a_column_are_refused(table) -> None:
-    from lsmlake.writer_svc.json_rows import rows_from_json
+    from lsmlake.ingest.json_rows import rows_from_json
 
     rows = ['{"id": 1, "dt": "a"}', '{"id": 2, "dt": "a", "colour": "red"}', '{"id": 3, "dt": "a", "_row_kind": "-D"}']
     with pytest.raises(InvalidInputError) as e:

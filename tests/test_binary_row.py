@@ -14,8 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lsmlake import types as T
-from lsmlake.binary_row import (
+
+from lsmlake.errors import CorruptMetadataError, InvalidInputError
+from lsmlake.format import types as T
+from lsmlake.format.binary_row import (
     EMPTY_ROW,
     decode_row,
     deserialize_row,
@@ -24,8 +26,7 @@ from lsmlake.binary_row import (
     null_bits_width,
     serialize_row,
 )
-from lsmlake.errors import CorruptMetadataError, InvalidInputError
-from lsmlake.types import DataType
+from lsmlake.format.types import DataType
 
 from .golden import GOLDEN_WAREHOUSE
 

@@ -16,11 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lsmlake import types as T
-from lsmlake.binary_row import encode_row, encode_rows
-from lsmlake.bucket import bucket_ids, hash_bytes, murmur3_rows
+
 from lsmlake.errors import InvalidInputError
-from lsmlake.types import DataType
+from lsmlake.format import types as T
+from lsmlake.format.binary_row import encode_row, encode_rows
+from lsmlake.format.bucket import bucket_ids, hash_bytes, murmur3_rows
+from lsmlake.format.types import DataType
 
 from .golden import GOLDEN_WAREHOUSE
 

@@ -15,11 +15,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from lsmlake import cli
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.commit import FileStoreCommit
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.cli import main as cli
 from lsmlake.errors import CommitConflictError
-from lsmlake.table import FileStoreTable
+from lsmlake.table.commit import FileStoreCommit
+from lsmlake.table.file_store_table import FileStoreTable
 
 LAKE = Path(sys.executable).parent / "lake"
 
@@ -672,8 +673,8 @@ def test_console_script(tmp_path: Path) -> None:
     assert len(run_lake("snapshots", "shop.orders", warehouse=wh).stdout.splitlines()) == 1
     r = run_lake("scan", "shop.orders", "--bogus", warehouse=wh)
     assert r.returncode == 2 and "lake: error: " in r.stderr
-    # python -m lsmlake.cli works too
-    r = subprocess.run([sys.executable, "-m", "lsmlake.cli", "--warehouse", str(wh), "table", "list", "shop"],
+    # python -m lsmlake.cli.main works too
+    r = subprocess.run([sys.executable, "-m", "lsmlake.cli.main", "--warehouse", str(wh), "table", "list", "shop"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout == "orders\n"
 

@@ -11,11 +11,12 @@ from typing import Any
 import grpc
 import pyarrow as pa
 import pytest
+
 from lsmlake import Client
-from lsmlake.client import CHUNK_BYTES, BucketCompaction, NotCompacted, TableInfo, WriteResult, _ipc_chunks
+from lsmlake.client.client import CHUNK_BYTES, BucketCompaction, NotCompacted, TableInfo, WriteResult, _ipc_chunks
 from lsmlake.errors import InvalidInputError, NotFoundError
 from lsmlake.proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
-from lsmlake.writer_svc.server import Settings, WriterServer
+from writer_svc.server import Settings, WriterServer
 
 from .catalog_svc.local_server import local_server
 

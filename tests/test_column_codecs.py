@@ -13,10 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lsmlake import column_codecs
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.data_file_writer import bucket_dir
 from pypaimon import CatalogFactory
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.format import column_codecs
+from lsmlake.format.data_file_writer import bucket_dir
 
 N = 20_000
 COLUMNS = ("id BIGINT NOT NULL, noise DOUBLE, hash BIGINT, small INT, stamp TIMESTAMP(6), name STRING, "

@@ -5,14 +5,15 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from lsmlake.binary_row import deserialize_row
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.data_file_meta import FILE_SOURCE_COMPACT
-from lsmlake.data_file_writer import DataFileWriter, bucket_dir
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import CommitConflictError
-from lsmlake.schema import SEQUENCE_NUMBER, VALUE_KIND
-from lsmlake.snapshot import COMPACT
-from lsmlake.table_write import CommitMessage
+from lsmlake.format.binary_row import deserialize_row
+from lsmlake.format.data_file_meta import FILE_SOURCE_COMPACT
+from lsmlake.format.data_file_writer import DataFileWriter, bucket_dir
+from lsmlake.format.schema import SEQUENCE_NUMBER, VALUE_KIND
+from lsmlake.format.snapshot import COMPACT
+from lsmlake.table.write import CommitMessage
 
 
 def _table(tmp_path, **options):

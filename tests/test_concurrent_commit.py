@@ -7,7 +7,8 @@ import sys
 import textwrap
 
 import pytest
-from lsmlake.catalog import FileSystemCatalog
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 
 COMMITS = 50
 ROWS = 20
@@ -15,7 +16,7 @@ ROWS = 20
 _WRITER = textwrap.dedent("""
     import sys
     import pyarrow as pa
-    from lsmlake.catalog import FileSystemCatalog
+    from lsmlake.catalog.filesystem import FileSystemCatalog
     wh, proc, commits, rows = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     t = FileSystemCatalog(wh).get_table("db.t")
     for i in range(commits):

@@ -12,11 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lsmlake import data_file_read
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.data_file_read import ROW_POSITION, DataFileRead, read_all
-from lsmlake.data_file_writer import bucket_dir
 from pyroaring import BitMap
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.format import data_file_read
+from lsmlake.format.data_file_read import ROW_POSITION, DataFileRead, read_all
+from lsmlake.format.data_file_writer import bucket_dir
 
 COLUMNS = "id BIGINT, dt STRING, s STRING, l ARRAY<INT>, r ROW<a INT, b STRING>, d DOUBLE"
 
@@ -94,7 +95,7 @@ def test_wide_columns_are_tasks_of_their_own_and_narrow_ones_are_packed(tmp_path
 
 def test_a_split_of_many_files_opens_a_bounded_number_at_once(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from lsmlake import table_read
+    from lsmlake.table import read as table_read
 
     cat = FileSystemCatalog(str(tmp_path / "wh"))
     cat.create_database("db", True)
@@ -159,7 +160,7 @@ def test_concurrent_reads_share_the_decode_pool(tmp_path: Path) -> None:
 
 
 def _read_in_child(path: str, out: Any) -> None:
-    from lsmlake.catalog import FileSystemCatalog as Catalog
+    from lsmlake.catalog.filesystem import FileSystemCatalog as Catalog
 
     t = Catalog(path).get_table("db.t")
     out.put(sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"]))

@@ -8,9 +8,10 @@ import hypothesis.strategies as st
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.compaction.table_compact import compact_table, split_dir
-from lsmlake.table_read import load_vectors
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.table.compact import compact_table, split_dir
+from lsmlake.table.read import load_vectors
 
 from .golden import GOLDEN_WAREHOUSE
 
@@ -153,8 +154,9 @@ def test_whole_row_lookup_engines(tmp_path, engine) -> None:
 
 
 def test_append_table_delete_where_through_deletion_vectors(tmp_path) -> None:
-    from lsmlake.errors import InvalidInputError
     from pypaimon import CatalogFactory
+
+    from lsmlake.errors import InvalidInputError
 
     cat = FileSystemCatalog(str(tmp_path / "wh"))
     cat.create_database("db")
@@ -198,8 +200,8 @@ def test_append_compaction_keeps_deleted_rows_deleted(tmp_path) -> None:
 
 def test_concurrent_deletes_of_one_bucket_conflict_instead_of_losing_one(tmp_path) -> None:
     from lsmlake.errors import CommitConflictError
-    from lsmlake.index_manifest import dv_index_change
-    from lsmlake.table_write import CommitMessage
+    from lsmlake.format.index_manifest import dv_index_change
+    from lsmlake.table.write import CommitMessage
 
     cat = FileSystemCatalog(str(tmp_path / "wh"))
     cat.create_database("db")

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_demo_runs_and_both_readers_agree() -> None:
-    proc = subprocess.run([sys.executable, "-m", "lsmlake.demo"], capture_output=True, text=True, timeout=600,
+    proc = subprocess.run([sys.executable, "-m", "lsmlake.cli.demo"], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "CI": "true"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 
 import pyarrow as pa
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.expire import expire_snapshots, referenced_files, remove_orphan_files
+
+from lsmlake.catalog.expire import expire_snapshots, referenced_files, remove_orphan_files
+from lsmlake.catalog.filesystem import FileSystemCatalog
 
 
 def _table(tmp_path, **options):
@@ -148,7 +149,7 @@ def _pypaimon_read_tag(wh: str, tag: str) -> list[tuple]:
 
 def _lsm_read_tag(t, tag: str) -> list[tuple]:
     """lsmlake reads a tag as Paimon does: the snapshot JSON in `tag/tag-<name>`, not the snapshot file."""
-    from lsmlake.snapshot import Snapshot
+    from lsmlake.format.snapshot import Snapshot
 
     with open(os.path.join(t.path, "tag", f"tag-{tag}"), "rb") as f:
         snap = Snapshot.from_json(f.read())
@@ -256,7 +257,7 @@ def _commit_with_external_file(t, outside_dir) -> str:
     import dataclasses
     import shutil
 
-    from lsmlake.data_file_writer import bucket_dir
+    from lsmlake.format.data_file_writer import bucket_dir
 
     w = t.new_write()
     w.write(pa.table({"k": [1], "p": ["a"], "v": [1]}))
@@ -278,7 +279,7 @@ def test_expiration_never_deletes_outside_the_table(tmp_path, caplog) -> None:
     outside = _commit_with_external_file(t, tmp_path / "elsewhere")
     t.overwrite_arrow(pa.table({"k": [2], "p": ["a"], "v": [2]}))  # replaces the external file
     t.overwrite_arrow(pa.table({"k": [3], "p": ["a"], "v": [3]}))
-    with caplog.at_level("WARNING", logger="lsmlake.expire"):
+    with caplog.at_level("WARNING", logger="lsmlake.catalog.expire"):
         res = expire_snapshots(t, retain_min=1, retain_max=100, time_retained_ms=0)
     assert res.expired_snapshots == [1, 2]
     assert os.path.exists(outside), "expiration deleted a file outside the table"
@@ -292,7 +293,7 @@ def test_expiration_never_deletes_outside_the_table(tmp_path, caplog) -> None:
 def test_orphan_cleanup_never_deletes_outside_the_table(tmp_path, caplog) -> None:
     """A listing that names a file outside the table folder (a store whose listing is not confined to the
     folder) never leads orphan cleanup to delete it; the refusal is logged once."""
-    from lsmlake.fileio import FileInfo
+    from lsmlake.fs.file_io import FileInfo
 
     t = _table(tmp_path)
     t.write_arrow(pa.table({"k": [1], "p": ["a"], "v": [1]}))
@@ -308,7 +309,7 @@ def test_orphan_cleanup_never_deletes_outside_the_table(tmp_path, caplog) -> Non
         return out
 
     t.io.list = leaky_list
-    with caplog.at_level("WARNING", logger="lsmlake.expire"):
+    with caplog.at_level("WARNING", logger="lsmlake.catalog.expire"):
         res = remove_orphan_files(t, older_than_ms=0)
     assert stray.exists(), "orphan cleanup deleted a file outside the table"
     assert str(stray) not in res.deleted
@@ -346,7 +347,7 @@ def test_an_expire_pass_catches_up_in_batches_within_its_bounds(tmp_path) -> Non
     taking the lock once per batch, and stops early at its batch or time bound (the next pass goes on)."""
     from contextlib import contextmanager
 
-    from lsmlake.expire import ExpirePass
+    from lsmlake.catalog.expire import ExpirePass
 
     t = _table(tmp_path, **{"snapshot.expire.limit": "4", "snapshot.num-retained.min": "2",
                             "snapshot.time-retained": "0 ms"})

@@ -18,11 +18,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from lsmlake.bucket import bucket_ids
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.errors import LakeError
-from lsmlake.table import FileStoreTable
 from pypaimon import CatalogFactory
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.errors import LakeError
+from lsmlake.format.bucket import bucket_ids
+from lsmlake.table.file_store_table import FileStoreTable
 
 from .golden import GOLDEN_WAREHOUSE
 from .values import norm_value

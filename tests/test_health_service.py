@@ -10,8 +10,9 @@ from typing import Any
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from lsmlake.grpc_server import new_server
-from lsmlake.health_service import HealthServicer
+
+from lsmlake.rpc.health import HealthServicer
+from lsmlake.rpc.server import new_server
 
 TIMEOUT_S = 60.0
 NAME = "test.Service"

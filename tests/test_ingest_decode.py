@@ -13,10 +13,11 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from lsmlake.format.row_kind import DELETE, INSERT, ROW_KIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
+from lsmlake.format.schema import TableSchema, new_table_schema
+from lsmlake.format.types import parse_schema_fields
 from lsmlake.ingest import dead_letter_value, decode_messages, needs_retractions
-from lsmlake.row_kind import DELETE, INSERT, ROW_KIND_COLUMN, UPDATE_AFTER, UPDATE_BEFORE
-from lsmlake.schema import TableSchema, new_table_schema
-from lsmlake.types import parse_schema_fields
 
 EPOCH = dt.datetime(1970, 1, 1)
 

@@ -40,15 +40,16 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lsmlake.bucket import bucket_ids
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.errors import LakeError
-from lsmlake.table import FileStoreTable
-from lsmlake.types import parse_schema_fields
 from pypaimon import CatalogFactory, Schema
 from pypaimon.schema.data_types import DataField as PDataField
 from pypaimon.schema.data_types import PyarrowFieldParser
 from pypaimon.write.row_key_extractor import FixedBucketRowKeyExtractor
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.errors import LakeError
+from lsmlake.format.bucket import bucket_ids
+from lsmlake.format.types import parse_schema_fields
+from lsmlake.table.file_store_table import FileStoreTable
 
 from .values import norm_value
 
@@ -883,7 +884,7 @@ def test_unsupported_feature_refused_or_handled(tmp_path: Any, feature: str) -> 
         # lsmlake compacts a deletion-vector table right after writing (its level 0 is invisible to
         # readers); pypaimon never compacts. Compact B with lsmlake too, so both hold the same data
         # on levels >= 1, then both must read the same.
-        from lsmlake.compaction.table_compact import compact_table
+        from lsmlake.table.compact import compact_table
 
         compact_table(lsm_table(wh, "db.b"))
     try:
@@ -1003,7 +1004,7 @@ def hash_tables(tmp_path_factory: Any) -> dict[str, Any]:
 @given(data=st.data())
 @pytest.mark.parametrize("key_type", list(KEY_STRATEGIES))
 def test_bucket_hash_matches_pypaimon(hash_tables: dict[str, Any], key_type: str, data: Any) -> None:
-    """lsmlake.bucket.bucket_ids of random (key, INT) rows equals pypaimon's fixed-bucket function."""
+    """lsmlake.format.bucket.bucket_ids of random (key, INT) rows equals pypaimon's fixed-bucket function."""
     ktype, strategy = KEY_STRATEGIES[key_type]
     keys = data.draw(st.lists(strategy, min_size=1, max_size=20))
     k2 = data.draw(st.lists(st.integers(-2**31, 2**31 - 1), min_size=len(keys), max_size=len(keys)))

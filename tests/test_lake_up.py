@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lsmlake import cli
-from lsmlake.cluster import find_endpoints
+
+from lsmlake.cli import main as cli
+from lsmlake.cli.cluster import find_endpoints
 from lsmlake.kafka.broker import free_port
 
 pytestmark = pytest.mark.integration
@@ -26,7 +27,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     warehouse = str(tmp_path_factory.mktemp("lake-up") / "wh")
     log = Path(warehouse).parent / "lake-up.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-c", "from lsmlake.cli import main; raise SystemExit(main())",
+        proc = subprocess.Popen([sys.executable, "-c", "from lsmlake.cli.main import main; raise SystemExit(main())",
                                  "up", "--warehouse", warehouse, "--catalog-port", str(free_port()),
                                  "--writer-port", str(free_port()), "--compactor-port", str(free_port()),
                                  "--spark-master", "local[1]", "--commit-interval", "0.2",

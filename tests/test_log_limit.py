@@ -6,7 +6,8 @@ import logging
 import time
 
 import pytest
-from lsmlake.log_limit import LogLimiter, flush_all, peer_host
+
+from lsmlake.runtime.log_limit import LogLimiter, flush_all, peer_host
 
 
 class Clock:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 import pyarrow as pa
-from lsmlake.lookup_cache import LookupCache
+
+from lsmlake.mergetree.lookup_cache import LookupCache
 
 
 def test_bounded_memory_with_spill(tmp_path) -> None:

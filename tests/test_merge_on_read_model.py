@@ -7,7 +7,8 @@ import itertools
 import hypothesis.strategies as st
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
-from lsmlake.catalog import FileSystemCatalog
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 
 _counter = itertools.count()
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 
 import pyarrow as pa
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.expire import expire_snapshots
 from pyarrow.fs import _MockFileSystem
+
+from lsmlake.catalog.expire import expire_snapshots
+from lsmlake.catalog.filesystem import FileSystemCatalog
 
 
 def test_write_read_expire_on_an_object_store() -> None:

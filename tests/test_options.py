@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from lsmlake import options as opts
+
 from lsmlake.errors import InvalidInputError, UnknownOptionError
+from lsmlake.format import options as opts
 
 
 def test_docs_are_generated_from_the_registry() -> None:

@@ -13,16 +13,17 @@ import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from lsmlake import types as T
-from lsmlake.binary_row import deserialize_row
-from lsmlake.partition import (
+
+from lsmlake.format import types as T
+from lsmlake.format.binary_row import deserialize_row
+from lsmlake.format.partition import (
     DEFAULT_PARTITION_NAME,
     escape_path_name,
     partition_path,
     partition_value_string,
     unescape_path_name,
 )
-from lsmlake.types import DataType
+from lsmlake.format.types import DataType
 
 from .golden import GOLDEN_WAREHOUSE
 
@@ -171,8 +172,8 @@ def test_other_golden_directories_exist(table: str) -> None:
 def test_partition_columns_read_back_from_the_partition_value(tmp_path: Path, dv: bool) -> None:
     """Reads build partition columns from the partition's value instead of decoding them: every type,
     a null partition, deletion vectors and projections of only partition columns return the written rows."""
-    from lsmlake.catalog import FileSystemCatalog
-    from lsmlake.compaction.table_compact import compact_table
+    from lsmlake.catalog.filesystem import FileSystemCatalog
+    from lsmlake.table.compact import compact_table
 
     cat = FileSystemCatalog(str(tmp_path))
     cat.create_database("db")
@@ -205,7 +206,7 @@ def test_partition_columns_read_back_from_the_partition_value(tmp_path: Path, dv
 
 
 def test_null_partition_reads_as_null(tmp_path: Path) -> None:
-    from lsmlake.catalog import FileSystemCatalog
+    from lsmlake.catalog.filesystem import FileSystemCatalog
 
     cat = FileSystemCatalog(str(tmp_path))
     cat.create_database("db")

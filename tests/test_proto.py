@@ -10,11 +10,12 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import lsmlake.proto_gen
 import pytest
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
+
+import lsmlake.proto_gen
 from lsmlake.proto_gen.lsmlake.v1 import (
     catalog_pb2,
     catalog_pb2_grpc,

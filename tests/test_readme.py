@@ -48,11 +48,12 @@ import grpc
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from lsmlake import cli
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.cluster import find_endpoints
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.cli import main as cli
+from lsmlake.cli.cluster import find_endpoints
 from lsmlake.kafka.broker import EmbeddedBroker, free_port
-from lsmlake.table import FileStoreTable
+from lsmlake.table.file_store_table import FileStoreTable
 
 from .health import serving
 
@@ -65,8 +66,8 @@ START_TIMEOUT_S = 180.0  # a service with Spark on a busy 2-core machine
 STOP_TIMEOUT_S = 60.0
 PG_URL = os.environ.get("LSMLAKE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
-SERVICES = {"catalog-svc": "lsmlake.catalog_svc", "writer-svc": "lsmlake.writer_svc",
-            "compactor-svc": "lsmlake.compactor_svc"}
+SERVICES = {"catalog-svc": "catalog_svc", "writer-svc": "writer_svc",
+            "compactor-svc": "compactor_svc"}
 PROGRAMS = {"make", "lake", *SERVICES}
 CLUSTER_BLOCK = {"up", "status", "down"}  # the README's cluster block, run by test_cluster_block
 NEEDS_CLUSTER = {"timeline", "produce"}  # other `lake` commands that need the cluster (or its metadata store)
@@ -236,7 +237,7 @@ def executable(program: str) -> list[str]:
     if script.exists():
         return [str(script)]
     if program == "lake":
-        return [sys.executable, "-c", "from lsmlake.cli import main; raise SystemExit(main())"]
+        return [sys.executable, "-c", "from lsmlake.cli.main import main; raise SystemExit(main())"]
     return [sys.executable, "-m", SERVICES[program]]
 
 
@@ -356,7 +357,7 @@ def stop_all(running: list[Service]) -> None:
 
 
 def run_lake(argv: list[str], cwd: Path) -> str:
-    """`lake ARGS` in-process (the console script is `lsmlake.cli:main`), in the section's folder."""
+    """`lake ARGS` in-process (the console script is `lsmlake.cli.main:main`), in the section's folder."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main(argv)
@@ -510,10 +511,10 @@ def test_make_lines_come_first_and_run_the_demo_and_the_suite() -> None:
         assert m, f"the Makefile has no `{target}` target"
         return m[1].split(), [ln.strip() for ln in m[2].splitlines()]
 
-    assert recipe("demo") == (["venv"], ["$(BIN)/python -m lsmlake.demo"])
+    assert recipe("demo") == (["venv"], ["$(BIN)/python -m lsmlake.cli.demo"])
     assert recipe("test") == (["venv"], ["$(BIN)/python -m pytest -q"])
     assert 'testpaths = ["tests"]' in (ROOT / "pyproject.toml").read_text()
-    assert '"-m", "lsmlake.demo"' in (ROOT / "tests" / "test_demo.py").read_text()
+    assert '"-m", "lsmlake.cli.demo"' in (ROOT / "tests" / "test_demo.py").read_text()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -604,9 +605,8 @@ def test_security_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     serving TLS. A call without a token is refused with UNAUTHENTICATED and changes nothing; the client snippet
     with the admin token in `LAKE_TOKEN` creates its database; the `lake` command, with that token in its
     `--token-file` and no `LAKE_TOKEN`, creates its table through the catalog. The catalog then exits 0."""
-    from lsmlake.client import Client
+    from lsmlake.client.client import Client
     from lsmlake.errors import LakeError
-
     from tests.auth.certs import make_certs
 
     commands = [c for c in sh_commands() if c.heading == SECURITY]

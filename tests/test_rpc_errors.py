@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import grpc
 import pytest
+
 from lsmlake import errors
 from lsmlake.metastore import MetaStoreUnavailableError
-from lsmlake.rpc_errors import INTERNAL_MESSAGE, UnimplementedError, status_for
+from lsmlake.rpc.errors import INTERNAL_MESSAGE, UnimplementedError, status_for
 
 
 @pytest.mark.parametrize(("error", "code"), [

@@ -11,12 +11,16 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lsmlake import cli
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.compaction.table_compact import commit_compaction, compact_split, compact_table
+from pypaimon import CatalogFactory
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.cli import main as cli
 from lsmlake.errors import CommitConflictError, InvalidInputError, LakeError, UnknownOptionError
-from lsmlake.schema import TableSchema
-from lsmlake.schema_change import (
+from lsmlake.format.schema import TableSchema
+from lsmlake.table.compact import commit_compaction, compact_split, compact_table
+from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.read import TableRead
+from lsmlake.table.schema_change import (
     AddColumn,
     RemoveOption,
     RenameColumn,
@@ -24,9 +28,6 @@ from lsmlake.schema_change import (
     alter_table,
     apply_changes,
 )
-from lsmlake.table import FileStoreTable
-from lsmlake.table_read import TableRead
-from pypaimon import CatalogFactory
 
 PK_OPTIONS = {"bucket": "2"}
 

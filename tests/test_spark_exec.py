@@ -8,11 +8,12 @@ import shutil
 import numpy as np
 import pyarrow as pa
 import pytest
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.compaction.rewriter import MergeTreeCompactRewriter, changelog_prefix
-from lsmlake.compaction.table_compact import commit_compaction, plan_bucket, split_dir
-from lsmlake.compactor_svc import spark_exec
-from lsmlake.compactor_svc.spark_exec import (
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.errors import InvalidInputError
+from lsmlake.mergetree.compact.rewriter import MergeTreeCompactRewriter, changelog_prefix
+from lsmlake.spark import compaction_job as spark_exec
+from lsmlake.spark.compaction_job import (
     BucketTask,
     SparkCompactor,
     TaskOutcome,
@@ -22,7 +23,7 @@ from lsmlake.compactor_svc.spark_exec import (
     run_with_retries,
     task_prefix,
 )
-from lsmlake.errors import InvalidInputError
+from lsmlake.table.compact import commit_compaction, plan_bucket, split_dir
 
 from .test_interop_pypaimon import pypaimon_read
 

@@ -21,9 +21,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from lsmlake.auth import ChannelSecurity, ServerSecurity
-from lsmlake.catalog_svc.server import CatalogServer, Settings
+
+from catalog_svc.server import CatalogServer, Settings
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
+from lsmlake.rpc.security import ChannelSecurity, ServerSecurity
 
 from .catalog_svc.local_server import Local
 
@@ -216,7 +217,7 @@ def test_16_reflection_streams_leave_threads_for_commits(catalog: Catalog, strea
 
 @pytest.fixture
 def small_limits(tmp_path: Path, streams: Streams) -> Iterator[Catalog]:
-    from lsmlake.rpc_limits import RpcLimits
+    from lsmlake.rpc.limits import RpcLimits
 
     with running_catalog(tmp_path, streams, limits=RpcLimits(max_streams=6, max_streams_per_principal=3,
                                                              max_watch_streams=32)) as cat:
@@ -283,7 +284,7 @@ def test_health_watch_streams_are_capped_per_host(small_limits: Catalog, streams
 
 def test_callers_without_a_token_take_at_most_half_the_streams(tmp_path: Path, streams: Streams) -> None:
     """Reflection needs no token: its streams may hold half of --max-streams, the rest stays for readers."""
-    from lsmlake.rpc_limits import RpcLimits
+    from lsmlake.rpc.limits import RpcLimits
 
     with running_catalog(tmp_path, streams, limits=RpcLimits(max_streams=6, max_streams_per_principal=6)) as cat:
 
@@ -305,9 +306,9 @@ def test_callers_without_a_token_take_at_most_half_the_streams(tmp_path: Path, s
 
 
 def test_the_limits_are_flags_and_environment(tmp_path: Path) -> None:
-    from lsmlake.compactor_svc.server import Settings as CompactorSettings
-    from lsmlake.rpc_limits import RpcLimits
-    from lsmlake.writer_svc.server import Settings as WriterSettings
+    from compactor_svc.server import Settings as CompactorSettings
+    from lsmlake.rpc.limits import RpcLimits
+    from writer_svc.server import Settings as WriterSettings
 
     base = ["--warehouse", str(tmp_path)]
     s = Settings.from_args(base, env={})
@@ -330,8 +331,9 @@ def test_the_limits_are_flags_and_environment(tmp_path: Path) -> None:
 def test_calls_beyond_max_concurrent_rpcs_are_refused_not_queued() -> None:
     """gRPC's `maximum_concurrent_rpcs` is set on every server `new_server` builds (default 8 x workers)."""
     from grpc_health.v1 import health
-    from lsmlake.grpc_server import new_server
-    from lsmlake.rpc_limits import RpcLimits
+
+    from lsmlake.rpc.limits import RpcLimits
+    from lsmlake.rpc.server import new_server
 
     entered, release = threading.Semaphore(0), threading.Event()
 

@@ -16,12 +16,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
-from lsmlake import options as opts
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.compaction.table_compact import compact_table
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import InvalidInputError
-from lsmlake.table_write import TableWrite
-from lsmlake.write_buffer import BufferedTableWrite, WriteBuffer, WriteBufferOptions
+from lsmlake.format import options as opts
+from lsmlake.table.compact import compact_table
+from lsmlake.table.write import TableWrite
+from lsmlake.table.write_buffer import BufferedTableWrite, WriteBuffer, WriteBufferOptions
 
 from .merge.test_engines import model_aggregation, model_dedupe, model_first_row, model_partial_update
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from lsmlake.auth.tokens import digest
 
 from .certs import Certs, make_certs

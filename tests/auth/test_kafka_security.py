@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
-from lsmlake.catalog_svc.server import Settings as CatalogSettings
+
+from catalog_svc.server import Settings as CatalogSettings
 from lsmlake.errors import InvalidInputError
 from lsmlake.kafka import client
 from lsmlake.kafka.security import KafkaSecurity
-from lsmlake.writer_svc.server import Settings as WriterSettings
+from writer_svc.server import Settings as WriterSettings
 
 
 @pytest.fixture

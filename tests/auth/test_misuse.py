@@ -16,15 +16,16 @@ from pathlib import Path
 import grpc
 import pyarrow as pa
 import pytest
+
+from catalog_svc.server import CatalogServer
+from catalog_svc.server import Settings as CatalogSettings
 from lsmlake import Client
-from lsmlake.auth import ChannelSecurity, ServerSecurity
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.catalog_svc.convert import changes_to_proto, file_to_proto
-from lsmlake.catalog_svc.server import CatalogServer
-from lsmlake.catalog_svc.server import Settings as CatalogSettings
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
-from lsmlake.writer_svc.server import Settings as WriterSettings
-from lsmlake.writer_svc.server import WriterServer
+from lsmlake.rpc.convert import changes_to_proto, file_to_proto
+from lsmlake.rpc.security import ChannelSecurity, ServerSecurity
+from writer_svc.server import Settings as WriterSettings
+from writer_svc.server import WriterServer
 
 TIMEOUT_S = 30.0
 PRINCIPALS = {"root": "admin", "writer-svc": "service", "compactor-a": "service", "compactor-b": "service",

@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import pyarrow as pa
 import pytest
+
 from lsmlake import Client
 from lsmlake.errors import LakeError
 from lsmlake.kafka.broker import free_port
@@ -61,11 +62,11 @@ def services(tmp_path: Path, certs: Certs, tokens: Tokens) -> Iterator[tuple[str
     writer_token = tmp_path / "writer.token"
     writer_token.write_text(tokens.service + "\n")
     # the catalog from flags, the writer from the environment: both ways reach the same settings
-    catalog = Proc("lsmlake.catalog_svc", ["--warehouse", str(warehouse), "--tls-cert", certs.server_cert,
+    catalog = Proc("catalog_svc", ["--warehouse", str(warehouse), "--tls-cert", certs.server_cert,
                                            "--tls-key", certs.server_key, "--auth-tokens", tokens.file],
                    tmp_path / "catalog.log", {})
     try:
-        writer = Proc("lsmlake.writer_svc", ["--warehouse", str(warehouse), "--catalog",
+        writer = Proc("writer_svc", ["--warehouse", str(warehouse), "--catalog",
                                              f"127.0.0.1:{catalog.port}", "--commit-interval", "0.2"],
                       tmp_path / "writer.log",
                       {"LSMLAKE_TLS_CERT": certs.server_cert, "LSMLAKE_TLS_KEY": certs.server_key,

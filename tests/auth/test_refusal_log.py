@@ -2,7 +2,7 @@
 
 Every refused call used to log a line (a WARNING for a missing or wrong token, an INFO for bytes that do not
 decode). Now the first of each (code, reason, host) is logged and the repeats are counted and summed up in one
-line per interval (`lsmlake.log_limit`), so nothing is lost but the repetition.
+line per interval (`lsmlake.runtime.log_limit`), so nothing is lost but the repetition.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from collections.abc import Iterator
 import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from lsmlake.auth import ChannelSecurity, ServerSecurity
-from lsmlake.grpc_server import new_server
+
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc
+from lsmlake.rpc.security import ChannelSecurity, ServerSecurity
+from lsmlake.rpc.server import new_server
 
 TIMEOUT_S = 30.0
 FLOOD = 60
@@ -45,7 +46,7 @@ def address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def _flush() -> None:
     """Log what earlier tests left held back, and start a new interval (a no-op before the fix)."""
     try:
-        from lsmlake.log_limit import flush_all
+        from lsmlake.runtime.log_limit import flush_all
     except ImportError:
         return
     flush_all()
@@ -68,7 +69,7 @@ def _held_back(summaries: list[str], label: str) -> int:
 
 
 def test_a_flood_without_a_token_logs_a_few_lines(address: str, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="lsmlake.auth.interceptor")
+    caplog.set_level(logging.WARNING, logger="lsmlake.rpc.interceptor")
     _flush()
     caplog.clear()
     with grpc.insecure_channel(address) as ch:
@@ -76,7 +77,7 @@ def test_a_flood_without_a_token_logs_a_few_lines(address: str, caplog: pytest.L
         for _ in range(FLOOD):
             _refused(lambda: stub.ListDatabases(catalog_pb2.ListDatabasesRequest(), timeout=TIMEOUT_S),
                      grpc.StatusCode.UNAUTHENTICATED)
-    refusals = [r.getMessage() for r in caplog.records if r.name == "lsmlake.auth.interceptor"]
+    refusals = [r.getMessage() for r in caplog.records if r.name == "lsmlake.rpc.interceptor"]
     one_by_one = [m for m in refusals if m.startswith("refused ")]
     assert 1 <= len(one_by_one) <= 3, f"{len(one_by_one)} lines for {FLOOD} refused calls"
     assert "no bearer token" in one_by_one[0] and "127.0.0.1" in one_by_one[0]
@@ -84,7 +85,7 @@ def test_a_flood_without_a_token_logs_a_few_lines(address: str, caplog: pytest.L
 
     _flush()
     summaries = [r.getMessage() for r in caplog.records
-                 if r.name == "lsmlake.auth.interceptor" and "not logged one by one" in r.getMessage()]
+                 if r.name == "lsmlake.rpc.interceptor" and "not logged one by one" in r.getMessage()]
     assert summaries and all(r.levelno == logging.WARNING for r in caplog.records)
     # every refusal is accounted for: logged, or counted in a summary
     assert len(one_by_one) + _held_back(summaries, "UNAUTHENTICATED ipv4:127.0.0.1 no bearer token") == FLOOD
@@ -92,7 +93,7 @@ def test_a_flood_without_a_token_logs_a_few_lines(address: str, caplog: pytest.L
 
 def test_a_flood_of_one_principal_is_counted_under_its_name(address: str,
                                                             caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="lsmlake.auth.interceptor")
+    caplog.set_level(logging.WARNING, logger="lsmlake.rpc.interceptor")
     _flush()
     caplog.clear()
     with ChannelSecurity(token=READER_TOKEN).open_channel(address) as ch:
@@ -110,7 +111,7 @@ def test_a_flood_of_one_principal_is_counted_under_its_name(address: str,
 
 def test_a_flood_of_undecodable_bytes_logs_a_few_lines(address: str, caplog: pytest.LogCaptureFixture) -> None:
     """Health checking is open: garbage sent to it needs no token, and is refused INVALID_ARGUMENT."""
-    caplog.set_level(logging.INFO, logger="lsmlake.rpc_errors")
+    caplog.set_level(logging.INFO, logger="lsmlake.rpc.errors")
     _flush()
     caplog.clear()
     with grpc.insecure_channel(address) as ch:
@@ -122,7 +123,7 @@ def test_a_flood_of_undecodable_bytes_logs_a_few_lines(address: str, caplog: pyt
         reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=TIMEOUT_S)
         assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
     one_by_one = [r.getMessage() for r in caplog.records
-                  if r.name == "lsmlake.rpc_errors" and r.getMessage().startswith("refused")]
+                  if r.name == "lsmlake.rpc.errors" and r.getMessage().startswith("refused")]
     assert 1 <= len(one_by_one) <= 3, f"{len(one_by_one)} lines for {FLOOD} refused calls"
     assert "not a valid grpc.health.v1.HealthCheckRequest" in one_by_one[0]
     _flush()

@@ -11,8 +11,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from lsmlake.auth import METHOD_ROLES, ChannelSecurity, Role, ServerSecurity
-from lsmlake.grpc_server import new_server
+
+from lsmlake.auth.roles import METHOD_ROLES, Role
 from lsmlake.proto_gen.lsmlake.v1 import (
     catalog_pb2,
     catalog_pb2_grpc,
@@ -21,6 +21,8 @@ from lsmlake.proto_gen.lsmlake.v1 import (
     writer_pb2,
     writer_pb2_grpc,
 )
+from lsmlake.rpc.security import ChannelSecurity, ServerSecurity
+from lsmlake.rpc.server import new_server
 
 from .conftest import Tokens
 

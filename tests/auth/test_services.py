@@ -12,14 +12,16 @@ import grpc
 import pyarrow as pa
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from lsmlake import Client, cli
-from lsmlake.auth import ChannelSecurity, ServerSecurity
-from lsmlake.catalog_svc.server import CatalogServer
-from lsmlake.catalog_svc.server import Settings as CatalogSettings
+
+from catalog_svc.server import CatalogServer
+from catalog_svc.server import Settings as CatalogSettings
+from lsmlake import Client
+from lsmlake.cli import main as cli
 from lsmlake.errors import LakeError, ServiceUnavailableError
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc
-from lsmlake.writer_svc.server import Settings as WriterSettings
-from lsmlake.writer_svc.server import WriterServer
+from lsmlake.rpc.security import ChannelSecurity, ServerSecurity
+from writer_svc.server import Settings as WriterSettings
+from writer_svc.server import WriterServer
 
 from .certs import Certs
 from .conftest import Tokens
@@ -217,7 +219,7 @@ def test_the_lake_command_line_sends_its_token_and_trusts_its_ca(cluster: Cluste
 
 
 def test_the_compactors_timeline_client_authenticates_with_its_own_token(cluster: Cluster) -> None:
-    from lsmlake.compactor_svc.timeline_client import TimelineClient
+    from compactor_svc.timeline_client import TimelineClient
 
     with cluster.client("admin") as admin:
         admin.create_database("tldb")

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from lsmlake.auth import ChannelSecurity, ServerSecurity
-from lsmlake.catalog_svc.server import Settings as CatalogSettings
-from lsmlake.compactor_svc.server import Settings as CompactorSettings
-from lsmlake.writer_svc.server import Settings as WriterSettings
+
+from catalog_svc.server import Settings as CatalogSettings
+from compactor_svc.server import Settings as CompactorSettings
+from lsmlake.rpc.security import ChannelSecurity, ServerSecurity
+from writer_svc.server import Settings as WriterSettings
 
 from .certs import Certs
 from .conftest import Tokens

@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-from lsmlake.auth import Principal, Role, TokenStore
-from lsmlake.auth.interceptor import bearer_token
-from lsmlake.auth.tokens import digest, parse_tokens
+
+from lsmlake.auth.roles import Role
+from lsmlake.auth.tokens import Principal, TokenStore, digest, parse_tokens
 from lsmlake.errors import InvalidInputError
+from lsmlake.rpc.interceptor import bearer_token
 
 TOKEN = "t0ken-of-twenty-chars"
 

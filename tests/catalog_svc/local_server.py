@@ -9,11 +9,12 @@ from typing import Any
 
 import grpc
 import pyarrow as pa
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.catalog_svc.convert import changes_to_proto
-from lsmlake.catalog_svc.server import CatalogServer, Settings
+
+from catalog_svc.server import CatalogServer, Settings
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
-from lsmlake.table_write import CommitMessage
+from lsmlake.rpc.convert import changes_to_proto
+from lsmlake.table.write import CommitMessage
 
 TIMEOUT_S = 30.0
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from lsmlake.catalog import FileSystemCatalog
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
 
 from ..test_interop_pypaimon import pypaimon_read

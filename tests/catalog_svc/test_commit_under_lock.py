@@ -9,7 +9,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from lsmlake.catalog import FileSystemCatalog
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 
 from .local_server import local_server
 

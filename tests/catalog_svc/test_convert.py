@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from lsmlake.catalog_svc import convert
-from lsmlake.data_file_meta import DataFileMeta, SimpleStats
-from lsmlake.deletion_vector import DvRange
-from lsmlake.index_manifest import IndexEntry
-from lsmlake.table_write import CommitMessage
+from lsmlake.format.data_file_meta import DataFileMeta, SimpleStats
+from lsmlake.format.deletion_vector import DvRange
+from lsmlake.format.index_manifest import IndexEntry
+from lsmlake.rpc import convert
+from lsmlake.table.write import CommitMessage
 
 
 def _file(name: str, **kw: object) -> DataFileMeta:

@@ -12,9 +12,10 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 import pytest
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.catalog_svc.maintenance import Maintenance
-from lsmlake.catalog_svc.metrics import CatalogMetrics
+
+from catalog_svc.maintenance import Maintenance
+from catalog_svc.metrics import CatalogMetrics
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.metastore import open_store
 
 SNAPSHOTS = 400
@@ -81,7 +82,7 @@ def test_a_failing_table_does_not_stop_the_others(tmp_path, no_fsync, caplog) ->
         f.write("{not json")
     good = _table_with_snapshots(cat, "db.good", 2 * LIMIT + 30)
     m, _ = _maintenance(str(tmp_path), cat)
-    with caplog.at_level(logging.ERROR, logger="lsmlake.catalog_svc.maintenance"):
+    with caplog.at_level(logging.ERROR, logger="catalog_svc.maintenance"):
         assert m.expire_once() == 2 * LIMIT + 30 - RETAIN
     assert bad.snapshots.ids() == list(range(1, 21))
     assert len(good.snapshots.ids()) == RETAIN

@@ -20,9 +20,10 @@ from typing import Any
 
 import grpc
 import pytest
-from lsmlake.catalog_svc import relay as relay_mod
-from lsmlake.catalog_svc.relay import OutboxRelay
-from lsmlake.catalog_svc.server import CatalogServer, Settings
+
+from catalog_svc import relay as relay_mod
+from catalog_svc.relay import OutboxRelay
+from catalog_svc.server import CatalogServer, Settings
 from lsmlake.errors import InvalidInputError
 from lsmlake.kafka.broker import free_port
 from lsmlake.metastore import MetaStore, now_ms, open_store
@@ -34,7 +35,7 @@ from .local_server import Local
 T = "db.t"
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
-RELAY_LOG = "lsmlake.catalog_svc.relay"
+RELAY_LOG = "catalog_svc.relay"
 DEADLINE_S = 30.0  # for the purge thread's first pass, which runs at once
 
 

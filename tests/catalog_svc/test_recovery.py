@@ -19,11 +19,12 @@ from typing import Any
 import grpc
 import pyarrow as pa
 import pytest
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.catalog_svc.convert import changes_to_proto
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.kafka.broker import EmbeddedBroker, free_port
 from lsmlake.kafka.client import consumer
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2, events_pb2
+from lsmlake.rpc.convert import changes_to_proto
 
 from ..health import serving
 
@@ -42,7 +43,7 @@ class Proc:
     """One catalog_svc process on a fixed port, so that a restarted one is found at the same address."""
 
     def __init__(self, warehouse: Path, port: int, bootstrap: str, fault: str | None) -> None:
-        args = [sys.executable, "-m", "lsmlake.catalog_svc", "--warehouse", str(warehouse), "--port", str(port),
+        args = [sys.executable, "-m", "catalog_svc", "--warehouse", str(warehouse), "--port", str(port),
                 "--kafka", bootstrap]
         if fault:
             args += ["--fault", fault]

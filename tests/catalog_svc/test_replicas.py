@@ -36,16 +36,17 @@ import grpc
 import pyarrow as pa
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.catalog_svc.convert import changes_to_proto
-from lsmlake.catalog_svc.events import COMPACTION_RESULTS_TOPIC, DATA_FILES_TOPIC
+from pypaimon import CatalogFactory
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.format.manifest import ADD
 from lsmlake.kafka.broker import EmbeddedBroker
 from lsmlake.kafka.client import consumer
-from lsmlake.manifest import ADD
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2, events_pb2
-from lsmlake.table import FileStoreTable
-from lsmlake.table_write import TableWrite
-from pypaimon import CatalogFactory
+from lsmlake.rpc.convert import changes_to_proto
+from lsmlake.rpc.events import COMPACTION_RESULTS_TOPIC, DATA_FILES_TOPIC
+from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.write import TableWrite
 
 pytestmark = pytest.mark.integration
 
@@ -123,7 +124,7 @@ def _start_replica(name: str, tmp: Path, warehouse: str, metastore: str, bootstr
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(out, "wb") as o, open(err, "wb") as e:  # the child keeps its own copies
         proc = subprocess.Popen(
-            [sys.executable, "-m", "lsmlake.catalog_svc", "--warehouse", warehouse, "--metastore", metastore,
+            [sys.executable, "-m", "catalog_svc", "--warehouse", warehouse, "--metastore", metastore,
              "--port", "0", "--kafka", bootstrap], stdin=subprocess.DEVNULL, stdout=o, stderr=e, env=env)
     try:
         deadline = time.monotonic() + TIMEOUT_S

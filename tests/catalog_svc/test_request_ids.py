@@ -9,10 +9,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.catalog_svc.convert import changes_to_proto
-from lsmlake.catalog_svc.reconcile import WRITES_PROPERTY
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.reconcile import WRITES_PROPERTY
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
+from lsmlake.rpc.convert import changes_to_proto
 
 from .local_server import TIMEOUT_S, Local, local_server
 
@@ -105,7 +106,7 @@ def test_ids_of_a_snapshot_published_without_a_record_are_recovered(cat: Local) 
 def test_request_ids_are_forgotten_after_their_retention(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from lsmlake.catalog_svc import servicer
+    from catalog_svc import servicer
 
     monkeypatch.setattr(servicer, "FORGET_WRITES_EVERY_S", 0.0)  # look at every commit, not once a minute
     with local_server(str(tmp_path), request_id_retention_s=1.0) as c:
@@ -121,7 +122,7 @@ def test_request_ids_are_forgotten_after_their_retention(tmp_path: Path, monkeyp
 
 
 def test_request_id_retention_flag(tmp_path: Path) -> None:
-    from lsmlake.catalog_svc.server import Settings
+    from catalog_svc.server import Settings
 
     assert Settings.from_args(["--warehouse", str(tmp_path)], env={}).request_id_retention_s == 86_400
     s = Settings.from_args(["--warehouse", str(tmp_path)], env={"LSMLAKE_REQUEST_ID_RETENTION": "3600"})

@@ -8,11 +8,12 @@ from pathlib import Path
 import grpc
 import pyarrow as pa
 import pytest
-from lsmlake.binary_row import serialize_row
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.catalog_svc.convert import changes_to_proto
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.format.binary_row import serialize_row
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
-from lsmlake.sequence_numbers import RestoredSequences
+from lsmlake.rpc.convert import changes_to_proto
+from lsmlake.table.sequence_numbers import RestoredSequences
 
 from ..test_interop_pypaimon import pypaimon_write
 from .local_server import TIMEOUT_S, Local, local_server

@@ -22,14 +22,15 @@ import grpc
 import pyarrow as pa
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.catalog_svc.convert import changes_to_proto
-from lsmlake.data_file_meta import FILE_SOURCE_COMPACT
+from pypaimon import CatalogFactory
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.format.data_file_meta import FILE_SOURCE_COMPACT
 from lsmlake.kafka.broker import EmbeddedBroker, free_port
 from lsmlake.kafka.client import consumer
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2, events_pb2
-from lsmlake.table_write import CommitMessage
-from pypaimon import CatalogFactory
+from lsmlake.rpc.convert import changes_to_proto
+from lsmlake.table.write import CommitMessage
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +78,7 @@ def server(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(Path(warehouse).parent / "catalog_svc.log", "w") as log:  # the child keeps its own copy
         proc = subprocess.Popen(
-            [sys.executable, "-m", "lsmlake.catalog_svc", "--warehouse", warehouse, "--port", str(port),
+            [sys.executable, "-m", "catalog_svc", "--warehouse", warehouse, "--port", str(port),
              "--kafka", broker.bootstrap],
             stdout=subprocess.PIPE, stderr=log, text=True, env=env)
     lines: list[str] = []

@@ -16,13 +16,14 @@ from typing import Any
 import grpc
 import pytest
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.catalog_svc.convert import changes_to_proto
-from lsmlake.catalog_svc.timeline import parse_plan_id
-from lsmlake.compaction.table_compact import compact_buckets
-from lsmlake.data_file_writer import bucket_dir
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.timeline import parse_plan_id
 from lsmlake.errors import InvalidInputError
+from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2, events_pb2
+from lsmlake.rpc.convert import changes_to_proto
+from lsmlake.table.compact import compact_buckets
 
 from .local_server import TIMEOUT_S, Local, local_server
 
@@ -249,7 +250,7 @@ def test_metrics_and_reflection(local: Local) -> None:
 def test_lake_timeline_lists_plans_with_states_and_ages(local: Local, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from lsmlake import cli
+    from lsmlake.cli import main as cli
 
     ident = _pk_table(local)
     unit = _unit(local, ident)

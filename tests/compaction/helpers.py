@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import itertools
 
-from lsmlake.binary_row import serialize_row
-from lsmlake.compaction.sorted_run import LevelSortedRun, SortedRun
-from lsmlake.data_file_meta import DataFileMeta
-from lsmlake.stats import EMPTY_STATS
-from lsmlake.types import DataType
+from lsmlake.format.binary_row import serialize_row
+from lsmlake.format.data_file_meta import DataFileMeta
+from lsmlake.format.stats import EMPTY_STATS
+from lsmlake.format.types import DataType
+from lsmlake.mergetree.sorted_run import LevelSortedRun, SortedRun
 
 INT = DataType("BIGINT", nullable=False)
 _names = itertools.count()

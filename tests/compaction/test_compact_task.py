@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pyarrow as pa
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.compaction.table_compact import merge_tree_manager
-from lsmlake.compaction.unit import CompactUnit
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.mergetree.compact.unit import CompactUnit
+from lsmlake.table.compact import merge_tree_manager
 
 
 def _table(tmp_path, **options):
@@ -26,7 +27,7 @@ def test_big_disjoint_file_is_upgraded_not_rewritten(tmp_path) -> None:
     _write(t, list(range(1000, 1200)))
     m = merge_tree_manager(t, t.plan()[0])
     unit = CompactUnit(3, tuple(m.levels.level0))  # disjoint big files (rolled at 1 kb) to level 3
-    from lsmlake.compaction.compact_task import MergeTreeCompactTask
+    from lsmlake.mergetree.compact.task import MergeTreeCompactTask
     task = MergeTreeCompactTask(m.levels.keys, m.rewriter, unit, m.levels.max_level, m.min_file_size, False)
     result = task.run()
     assert task.upgraded == len(unit.files) > 1 and task.rewritten == 0
@@ -57,7 +58,7 @@ def test_level0_file_with_deletes_is_rewritten_on_its_way_to_the_max_level(tmp_p
 def test_deletes_are_kept_when_older_data_may_lie_below(tmp_path) -> None:
     t = _table(tmp_path)
     _write(t, [1, 2, 3])
-    from lsmlake.compaction.table_compact import compact_table
+    from lsmlake.table.compact import compact_table
     compact_table(t, full=True)  # level 5 holds 1, 2, 3
     _write(t, [2], kind="-D")
     _write(t, [7])

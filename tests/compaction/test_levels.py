@@ -5,11 +5,12 @@ from __future__ import annotations
 import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
-from lsmlake.compaction.file_keys import FileKeys
-from lsmlake.compaction.interval_partition import interval_partition
-from lsmlake.compaction.levels import Levels
-from lsmlake.compaction.sorted_run import SortedRun
+
 from lsmlake.errors import InvariantError
+from lsmlake.mergetree.file_keys import FileKeys
+from lsmlake.mergetree.interval_partition import interval_partition
+from lsmlake.mergetree.levels import Levels
+from lsmlake.mergetree.sorted_run import SortedRun
 
 from .helpers import INT, file
 

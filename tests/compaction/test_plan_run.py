@@ -10,11 +10,14 @@ import hypothesis.strategies as st
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, event, given, settings
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.compaction.append_compaction import AppendCompactManager
-from lsmlake.compaction.lookup_compaction import DvCompactResult
-from lsmlake.compaction.rewriter import changelog_prefix
-from lsmlake.compaction.table_compact import (
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.errors import InvalidInputError, NotFoundError
+from lsmlake.format.index_manifest import dv_index_change
+from lsmlake.mergetree.compact.lookup import DvCompactResult
+from lsmlake.mergetree.compact.rewriter import changelog_prefix
+from lsmlake.table.append_compaction import AppendCompactManager
+from lsmlake.table.compact import (
     commit_compaction,
     compact_split,
     compact_table,
@@ -25,10 +28,8 @@ from lsmlake.compaction.table_compact import (
     run_planned,
     split_dir,
 )
-from lsmlake.errors import InvalidInputError, NotFoundError
-from lsmlake.index_manifest import dv_index_change
-from lsmlake.table_read import load_vectors
-from lsmlake.table_write import CommitMessage
+from lsmlake.table.read import load_vectors
+from lsmlake.table.write import CommitMessage
 
 _n = itertools.count()
 PREFIX = "data-run-x1-"

@@ -8,8 +8,9 @@ import numpy as np
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.compaction.table_compact import compact_table
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.table.compact import compact_table
 
 
 def test_full_compaction_streams_sections_into_target_size_files(tmp_path: Path) -> None:
@@ -63,7 +64,7 @@ def test_chunked_merge_of_multi_file_runs_equals_the_model(tmp_path_factory, wri
     compacted states of the model."""
     import uuid
 
-    from lsmlake.changelog import read_changelog
+    from lsmlake.mergetree.changelog import read_changelog
 
     aggregate = engine == "aggregation"
     options = {"aggregation": {"merge-engine": "aggregation", "fields.n.aggregate-function": "sum"},
@@ -104,9 +105,9 @@ def test_chunked_merge_of_multi_file_runs_equals_the_model(tmp_path_factory, wri
 
 
 def test_a_section_is_read_in_key_chunks_of_about_a_file(tmp_path: Path) -> None:
-    from lsmlake.compaction.file_keys import FileKeys
-    from lsmlake.compaction.interval_partition import interval_partition
-    from lsmlake.compaction.rewriter import MergeTreeCompactRewriter
+    from lsmlake.mergetree.compact.rewriter import MergeTreeCompactRewriter
+    from lsmlake.mergetree.file_keys import FileKeys
+    from lsmlake.mergetree.interval_partition import interval_partition
 
     t = _key_table(tmp_path, "c", {}, "16 kb")
     t.write_arrow(pa.table({"g": ["x"] * 20_000, "id": pa.array(range(20_000), pa.int64()),

@@ -8,11 +8,12 @@ import hypothesis.strategies as st
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.compaction.table_compact import commit_compaction, compact_buckets, compact_table, restore_levels
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import CommitConflictError
-from lsmlake.row_kind import DELETE, UPDATE_BEFORE
-from lsmlake.schema import VALUE_KIND
+from lsmlake.format.row_kind import DELETE, UPDATE_BEFORE
+from lsmlake.format.schema import VALUE_KIND
+from lsmlake.table.compact import commit_compaction, compact_buckets, compact_table, restore_levels
 
 _n = itertools.count()
 
@@ -59,7 +60,8 @@ def _check_invariants(t) -> None:
 
 def _no_retractions(t) -> bool:
     import pyarrow.parquet as pq
-    from lsmlake.compaction.table_compact import split_dir
+
+    from lsmlake.table.compact import split_dir
 
     for split in t.plan():
         for f in split.files:
@@ -233,7 +235,7 @@ def test_compacting_a_table_pypaimon_wrote(tmp_path) -> None:
 
 
 def test_early_full_compaction_schedule_lives_in_the_snapshots(tmp_path) -> None:
-    from lsmlake.compaction.table_compact import FULL_COMPACTION_PROPERTY, compaction_history
+    from lsmlake.table.compact import FULL_COMPACTION_PROPERTY, compaction_history
 
     t = _pk_table(tmp_path, 1, **{"full-compaction.delta-commits": "3", "num-sorted-run.compaction-trigger": "10"})
     kinds = []
@@ -248,7 +250,7 @@ def test_early_full_compaction_schedule_lives_in_the_snapshots(tmp_path) -> None
 
 
 def test_optimization_interval_triggers_a_full_compaction(tmp_path) -> None:
-    from lsmlake.compaction.table_compact import compaction_history, full_compaction_due
+    from lsmlake.table.compact import compaction_history, full_compaction_due
 
     t = _pk_table(tmp_path, 1, **{"compaction.optimization-interval": "1 h"})
     _write(t, [(1, "a", 1, "+I")])

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from lsmlake.compaction.force_up_level0 import ForceUpLevel0Compaction
-from lsmlake.compaction.full import EarlyFullCompaction, pick_full_compaction
-from lsmlake.compaction.universal import UniversalCompaction
+
+from lsmlake.mergetree.compact.force_up_level0 import ForceUpLevel0Compaction
+from lsmlake.mergetree.compact.full import EarlyFullCompaction, pick_full_compaction
+from lsmlake.mergetree.compact.universal import UniversalCompaction
 
 from .helpers import file, runs
 
@@ -110,7 +111,7 @@ def test_full_compaction_picks() -> None:
     assert pick_full_compaction(NUM_LEVELS, runs([(5, 10)])) is None
     unit = pick_full_compaction(NUM_LEVELS, runs([(0, 1), (3, 3)]))
     assert unit is not None and unit.output_level == 5 and len(unit.files) == 2
-    from lsmlake.compaction.sorted_run import LevelSortedRun, SortedRun
+    from lsmlake.mergetree.sorted_run import LevelSortedRun, SortedRun
     with_deletes = file(10, level=5, deletes=2)
     unit = pick_full_compaction(NUM_LEVELS, [LevelSortedRun(5, SortedRun.single(with_deletes))])
     assert unit is not None and unit.file_rewrite and unit.files == (with_deletes,)

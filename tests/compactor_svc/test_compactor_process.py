@@ -19,7 +19,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from lsmlake.catalog import FileSystemCatalog
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.kafka.broker import EmbeddedBroker
 from lsmlake.proto_gen.lsmlake.v1 import (
     catalog_pb2,
@@ -61,7 +62,7 @@ def _create(stub: Any, name: str, buckets: int, options: dict[str, str]) -> comm
 def _commit_round(cstub: Any, ident: common_pb2.TableIdentifier, table: Any, r: int, ids: list[int],
                   model: dict[int, int]) -> None:
     """Write `ids` with n = r in one level-0 file per bucket, commit it through the catalog as commit r + 1."""
-    from lsmlake.catalog_svc.convert import changes_to_proto
+    from lsmlake.rpc.convert import changes_to_proto
 
     w = table.new_write()
     w.write(pa.table({"id": pa.array(ids, pa.int64()), "v": [f"r{r}"] * len(ids),
@@ -230,7 +231,7 @@ def test_a_requested_plan_nobody_runs_is_adopted(broker: EmbeddedBroker, tmp_pat
     """A RequestCompaction whose reply was lost (the catalog recorded the plan, then died; the compactor's
     retry meets its own plan as a conflict) leaves a REQUESTED plan holding the bucket's files. The owner of
     the bucket, failing to plan it, adopts that plan and runs it instead of waiting for a rebalance."""
-    from lsmlake.catalog_svc.convert import file_to_proto
+    from lsmlake.rpc.convert import file_to_proto
 
     warehouse = tmp_path / "wh"
     cat = procs.catalog(warehouse, broker.bootstrap)

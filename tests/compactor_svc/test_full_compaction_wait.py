@@ -26,14 +26,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+
+from compactor_svc.event_feed import GROUP_ID
 from lsmlake import Client
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.catalog_svc.convert import changes_to_proto, file_to_proto
-from lsmlake.catalog_svc.events import TOPICS
-from lsmlake.client import CompactResult
-from lsmlake.compaction.table_compact import split_dir
-from lsmlake.compactor_svc.event_feed import GROUP_ID
-from lsmlake.data_file_meta import DataFileMeta
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.client.client import CompactResult
+from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.kafka.broker import EmbeddedBroker
 from lsmlake.kafka.client import consumer
 from lsmlake.proto_gen.lsmlake.v1 import (
@@ -43,7 +41,10 @@ from lsmlake.proto_gen.lsmlake.v1 import (
     compactor_pb2,
     compactor_pb2_grpc,
 )
-from lsmlake.table import FileStoreTable
+from lsmlake.rpc.convert import changes_to_proto, file_to_proto
+from lsmlake.rpc.events import TOPICS
+from lsmlake.table.compact import split_dir
+from lsmlake.table.file_store_table import FileStoreTable
 
 from ..writer_svc import procs
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from lsmlake.compactor_svc.servicer import DEFAULT_WAIT_S, wait_limit
-from lsmlake.compactor_svc.waits import OWNED_ELSEWHERE, CompactionWait, NotCompacted
+
+from compactor_svc.servicer import DEFAULT_WAIT_S, wait_limit
+from compactor_svc.waits import OWNED_ELSEWHERE, CompactionWait, NotCompacted
 
 A = ("db.t", b"p", 0)
 B = ("db.t", b"p", 1)

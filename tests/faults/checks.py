@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from lsmlake.catalog import FileSystemCatalog
+
+from lsmlake.catalog.expire import referenced_files
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import NotFoundError
-from lsmlake.expire import referenced_files
-from lsmlake.schema import SEQUENCE_NUMBER
-from lsmlake.writer_svc.kafka_ingest import OFFSET_PROPERTY, topic_id_key
+from lsmlake.format.schema import SEQUENCE_NUMBER
+from writer_svc.kafka_ingest import OFFSET_PROPERTY, topic_id_key
 
 from ..test_interop_pypaimon import pypaimon_read
 from .order_load import Change

@@ -30,13 +30,14 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.catalog_svc.server import METASTORE_FILE
+
+from catalog_svc.server import METASTORE_FILE
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.kafka.broker import EmbeddedBroker, free_port
 from lsmlake.kafka.client import producer
 from lsmlake.metastore import open_store
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, compactor_pb2, compactor_pb2_grpc
-from lsmlake.writer_svc.kafka_ingest import committed_offsets, topic_id_key
+from writer_svc.kafka_ingest import committed_offsets, topic_id_key
 
 from ..health import serving
 from ..writer_svc import procs
@@ -227,20 +228,20 @@ class Cluster:
         args = ["--warehouse", str(self.warehouse), "--kafka", self.broker.bootstrap, "--expire-interval", "20",
                 "--reconcile-interval", "2"]
         if fault:
-            return ArmedProc("lsmlake.catalog_svc", [*args, "--fault", fault], self.root, self.catalog_port)
-        return Proc("lsmlake.catalog_svc", args, self.root, self.catalog_port)
+            return ArmedProc("catalog_svc", [*args, "--fault", fault], self.root, self.catalog_port)
+        return Proc("catalog_svc", args, self.root, self.catalog_port)
 
     def _writer(self, n: int) -> procs.Service:
         """Replica `n`: the replicas differ only in their port and id (they share one Kafka consumer group)."""
         ingest = [a for t in INGEST_TOPICS for a in ("--ingest", f"{t}:json")]
-        return Proc("lsmlake.writer_svc", ["--warehouse", str(self.warehouse), "--catalog",
+        return Proc("writer_svc", ["--warehouse", str(self.warehouse), "--catalog",
                                            f"127.0.0.1:{self.catalog_port}", "--kafka", self.broker.bootstrap,
                                            *ingest, "--writer-id", WRITER_IDS[n],
                                            "--commit-interval", "0.5", "--max-poll-records", "2000"],
                     self.root, self.writer_ports[n])
 
     def _compactor(self) -> procs.Service:
-        return Proc("lsmlake.compactor_svc", ["--warehouse", str(self.warehouse), "--catalog",
+        return Proc("compactor_svc", ["--warehouse", str(self.warehouse), "--catalog",
                                               f"127.0.0.1:{self.catalog_port}", "--kafka", self.broker.bootstrap,
                                               "--spark-master", "local[2]", "--reconcile-interval", "3"], self.root)
 

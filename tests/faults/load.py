@@ -26,6 +26,7 @@ from typing import Any
 
 import grpc
 import pyarrow as pa
+
 from lsmlake.kafka.client import producer
 from lsmlake.proto_gen.lsmlake.v1 import common_pb2, writer_pb2_grpc
 

@@ -34,10 +34,11 @@ from typing import Any
 
 import grpc
 import pyarrow as pa
-from lsmlake.catalog import FileSystemCatalog
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.kafka.client import producer
 from lsmlake.proto_gen.lsmlake.v1 import writer_pb2, writer_pb2_grpc
-from lsmlake.writer_svc.kafka_ingest import committed_offsets
+from writer_svc.kafka_ingest import committed_offsets
 
 from ..writer_svc.test_writer_local import write_requests
 from .load import REQUEST_DEADLINE_S, RPC_TIMEOUT_S, Pausable, ident

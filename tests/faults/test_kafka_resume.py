@@ -11,9 +11,10 @@ import time
 from typing import Any
 
 import pytest
+
 from lsmlake.kafka.broker import EmbeddedBroker, ensure_topics
 from lsmlake.kafka.client import consumer, producer
-from lsmlake.writer_svc.kafka_ingest import free_parked_records, resume
+from writer_svc.kafka_ingest import free_parked_records, resume
 
 pytestmark = pytest.mark.integration
 

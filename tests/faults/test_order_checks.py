@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.sequence_numbers import RestoredSequences
-from lsmlake.table import FileStoreTable
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.sequence_numbers import RestoredSequences
 
 from . import checks
 from .order_load import ROWS, Change, OrderModel

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
 
 from .lake import CALL_TIMEOUT_S, Lake, running_lake

@@ -20,17 +20,15 @@ import grpc
 import pyarrow as pa
 from hypothesis import event
 from hypothesis.control import currently_in_test_context
-from lsmlake.catalog_svc.server import CatalogServer
-from lsmlake.catalog_svc.server import Settings as CatalogSettings
-from lsmlake.compactor_svc.metrics import CompactorMetrics
-from lsmlake.compactor_svc.ownership import Ownership
-from lsmlake.compactor_svc.scheduler import Scheduler
-from lsmlake.compactor_svc.servicer import CompactorService
-from lsmlake.compactor_svc.spark_exec import SparkCompactor
-from lsmlake.compactor_svc.timeline_client import TimelineClient
-from lsmlake.compactor_svc.triggers import FullCompactionTrigger
-from lsmlake.grpc_server import new_server, set_serving
-from lsmlake.health_service import HealthServicer
+
+from catalog_svc.server import CatalogServer
+from catalog_svc.server import Settings as CatalogSettings
+from compactor_svc.metrics import CompactorMetrics
+from compactor_svc.ownership import Ownership
+from compactor_svc.scheduler import Scheduler
+from compactor_svc.servicer import CompactorService
+from compactor_svc.timeline_client import TimelineClient
+from compactor_svc.triggers import FullCompactionTrigger
 from lsmlake.proto_gen.lsmlake.v1 import (
     catalog_pb2,
     catalog_pb2_grpc,
@@ -39,9 +37,12 @@ from lsmlake.proto_gen.lsmlake.v1 import (
     compactor_pb2_grpc,
     writer_pb2_grpc,
 )
-from lsmlake.rpc_errors import INTERNAL_MESSAGE
-from lsmlake.writer_svc.server import Settings as WriterSettings
-from lsmlake.writer_svc.server import WriterServer
+from lsmlake.rpc.errors import INTERNAL_MESSAGE
+from lsmlake.rpc.health import HealthServicer
+from lsmlake.rpc.server import new_server, set_serving
+from lsmlake.spark.compaction_job import SparkCompactor
+from writer_svc.server import Settings as WriterSettings
+from writer_svc.server import WriterServer
 
 from ..writer_svc.test_writer_local import write_requests
 

@@ -12,9 +12,10 @@ from typing import Any
 import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.catalog_svc.convert import changes_to_proto
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
+from lsmlake.rpc.convert import changes_to_proto
 
 from .hostile import FUZZ, mutate
 from .lake import CALL_TIMEOUT_S, OUTCOMES, Lake, fuzz_call

@@ -17,6 +17,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import given
 from hypothesis import strategies as st
+
 from lsmlake.proto_gen.lsmlake.v1 import (
     catalog_pb2,
     common_pb2,

@@ -13,8 +13,9 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.expire import expire_snapshots
+
+from lsmlake.catalog.expire import expire_snapshots
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
 
 from .hostile import FUZZ, PATH_LIKE

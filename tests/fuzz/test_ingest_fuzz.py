@@ -15,10 +15,11 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
+
+from lsmlake.format.row_kind import DELETE, INSERT, ROW_KIND_COLUMN, UPDATE_AFTER
+from lsmlake.format.schema import new_table_schema
+from lsmlake.format.types import parse_schema_fields
 from lsmlake.ingest import decode_messages
-from lsmlake.row_kind import DELETE, INSERT, ROW_KIND_COLUMN, UPDATE_AFTER
-from lsmlake.schema import new_table_schema
-from lsmlake.types import parse_schema_fields
 
 from .hostile import FUZZ
 

@@ -16,7 +16,8 @@ from typing import Any
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from lsmlake.catalog import FileSystemCatalog
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.kafka.broker import EmbeddedBroker, ensure_topics
 from lsmlake.kafka.client import consumer, producer
 from lsmlake.proto_gen.lsmlake.v1 import (
@@ -28,7 +29,7 @@ from lsmlake.proto_gen.lsmlake.v1 import (
     writer_pb2,
     writer_pb2_grpc,
 )
-from lsmlake.writer_svc.kafka_ingest import committed_offsets
+from writer_svc.kafka_ingest import committed_offsets
 
 from ..writer_svc import procs
 from .lake import check_refusal
@@ -75,7 +76,7 @@ def services(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -
         started.append(writer)
         with pytest.MonkeyPatch.context() as mp:  # a JVM starts slowly on a loaded machine
             mp.setattr(procs, "START_TIMEOUT_S", 300.0)
-            compactor = procs.Service("lsmlake.compactor_svc", [
+            compactor = procs.Service("compactor_svc", [
                 "--warehouse", str(warehouse), "--catalog", f"127.0.0.1:{cat.port}", "--kafka", broker.bootstrap,
                 "--spark-master", "local[1]"], warehouse.parent)
         started.append(compactor)

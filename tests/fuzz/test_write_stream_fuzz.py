@@ -28,9 +28,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import example, given
 from hypothesis import strategies as st
+
 from lsmlake.proto_gen.lsmlake.v1 import common_pb2, writer_pb2
-from lsmlake.writer_svc.server import Settings as WriterSettings
-from lsmlake.writer_svc.servicer import WriterService
+from writer_svc.server import Settings as WriterSettings
+from writer_svc.servicer import WriterService
 
 from ..writer_svc.test_write_stream_bounds import capturing_servicer
 from . import lake as lake_module

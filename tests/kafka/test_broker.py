@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.structs import OffsetAndMetadata, TopicPartition
+
 from lsmlake.kafka.broker import (
     BrokerBinaryNotFoundError,
     BrokerStartError,

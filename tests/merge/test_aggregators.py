@@ -1,4 +1,4 @@
-"""`lsmlake.merge.aggregators` against a plain-Python, row-by-row model of Paimon's Java aggregators.
+"""`lsmlake.mergetree.merge.aggregators` against a plain-Python, row-by-row model of Paimon's Java aggregators.
 
 Each model below restates one Java `Field*Agg` class (agg / retract on a nullable accumulator); the
 property tests feed random keys with nulls and (where the function supports it) retractions to both
@@ -21,8 +21,11 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyroaring import BitMap, BitMap64
+
 from lsmlake.errors import InvalidInputError
-from lsmlake.merge.aggregators import (
+from lsmlake.format.types import parse_type, to_arrow_type
+from lsmlake.mergetree.merge.aggregators import (
     FUNCTIONS,
     FieldAggOptions,
     aggregate,
@@ -33,8 +36,6 @@ from lsmlake.merge.aggregators import (
     supports_retract,
     validate,
 )
-from lsmlake.types import parse_type, to_arrow_type
-from pyroaring import BitMap, BitMap64
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 decimal.getcontext().prec = 120

@@ -7,9 +7,10 @@ import itertools
 import hypothesis.strategies as st
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.changelog import read_changelog
-from lsmlake.compaction.table_compact import compact_table
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.mergetree.changelog import read_changelog
+from lsmlake.table.compact import compact_table
 
 _n = itertools.count()
 row = st.tuples(st.integers(0, 8), st.integers(0, 3), st.sampled_from(["+I", "+U", "-D"]))

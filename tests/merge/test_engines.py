@@ -13,9 +13,10 @@ import hypothesis.strategies as st
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.compaction.table_compact import compact_table
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import InvalidInputError
+from lsmlake.table.compact import compact_table
 
 _n = itertools.count()
 ADD = ("+I", "+U")

@@ -12,7 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from lsmlake.errors import InvalidInputError, InvariantError, NotFoundError
+from lsmlake.format.snapshot import BATCH_COMMIT_IDENTIFIER
 from lsmlake.metastore import (
     ABANDONED,
     COMPLETED,
@@ -27,8 +29,7 @@ from lsmlake.metastore import (
     SchemaVersionError,
     open_store,
 )
-from lsmlake.request_ids import MAX_STORED_REQUEST_ID
-from lsmlake.snapshot import BATCH_COMMIT_IDENTIFIER
+from lsmlake.metastore.request_ids import MAX_STORED_REQUEST_ID
 
 PG_URL = os.environ.get("LSMLAKE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 T = "db.t"

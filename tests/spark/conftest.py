@@ -12,8 +12,9 @@ import pytest
 
 def start_session(master: str = "local[2]"):  # type: ignore[no-untyped-def]
     """A session with the lsmlake format registered; a failed JVM launch (transient on this box) is retried."""
-    import lsmlake.spark
     from pyspark.sql import SparkSession
+
+    import lsmlake.spark
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     last: Exception | None = None

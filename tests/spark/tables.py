@@ -6,10 +6,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.compaction.table_compact import compact_table
-from lsmlake.table import FileStoreTable
 from pypaimon import CatalogFactory
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.table.compact import compact_table
+from lsmlake.table.file_store_table import FileStoreTable
 
 from ..values import norm_value
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.client import Client
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.client.client import Client
 from lsmlake.spark import by_bucket
 
 from ..catalog_svc.local_server import local_server

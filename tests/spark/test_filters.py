@@ -7,13 +7,14 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
-from lsmlake.data_file_meta import DataFileMeta
+
 from lsmlake.errors import InvalidInputError
-from lsmlake.predicate import Term
-from lsmlake.scan import Split
+from lsmlake.format.data_file_meta import DataFileMeta
+from lsmlake.format.predicate import Term
 from lsmlake.spark.access import _term_to_proto, parse_timestamp
 from lsmlake.spark.batch_read import pack
 from lsmlake.spark.filters import parse_filter
+from lsmlake.table.scan import Split
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string()), ("d", pa.date32()), ("p", pa.decimal128(10, 2)),
                     ("b", pa.bool_())])

@@ -6,7 +6,8 @@ import datetime as dt
 import re
 
 import pytest
-from lsmlake.catalog import FileSystemCatalog
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import InvalidInputError
 from lsmlake.spark.batch_read import LakeBatchReader
 from lsmlake.spark.read_options import ReadOptions
@@ -140,7 +141,8 @@ def test_spark_parquet_reader_reads_files_with_uncompressed_and_zstd_columns(spa
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from lsmlake.data_file_writer import bucket_dir
+
+    from lsmlake.format.data_file_writer import bucket_dir
 
     cat = FileSystemCatalog(str(tmp_path / "wh"))
     cat.create_database("db", True)

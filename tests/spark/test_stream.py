@@ -5,8 +5,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.compaction.table_compact import compact_table
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.table.compact import compact_table
 
 from .tables import batch, rows
 

@@ -8,7 +8,8 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from lsmlake.catalog import FileSystemCatalog
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.spark import by_bucket
 
 from .tables import COLUMNS, batch, pypaimon_read, rows, spark_rows
@@ -119,9 +120,9 @@ def test_a_failed_commit_deletes_every_written_file(spark, warehouse) -> None:
     before_files = _files(warehouse)
 
     def alter_then_pass(batches):
-        from lsmlake.catalog import FileSystemCatalog as Cat
+        from lsmlake.catalog.filesystem import FileSystemCatalog as Cat
         from lsmlake.errors import CommitConflictError
-        from lsmlake.schema_change import SetOption
+        from lsmlake.table.schema_change import SetOption
 
         try:
             Cat(warehouse).alter_table("db.pk", [SetOption("snapshot.num-retained.max", "50")])

@@ -23,12 +23,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.compaction.table_compact import compact_table
+
+from lsmlake.catalog.expire import referenced_files, remove_orphan_files
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import StorageError
-from lsmlake.expire import referenced_files, remove_orphan_files
-from lsmlake.fault_fs import RENAME, FaultInjector, FaultyFileIO, injector_for
-from lsmlake.table import FileStoreTable
+from lsmlake.fs.faults import RENAME, FaultInjector, FaultyFileIO, injector_for
+from lsmlake.table.compact import compact_table
+from lsmlake.table.file_store_table import FileStoreTable
 
 from ..test_interop_pypaimon import pypaimon_read
 
@@ -214,7 +215,7 @@ def test_every_write_point_of_a_commit_fails_cleanly_and_a_retry_applies_it_once
 
 def test_fault_spec_errors_name_the_problem() -> None:
     from lsmlake.errors import InvalidInputError
-    from lsmlake.fault_fs import FaultSpec
+    from lsmlake.fs.faults import FaultSpec
 
     assert FaultSpec.parse("enospc-after-bytes=10,latency-ms=5,errno=EIO").latency_s == 0.005
     with pytest.raises(InvalidInputError, match="unknown key 'bogus'"):

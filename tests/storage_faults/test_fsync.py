@@ -26,13 +26,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.compaction.table_compact import compact_table
-from lsmlake.errors import CommitStateUnknownError, StorageError
-from lsmlake.expire import referenced_files
-from lsmlake.table import FileStoreTable
-from lsmlake.write_buffer import BufferedTableWrite
 from pyarrow.fs import _MockFileSystem
+
+from lsmlake.catalog.expire import referenced_files
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.errors import CommitStateUnknownError, StorageError
+from lsmlake.table.compact import compact_table
+from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.write_buffer import BufferedTableWrite
 
 FSYNC = "fsync"
 LINK = "link"

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from lsmlake.catalog import FileSystemCatalog
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import StorageError
-from lsmlake.fault_fs import injector_for
-from lsmlake.writer_svc.catalog_client import CatalogClient
-from lsmlake.writer_svc.metrics import WriterMetrics
-from lsmlake.writer_svc.table_ingest import TableIngest
+from lsmlake.fs.faults import injector_for
+from writer_svc.catalog_client import CatalogClient
+from writer_svc.metrics import WriterMetrics
+from writer_svc.table_ingest import TableIngest
 
 from ..catalog_svc.local_server import local_server
 

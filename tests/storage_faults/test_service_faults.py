@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.client import Client
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.client.client import Client
 from lsmlake.errors import BackPressureError
 from lsmlake.kafka.broker import EmbeddedBroker
 from lsmlake.kafka.client import close_producer, producer

@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import grpc
+
 from lsmlake.kafka.broker import free_port
 
 from ..health import serving
@@ -61,15 +62,15 @@ def catalog(warehouse: Path, bootstrap: str | None) -> Service:
     args = ["--warehouse", str(warehouse)]
     if bootstrap:
         args += ["--kafka", bootstrap]
-    return Service("lsmlake.catalog_svc", args, warehouse.parent)
+    return Service("catalog_svc", args, warehouse.parent)
 
 
 def writer(warehouse: Path, catalog_port: int, *extra: str, port: int | None = None) -> Service:
-    return Service("lsmlake.writer_svc", ["--warehouse", str(warehouse), "--catalog", f"127.0.0.1:{catalog_port}",
+    return Service("writer_svc", ["--warehouse", str(warehouse), "--catalog", f"127.0.0.1:{catalog_port}",
                                           *extra], warehouse.parent, port)
 
 
 def compactor(warehouse: Path, catalog_port: int, bootstrap: str, *extra: str) -> Service:
-    return Service("lsmlake.compactor_svc", ["--warehouse", str(warehouse), "--catalog", f"127.0.0.1:{catalog_port}",
+    return Service("compactor_svc", ["--warehouse", str(warehouse), "--catalog", f"127.0.0.1:{catalog_port}",
                                              "--kafka", bootstrap, "--spark-master", "local[2]", *extra],
                    warehouse.parent)

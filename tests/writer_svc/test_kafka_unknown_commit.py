@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lsmlake.catalog import FileSystemCatalog
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import CommitStateUnknownError
 from lsmlake.kafka.broker import EmbeddedBroker, ensure_topics
 from lsmlake.kafka.client import producer
-from lsmlake.table_write import CommitMessage
-from lsmlake.writer_svc.catalog_client import CatalogClient
-from lsmlake.writer_svc.kafka_ingest import KafkaIngest, parse_ingest
-from lsmlake.writer_svc.metrics import WriterMetrics
+from lsmlake.table.write import CommitMessage
+from writer_svc.catalog_client import CatalogClient
+from writer_svc.kafka_ingest import KafkaIngest, parse_ingest
+from writer_svc.metrics import WriterMetrics
 
 from ..catalog_svc.local_server import local_server
 

@@ -14,11 +14,12 @@ from typing import Any
 import grpc
 import pyarrow as pa
 import pytest
-from lsmlake.catalog import FileSystemCatalog
-from lsmlake.client import Client
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.client.client import Client
 from lsmlake.errors import InvalidInputError
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2, writer_pb2, writer_pb2_grpc
-from lsmlake.writer_svc.server import Settings, WriterServer
+from writer_svc.server import Settings, WriterServer
 
 from ..catalog_svc.local_server import Local, local_server
 from .test_writer_local import TIMEOUT_S, write_requests

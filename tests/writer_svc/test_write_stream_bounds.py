@@ -19,11 +19,12 @@ from unittest import mock
 import grpc
 import pyarrow as pa
 import pytest
-from lsmlake.catalog import FileSystemCatalog
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.proto_gen.lsmlake.v1 import common_pb2, writer_pb2, writer_pb2_grpc
-from lsmlake.writer_svc import server as server_module
-from lsmlake.writer_svc.server import Settings, WriterServer
-from lsmlake.writer_svc.servicer import WriterService
+from writer_svc import server as server_module
+from writer_svc.server import Settings, WriterServer
+from writer_svc.servicer import WriterService
 
 from ..catalog_svc.local_server import Local, local_server
 

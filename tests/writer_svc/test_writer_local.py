@@ -12,9 +12,10 @@ from typing import Any
 import grpc
 import pyarrow as pa
 import pytest
-from lsmlake.catalog import FileSystemCatalog
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.proto_gen.lsmlake.v1 import common_pb2, writer_pb2, writer_pb2_grpc
-from lsmlake.writer_svc.server import Settings, WriterServer
+from writer_svc.server import Settings, WriterServer
 
 from ..catalog_svc.local_server import Local, local_server
 
@@ -167,9 +168,9 @@ def test_writes_stall_when_a_bucket_has_too_many_runs(cluster: Cluster) -> None:
     assert got == grpc.StatusCode.RESOURCE_EXHAUSTED and "bucket 0" in msg and "3 sorted runs" in msg
     assert [r["id"] for r in cluster.rows(ident)] == [0, 1, 2]
     # the compactor catches up: writes go on
-    from lsmlake.catalog_svc.convert import changes_to_proto
-    from lsmlake.compaction.table_compact import compact_buckets
     from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
+    from lsmlake.rpc.convert import changes_to_proto
+    from lsmlake.table.compact import compact_buckets
 
     table = FileSystemCatalog(cluster.catalog.warehouse).get_table("db.s")
     _, messages = compact_buckets(table, full=True)

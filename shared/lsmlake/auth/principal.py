@@ -3,18 +3,16 @@
 The interceptor authenticates the token before the servicer runs; what a caller's identity decides
 inside a method (whose commit user this is, whose request ids, whose plan) needs it there too. gRPC's
 sync server runs a call's behaviour, and iterates a streamed response, on one pool thread, so the
-principal is set in a context variable around exactly that and reset when the call ends.
+interceptor sets the principal in a context variable around exactly that (`acting_as`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
 
-import grpc
-
-from .tokens import Principal
+from lsmlake.auth.tokens import Principal
 
 _current: ContextVar[Principal | None] = ContextVar("lsmlake_principal", default=None)
 
@@ -46,32 +44,11 @@ def unowned(name: str, principal: Principal | None) -> str:
     return name[len(prefix):] if name.startswith(prefix) else name
 
 
-def serving(handler: grpc.RpcMethodHandler, principal: Principal) -> grpc.RpcMethodHandler:
-    """A handler like `handler` whose behaviour runs with `principal` as the current principal."""
-
-    def unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
-        def run(request: Any, context: grpc.ServicerContext) -> Any:
-            token = _current.set(principal)
-            try:
-                return behavior(request, context)
-            finally:
-                _current.reset(token)
-        return run
-
-    def streamed(behavior: Callable[..., Any]) -> Callable[..., Iterator[Any]]:
-        def run(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-            token = _current.set(principal)
-            try:
-                yield from behavior(request, context)
-            finally:
-                _current.reset(token)
-        return run
-
-    kw = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(streamed(handler.stream_stream), **kw)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), **kw)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(streamed(handler.unary_stream), **kw)
-    return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), **kw)
+@contextmanager
+def acting_as(principal: Principal) -> Iterator[None]:
+    """Run the enclosed code with `principal` as the current principal (the interceptor wraps each call in it)."""
+    token = _current.set(principal)
+    try:
+        yield
+    finally:
+        _current.reset(token)

@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidInputError
-from .roles import Role
+from lsmlake.auth.roles import Role
+from lsmlake.errors import InvalidInputError
 
 _log = logging.getLogger(__name__)
 

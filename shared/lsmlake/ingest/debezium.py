@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..row_kind import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
-from .known_fields import KnownFields
-from .values import BadMessage, Hint, show
+from lsmlake.format.row_kind import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
+from lsmlake.ingest.known_fields import KnownFields
+from lsmlake.ingest.values import BadMessage, Hint, show
 
 OPS = ("c", "r", "u", "d")
 

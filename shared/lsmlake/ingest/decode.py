@@ -23,12 +23,12 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 
-from .. import options as opts
-from ..errors import InvalidInputError
-from ..row_kind import INSERT, ROW_KIND_COLUMN, SHORT_NAMES, UPDATE_BEFORE
-from ..schema import TableSchema
-from . import debezium
-from .json_batch import (
+from lsmlake.errors import InvalidInputError
+from lsmlake.format import options as opts
+from lsmlake.format.row_kind import INSERT, ROW_KIND_COLUMN, SHORT_NAMES, UPDATE_BEFORE
+from lsmlake.format.schema import TableSchema
+from lsmlake.ingest import debezium
+from lsmlake.ingest.json_batch import (
     BatchRows,
     ChunkFailed,
     NotVectorised,
@@ -38,8 +38,8 @@ from .json_batch import (
     to_rows,
     unknown_field_rows,
 )
-from .known_fields import KnownFields
-from .values import BadMessage, BadValue, Column, Hint, columns_of, convert, show
+from lsmlake.ingest.known_fields import KnownFields
+from lsmlake.ingest.values import BadMessage, BadValue, Column, Hint, columns_of, convert, show
 
 Format = Literal["json", "debezium"]
 FORMATS = ("json", "debezium")
@@ -78,7 +78,7 @@ def needs_retractions(schema: TableSchema) -> bool:
     """
     if not schema.is_primary_key_table:
         return False
-    from ..merge.factory import merge_function_for
+    from lsmlake.mergetree.merge.factory import merge_function_for
 
     merge = merge_function_for(schema)
     if not merge.retractions_need_history:

@@ -27,10 +27,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pjson
 
-from .. import types as T
-from ..row_kind import INSERT, ROW_KIND_COLUMN, SHORT_NAMES
-from ..types import DataType
-from .values import (
+from lsmlake.format import types as T
+from lsmlake.format.row_kind import INSERT, ROW_KIND_COLUMN, SHORT_NAMES
+from lsmlake.format.types import DataType
+from lsmlake.ingest.values import (
     DATE_TEXT,
     FLOAT_TEXT,
     INT_RANGES,

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .. import options as opts
-from ..row_kind import ROW_KIND_COLUMN
-from ..schema import TableSchema
-from .values import BadMessage, show
+from lsmlake.format import options as opts
+from lsmlake.format.row_kind import ROW_KIND_COLUMN
+from lsmlake.format.schema import TableSchema
+from lsmlake.ingest.values import BadMessage, show
 
 #: columns listed in a refusal before the rest are elided
 SHOWN_COLUMNS = 10

@@ -26,9 +26,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from .. import types as T
-from ..schema import TableSchema
-from ..types import AnyType, ArrayType, DataType, MapType, RowType
+from lsmlake.format import types as T
+from lsmlake.format.schema import TableSchema
+from lsmlake.format.types import AnyType, ArrayType, DataType, MapType, RowType
 
 INT_TEXT = r"-?[0-9]+"
 FLOAT_TEXT = r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:nan|inf|infinity))"

@@ -21,7 +21,7 @@ from types import TracebackType
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from ..errors import LakeError
+from lsmlake.errors import LakeError
 
 _LOOPBACK = "127.0.0.1"
 # Settings Tansu reads from the environment; flags win for the listeners, the rest we pin or drop.

@@ -15,8 +15,8 @@ from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import KafkaError
 from kafka.producer.future import RecordMetadata
 
-from ..errors import LakeError
-from .security import KafkaSecurity
+from lsmlake.errors import LakeError
+from lsmlake.kafka.security import KafkaSecurity
 
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "acks": "all",

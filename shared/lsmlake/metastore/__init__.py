@@ -1,7 +1,7 @@
 """The catalog's metadata store (SQLite embedded, PostgreSQL shared): commit locks and records, outbox, timeline."""
 
-from .errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError, SchemaVersionError
-from .model import (
+from lsmlake.metastore.errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError, SchemaVersionError
+from lsmlake.metastore.model import (
     ABANDONED,
     COMPLETED,
     INFLIGHT,
@@ -12,7 +12,7 @@ from .model import (
     CompactionPlan,
     OutboxEvent,
 )
-from .store import SCHEMA_VERSION, MetaStore, Transaction, now_ms, open_store
+from lsmlake.metastore.store import SCHEMA_VERSION, MetaStore, Transaction, now_ms, open_store
 
 __all__ = [
     "ABANDONED", "COMPLETED", "INFLIGHT", "PENDING_STATES", "PLAN_STATES", "REQUESTED", "ROLLED_BACK", "SCHEMA_VERSION",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..errors import LakeError
+from lsmlake.errors import LakeError
 
 
 class MetaStoreUnavailableError(LakeError):

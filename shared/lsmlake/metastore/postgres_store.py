@@ -10,9 +10,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg import pq
 
-from ..errors import InvalidInputError
-from .schema import schema_ddl
-from .store import MetaStore
+from lsmlake.errors import InvalidInputError
+from lsmlake.metastore.schema import schema_ddl
+from lsmlake.metastore.store import MetaStore
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _BOOTSTRAP_LOCK = -0x6C736D6C616B65  # advisory key serialising schema creation ("lsmlake")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..snapshot import BATCH_COMMIT_IDENTIFIER
+from lsmlake.format.snapshot import BATCH_COMMIT_IDENTIFIER
 
 
 def schema_ddl(serial_id: str, blob: str, bigint: str) -> list[str]:

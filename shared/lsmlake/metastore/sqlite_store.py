@@ -6,9 +6,9 @@ import os
 import sqlite3
 from typing import Any
 
-from ..errors import InvalidInputError
-from .schema import schema_ddl
-from .store import MetaStore
+from lsmlake.errors import InvalidInputError
+from lsmlake.metastore.schema import schema_ddl
+from lsmlake.metastore.store import MetaStore
 
 
 def sqlite_path(url: str) -> str:

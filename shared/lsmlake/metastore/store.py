@@ -32,11 +32,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import InvalidInputError, InvariantError, NotFoundError
-from ..request_ids import MAX_STORED_REQUEST_ID, check_request_ids
-from ..snapshot import BATCH_COMMIT_IDENTIFIER, COMMIT_KINDS
-from .errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError, SchemaVersionError
-from .model import (
+from lsmlake.errors import InvalidInputError, InvariantError, NotFoundError
+from lsmlake.format.snapshot import BATCH_COMMIT_IDENTIFIER, COMMIT_KINDS
+from lsmlake.metastore.errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError, SchemaVersionError
+from lsmlake.metastore.model import (
     ABANDONED,
     COMPLETED,
     INFLIGHT,
@@ -47,6 +46,7 @@ from .model import (
     CompactionPlan,
     OutboxEvent,
 )
+from lsmlake.metastore.request_ids import MAX_STORED_REQUEST_ID, check_request_ids
 
 SCHEMA_VERSION = 1
 _CHUNK = 500  # ids or names per IN (...) list
@@ -677,10 +677,10 @@ def open_store(url: str, busy_timeout: float = 30.0, max_idle: int = 8) -> MetaS
     if busy_timeout <= 0:
         raise InvalidInputError(f"busy timeout {busy_timeout} must be positive")
     if url.startswith("sqlite:"):
-        from .sqlite_store import SqliteStore
+        from lsmlake.metastore.sqlite_store import SqliteStore
         store: MetaStore = SqliteStore(url, busy_timeout, max_idle)
     elif url.startswith(("postgresql://", "postgres://")):
-        from .postgres_store import PostgresStore
+        from lsmlake.metastore.postgres_store import PostgresStore
         store = PostgresStore(url, busy_timeout, max_idle)
     else:
         raise InvalidInputError(f"unsupported metadata store URL {url.split('://')[0]!r}: use "

@@ -16,8 +16,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from .shuffle import by_bucket
-from .source import LakeDataSource
+from lsmlake.spark.shuffle import by_bucket
+from lsmlake.spark.source import LakeDataSource
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -13,16 +13,16 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..catalog import FileSystemCatalog, split_identifier
-from ..commit import CommitResult
-from ..errors import CommitStateUnknownError, InvalidInputError, NotFoundError, ServiceUnavailableError
-from ..fileio import FileIO
-from ..predicate import Predicate, Term
-from ..scan import Split
-from ..schema import SchemaManager
-from ..snapshot import Snapshot
-from ..table import FileStoreTable
-from ..table_write import CommitMessage
+from lsmlake.catalog.filesystem import FileSystemCatalog, split_identifier
+from lsmlake.errors import CommitStateUnknownError, InvalidInputError, NotFoundError, ServiceUnavailableError
+from lsmlake.format.predicate import Predicate, Term
+from lsmlake.format.schema import SchemaManager
+from lsmlake.format.snapshot import Snapshot
+from lsmlake.fs.file_io import FileIO
+from lsmlake.table.commit import CommitResult
+from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.scan import Split
+from lsmlake.table.write import CommitMessage
 
 _log = logging.getLogger(__name__)
 _COMMIT_ATTEMPTS = 5  # a commit RPC that found the catalog unavailable is retried, idempotently
@@ -135,7 +135,7 @@ class CatalogAccess(TableAccess):
 
     def __init__(self, target: str, identifier: str, warehouse: str | None = None) -> None:
         """`warehouse`: the warehouse as this process (and the executors) see it, when not at the reported location."""
-        from ..client import Client
+        from lsmlake.client.client import Client
 
         self.identifier = identifier
         self.client = Client(target, warehouse=warehouse)
@@ -156,7 +156,7 @@ class CatalogAccess(TableAccess):
         return s.id if s is not None else None
 
     def snapshot_at(self, time_millis: int) -> int:
-        from ..proto_gen.lsmlake.v1 import catalog_pb2
+        from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
 
         req = catalog_pb2.SnapshotAtTimeRequest(table=_ident(self.identifier), time_millis=time_millis)
         reply = self.client._call(self._stub().SnapshotAtTime, req)
@@ -166,8 +166,8 @@ class CatalogAccess(TableAccess):
 
     def plan(self, snapshot_id: int | None, predicate: Predicate) -> list[Split]:
         """The catalog's plan; terms whose literal cannot travel as text only filter rows (they prune less)."""
-        from ..client import _split_from_proto
-        from ..proto_gen.lsmlake.v1 import catalog_pb2
+        from lsmlake.client.client import _split_from_proto
+        from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
 
         schema = self.table.schema
         req = catalog_pb2.PlanScanRequest(table=_ident(self.identifier))
@@ -186,8 +186,8 @@ class CatalogAccess(TableAccess):
 
         Raises CommitStateUnknownError when the last attempt's outcome is unknown (files must stay).
         """
-        from ..catalog_svc.convert import changes_to_proto
-        from ..proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
+        from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
+        from lsmlake.rpc.convert import changes_to_proto
 
         req = catalog_pb2.CommitRequest(
             table=_ident(self.identifier), commit_user=f"spark-{uuid.uuid4()}", commit_identifier=1,
@@ -221,7 +221,7 @@ def table_location(warehouse: str, identifier: str, local_path: str) -> str:
 
 
 def _ident(identifier: str):  # type: ignore[no-untyped-def]
-    from ..proto_gen.lsmlake.v1 import common_pb2
+    from lsmlake.proto_gen.lsmlake.v1 import common_pb2
 
     db, name = split_identifier(identifier)
     return common_pb2.TableIdentifier(database=db, table=name)
@@ -229,7 +229,7 @@ def _ident(identifier: str):  # type: ignore[no-untyped-def]
 
 def _term_to_proto(t: Term):  # type: ignore[no-untyped-def]
     """The PlanScan form of a term, or None when a literal has no exact text form for the catalog."""
-    from ..proto_gen.lsmlake.v1 import catalog_pb2
+    from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
 
     ops = {"=": catalog_pb2.PREDICATE_OP_EQ, "!=": catalog_pb2.PREDICATE_OP_NOT_EQ, "<": catalog_pb2.PREDICATE_OP_LT,
            "<=": catalog_pb2.PREDICATE_OP_LE, ">": catalog_pb2.PREDICATE_OP_GT, ">=": catalog_pb2.PREDICATE_OP_GE,

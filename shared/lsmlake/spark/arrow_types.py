@@ -8,7 +8,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
-from ..errors import InvalidInputError
+from lsmlake.errors import InvalidInputError
 
 
 def spark_schema(arrow_schema: pa.Schema) -> StructType:

@@ -14,14 +14,14 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from .. import features
-from ..errors import InvalidInputError
-from ..predicate import Predicate
-from ..scan import Split
-from ..table_read import TableRead
-from .access import TableRef
-from .arrow_types import conform
-from .read_options import ReadOptions
+from lsmlake.errors import InvalidInputError
+from lsmlake.format.predicate import Predicate
+from lsmlake.spark.access import TableRef
+from lsmlake.spark.arrow_types import conform
+from lsmlake.spark.read_options import ReadOptions
+from lsmlake.table import features
+from lsmlake.table.read import TableRead
+from lsmlake.table.scan import Split
 
 BATCH_ROWS = 65_536  # rows per Arrow batch sent to the JVM
 

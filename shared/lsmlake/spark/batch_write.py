@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
-from .. import features
-from ..errors import CommitStateUnknownError, InvalidInputError
-from ..sequence_numbers import RestoredSequences
-from ..table import FileStoreTable
-from ..table_write import CommitMessage
-from .access import TableRef
-from .read_options import ReadOptions
+from lsmlake.errors import CommitStateUnknownError, InvalidInputError
+from lsmlake.spark.access import TableRef
+from lsmlake.spark.read_options import ReadOptions
+from lsmlake.table import features
+from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.sequence_numbers import RestoredSequences
+from lsmlake.table.write import CommitMessage
 
 _log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..errors import InvalidInputError
-from ..predicate import Predicate, Term
+from lsmlake.errors import InvalidInputError
+from lsmlake.format.predicate import Predicate, Term
 
 _TOKEN = re.compile(r"""\s*(?:(?P<str>'(?:[^']|'')*')|(?P<op><=|>=|!=|<>|=|<|>)|(?P<punct>[(),])"""
                     r"""|(?P<word>[^\s(),=<>!']+))""")

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..catalog import split_identifier
-from ..errors import InvalidInputError
-from ..predicate import Predicate
-from .access import TableAccess, open_access, parse_timestamp
-from .filters import parse_filter
+from lsmlake.catalog.filesystem import split_identifier
+from lsmlake.errors import InvalidInputError
+from lsmlake.format.predicate import Predicate
+from lsmlake.spark.access import TableAccess, open_access, parse_timestamp
+from lsmlake.spark.filters import parse_filter
 
 DEFAULT_SPLIT_TARGET_BYTES = 8 << 20
 DEFAULT_WRITE_BUFFER_BYTES = 128 << 20

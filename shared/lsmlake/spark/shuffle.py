@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from ..bucket import bucket_ids
-from ..input_rows import conform
-from .access import open_access
+from lsmlake.format.bucket import bucket_ids
+from lsmlake.spark.access import open_access
+from lsmlake.table.input_rows import conform
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -6,13 +6,13 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
 from pyspark.sql.types import StringType, StructField, StructType
 
-from .. import features
-from ..errors import InvalidInputError
-from .arrow_types import arrow_target, check_columns, spark_schema
-from .batch_read import LakeBatchReader
-from .batch_write import LakeBatchWriter
-from .read_options import ReadOptions
-from .stream_read import ROW_KIND, LakeStreamReader
+from lsmlake.errors import InvalidInputError
+from lsmlake.spark.arrow_types import arrow_target, check_columns, spark_schema
+from lsmlake.spark.batch_read import LakeBatchReader
+from lsmlake.spark.batch_write import LakeBatchWriter
+from lsmlake.spark.read_options import ReadOptions
+from lsmlake.spark.stream_read import ROW_KIND, LakeStreamReader
+from lsmlake.table import features
 
 
 class LakeDataSource(DataSource):
@@ -86,6 +86,6 @@ class _RowKindReader(LakeBatchReader):
         self.outer = target
 
     def read(self, partition):  # type: ignore[no-untyped-def]
-        from .stream_read import _with_insert_kind
+        from lsmlake.spark.stream_read import _with_insert_kind
 
         yield from _with_insert_kind(super().read(partition), self.outer)

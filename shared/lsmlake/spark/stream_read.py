@@ -25,22 +25,22 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from .. import features
-from .. import options as opts
-from ..data_file_meta import DataFileMeta
-from ..data_file_read import read_data_file
-from ..data_file_writer import bucket_dir
-from ..errors import InvalidInputError, NotFoundError
-from ..manifest import ADD
-from ..predicate import Predicate
-from ..row_kind import SHORT_NAMES
-from ..schema import VALUE_KIND
-from ..snapshot import APPEND
-from ..table import FileStoreTable
-from .access import TableAccess, TableRef
-from .arrow_types import conform
-from .batch_read import BATCH_ROWS, ReadTask, pack, read_splits
-from .read_options import ReadOptions
+from lsmlake.errors import InvalidInputError, NotFoundError
+from lsmlake.format import options as opts
+from lsmlake.format.data_file_meta import DataFileMeta
+from lsmlake.format.data_file_read import read_data_file
+from lsmlake.format.data_file_writer import bucket_dir
+from lsmlake.format.manifest import ADD
+from lsmlake.format.predicate import Predicate
+from lsmlake.format.row_kind import SHORT_NAMES
+from lsmlake.format.schema import VALUE_KIND
+from lsmlake.format.snapshot import APPEND
+from lsmlake.spark.access import TableAccess, TableRef
+from lsmlake.spark.arrow_types import conform
+from lsmlake.spark.batch_read import BATCH_ROWS, ReadTask, pack, read_splits
+from lsmlake.spark.read_options import ReadOptions
+from lsmlake.table import features
+from lsmlake.table.file_store_table import FileStoreTable
 
 ROW_KIND = "_row_kind"
 

@@ -1,0 +1,143 @@
+"""Work the catalog does by itself: announce unrecorded snapshots at start-up, expire snapshots and remove
+orphan files on a schedule.
+
+Each expiration batch runs under the table's commit lock, so replicas sharing a metadata store take turns
+and never expire a snapshot a commit is building on; the lock is let go between batches, so commits are not
+held up while a table far behind catches up. A failure on one table is logged and the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+
+from catalog_svc.metrics import CatalogMetrics
+from lsmlake.catalog.expire import PASS_BUDGET_S, ExpirePass, remove_orphan_files
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.reconcile import reconcile_table
+from lsmlake.metastore import MetaStore
+
+_log = logging.getLogger(__name__)
+
+ORPHAN_MIN_AGE_MS = 86_400_000  # a file younger than a day may belong to a commit in progress
+
+
+def table_ids(catalog: FileSystemCatalog) -> Iterator[str]:
+    for db in catalog.list_databases():
+        for t in catalog.list_tables(db):
+            yield f"{db}.{t}"
+
+
+def reconcile_all(catalog: FileSystemCatalog, store: MetaStore, metrics: CatalogMetrics) -> int:
+    """Record, with their events, the snapshots of every table that have no record yet; how many."""
+    total = 0
+    for tid in table_ids(catalog):
+        try:
+            latest = catalog.get_table(tid).snapshots.latest_id()
+            if latest is None or (store.last_recorded_snapshot(tid) or 0) >= latest:
+                continue  # nothing to do: no lock taken
+            with store.commit_lock(tid):
+                total += len(reconcile_table(store, catalog.get_table(tid), tid))
+        except Exception:
+            _log.exception("cannot reconcile table %s", tid)
+    metrics.reconciled.inc(total)
+    return total
+
+
+class Maintenance:
+    """A daemon thread that expires snapshots every `expire_interval_s` (table options decide how many stay),
+    removes orphan files every `orphan_interval_s` and announces snapshots written by outside engines every
+    `reconcile_interval_s`; an interval of 0 turns that job off. An expiration pass works on each table until
+    it is caught up or `expire_budget_s` is spent on it."""
+
+    def __init__(self, catalog: FileSystemCatalog, store: MetaStore, metrics: CatalogMetrics,
+                 expire_interval_s: float, orphan_interval_s: float, reconcile_interval_s: float = 0.0,
+                 expire_budget_s: float = PASS_BUDGET_S) -> None:
+        self.catalog = catalog
+        self.store = store
+        self.metrics = metrics
+        self.expire_interval_s = expire_interval_s
+        self.expire_budget_s = expire_budget_s
+        self.orphan_interval_s = orphan_interval_s
+        self.reconcile_interval_s = reconcile_interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Maintenance:
+        if self.expire_interval_s > 0 or self.orphan_interval_s > 0 or self.reconcile_interval_s > 0:
+            self._thread = threading.Thread(target=self._run, name="catalog-maintenance", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        import time
+
+        next_expire = time.monotonic() + self.expire_interval_s
+        next_orphans = time.monotonic() + self.orphan_interval_s
+        next_reconcile = time.monotonic() + self.reconcile_interval_s
+        while not self._stop.wait(0.5):
+            now = time.monotonic()
+            if self.reconcile_interval_s > 0 and now >= next_reconcile:
+                reconcile_all(self.catalog, self.store, self.metrics)
+                next_reconcile = time.monotonic() + self.reconcile_interval_s
+            if self.expire_interval_s > 0 and now >= next_expire:
+                self.expire_once()
+                next_expire = time.monotonic() + self.expire_interval_s
+            if self.orphan_interval_s > 0 and now >= next_orphans:
+                self.remove_orphans_once()
+                next_orphans = time.monotonic() + self.orphan_interval_s
+
+    def expire_once(self) -> int:
+        """Expire snapshots of every table by its `snapshot.*` options, each until caught up (in batches of
+        `snapshot.expire.limit`, within `expire_budget_s`); how many were expired."""
+        total = 0
+        for tid in table_ids(self.catalog):
+            if self._stop.is_set():
+                break
+            total += self._expire_table(tid)
+        return total
+
+    def _expire_table(self, tid: str) -> int:
+        """One pass over one table; how many snapshots it expired (those of batches before a failure too)."""
+        expire: ExpirePass | None = None
+        failed = False
+        try:
+            expire = ExpirePass(self.catalog.get_table(tid), batch_lock=lambda: self.store.commit_lock(tid),
+                                budget_s=self.expire_budget_s, should_stop=self._stop.is_set)
+            expire.run()
+        except Exception:
+            _log.exception("scheduled expiration of %s failed", tid)
+            failed = True
+        if expire is None:
+            return 0
+        n = len(expire.result.expired_snapshots)
+        self.metrics.expired.inc(n)  # per table, as soon as its pass ends, not after every table
+        if n:
+            _log.info("expired %d snapshot(s) of %s in %d batch(es)", n, tid, expire.batches)
+        if not (expire.caught_up or failed or self._stop.is_set()):
+            # The pass's bound stopped it: a long backlog, or a table that gains snapshots faster than
+            # one pass per interval removes them.
+            _log.warning("expiration of %s is not caught up after %d snapshot(s) in %d batch(es); the next "
+                         "pass goes on", tid, n, expire.batches)
+        return n
+
+    def remove_orphans_once(self) -> int:
+        """Delete files older than a day that no snapshot or tag of their table references; how many."""
+        total = 0
+        for tid in table_ids(self.catalog):
+            if self._stop.is_set():
+                break
+            try:
+                result = remove_orphan_files(self.catalog.get_table(tid), older_than_ms=ORPHAN_MIN_AGE_MS)
+            except Exception:
+                _log.exception("scheduled orphan cleanup of %s failed", tid)
+                continue
+            total += len(result.deleted)
+        self.metrics.orphans.inc(total)
+        return total

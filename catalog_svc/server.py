@@ -1,0 +1,237 @@
+"""The catalog service process: settings, the gRPC server with health checking, and graceful shutdown."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import grpc
+
+from catalog_svc.maintenance import Maintenance, reconcile_all
+from catalog_svc.metrics import CatalogMetrics
+from catalog_svc.relay import KEEP_DELIVERED_S, KEEP_UNDELIVERED_S, OutboxRelay
+from catalog_svc.servicer import FAULTS, KEEP_WRITES_MS, CatalogService
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.errors import InvalidInputError
+from lsmlake.kafka.client import configure_security
+from lsmlake.kafka.security import KafkaSecurity
+from lsmlake.metastore import MetaStore, open_store
+from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc
+from lsmlake.rpc.health import HealthServicer
+from lsmlake.rpc.limits import RpcLimits
+from lsmlake.rpc.security import ServerSecurity
+from lsmlake.rpc.server import (
+    add_limit_arguments,
+    add_security_arguments,
+    int_or_none,
+    limits_from_args,
+    new_health_server,
+    new_server,
+    run_until_signal,
+    security_from_args,
+    set_serving,
+)
+from lsmlake.runtime.observability import MetricsEndpoint, configure_logging
+
+_log = logging.getLogger(__name__)
+
+SERVICE_NAME = catalog_pb2.DESCRIPTOR.services_by_name["CatalogService"].full_name
+HOST = "127.0.0.1"
+METASTORE_FILE = "_lsmlake_catalog.sqlite"
+WORKERS = 16
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings of one catalog service process, read once from flags and environment."""
+
+    warehouse: str
+    metastore: str
+    port: int = 0  # 0: pick a free port
+    kafka: str | None = None
+    grace_s: float = 10.0
+    workers: int = WORKERS
+    limits: RpcLimits = field(default_factory=RpcLimits)  # open streams and calls (docs/security.md)
+    max_message_bytes: int = 64 * 1024 * 1024
+    host: str = HOST
+    metrics_port: int | None = None  # None: no metrics endpoint; 0: a free port
+    expire_interval_s: float = 300.0
+    orphan_interval_s: float = 86_400.0
+    request_id_retention_s: float = KEEP_WRITES_MS / 1000  # how long a committed request id answers a resend
+    reconcile_interval_s: float = 10.0
+    outbox_retention_s: float = KEEP_DELIVERED_S  # delivered outbox events are purged this long after delivery
+    outbox_undelivered_retention_s: float = KEEP_UNDELIVERED_S  # undelivered ones are dropped this long after commit
+    fault: str | None = None  # crash injection for the recovery tests
+    security: ServerSecurity = field(default_factory=ServerSecurity)
+    health_port: int | None = None  # plaintext health checks for probes that cannot speak TLS
+    kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
+
+    @staticmethod
+    def from_args(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> Settings:
+        """Flags win over the environment: `LSMLAKE_WAREHOUSE`, `LSMLAKE_METASTORE`, `LSMLAKE_CATALOG_HOST`,
+        `LSMLAKE_CATALOG_PORT`, `LSMLAKE_KAFKA`, `LSMLAKE_METRICS_PORT`, `LSMLAKE_EXPIRE_INTERVAL`,
+        `LSMLAKE_ORPHAN_INTERVAL`, `LSMLAKE_RECONCILE_INTERVAL`, `LSMLAKE_REQUEST_ID_RETENTION`,
+        `LSMLAKE_OUTBOX_RETENTION`, `LSMLAKE_OUTBOX_UNDELIVERED_RETENTION`,
+        `LSMLAKE_CATALOG_FAULT`, those of TLS, tokens and Kafka security and those of the worker threads
+        and the limits on open streams and calls (`LSMLAKE_WORKERS`, `LSMLAKE_MAX_STREAMS`, ...;
+        docs/security.md)."""
+        env = dict(os.environ if env is None else env)
+        p = argparse.ArgumentParser(prog="catalog-svc", description="lsmlake catalog service (gRPC)")
+        p.add_argument("--warehouse", default=env.get("LSMLAKE_WAREHOUSE"),
+                       help="warehouse folder or pyarrow.fs URI")
+        p.add_argument("--metastore", default=env.get("LSMLAKE_METASTORE"),
+                       help=f"sqlite:///path or postgresql://...; default: {METASTORE_FILE} in a local warehouse")
+        p.add_argument("--port", type=int, default=int(env.get("LSMLAKE_CATALOG_PORT", "0")),
+                       help="port on 127.0.0.1; 0 picks a free one (printed)")
+        p.add_argument("--kafka", default=env.get("LSMLAKE_KAFKA") or None, help="Kafka bootstrap host:port")
+        p.add_argument("--grace", type=float, default=10.0, help="seconds for in-flight RPCs at shutdown")
+        p.add_argument("--host", default=env.get("LSMLAKE_CATALOG_HOST", HOST),
+                       help="address to listen on (0.0.0.0 in a container)")
+        p.add_argument("--metrics-port", type=int, default=int_or_none(env.get("LSMLAKE_METRICS_PORT")),
+                       help="serve Prometheus metrics on this port (0 picks one); off when not set")
+        p.add_argument("--expire-interval", type=float, default=float(env.get("LSMLAKE_EXPIRE_INTERVAL", "300")),
+                       help="seconds between snapshot expirations of every table (0: off)")
+        p.add_argument("--orphan-interval", type=float, default=float(env.get("LSMLAKE_ORPHAN_INTERVAL", "86400")),
+                       help="seconds between orphan-file cleanups of every table (0: off)")
+        p.add_argument("--reconcile-interval", type=float,
+                       default=float(env.get("LSMLAKE_RECONCILE_INTERVAL", "10")),
+                       help="seconds between looks for snapshots written by other engines (0: off)")
+        p.add_argument("--request-id-retention", type=float,
+                       default=float(env.get("LSMLAKE_REQUEST_ID_RETENTION", str(KEEP_WRITES_MS / 1000))),
+                       help="seconds a committed write's request id keeps answering resends (default: a day); "
+                            "longer than any client retries a write")
+        p.add_argument("--outbox-retention", type=float,
+                       default=float(env.get("LSMLAKE_OUTBOX_RETENTION", str(KEEP_DELIVERED_S))),
+                       help="seconds a delivered event stays in the outbox (default: an hour)")
+        p.add_argument("--outbox-undelivered-retention", type=float,
+                       default=float(env.get("LSMLAKE_OUTBOX_UNDELIVERED_RETENTION", str(KEEP_UNDELIVERED_S))),
+                       help="seconds an event waits for Kafka before it is dropped with a warning (default: a day)")
+        p.add_argument("--fault", default=env.get("LSMLAKE_CATALOG_FAULT") or None, choices=[f for f in FAULTS if f],
+                       help="testing only: crash at this point of the first commit")
+        add_security_arguments(p, env)
+        add_limit_arguments(p, env, WORKERS)
+        KafkaSecurity.add_arguments(p, env)
+        a = p.parse_args(argv)
+        security = security_from_args(p, a)
+        workers, limits = limits_from_args(p, a)
+        try:
+            kafka_security = KafkaSecurity.from_args(a)
+        except InvalidInputError as e:
+            p.error(str(e))
+        if not a.warehouse:
+            p.error("--warehouse (or LSMLAKE_WAREHOUSE) is required")
+        if not 0 <= a.port <= 65535:
+            p.error(f"--port {a.port} is not a port number")
+        metastore = a.metastore
+        if not metastore:
+            if "://" in a.warehouse and not a.warehouse.startswith("file://"):
+                p.error("--metastore is required for a remote warehouse")
+            local = a.warehouse.removeprefix("file://")
+            metastore = f"sqlite:///{os.path.abspath(os.path.join(local, METASTORE_FILE))}"
+        for name in ("expire_interval", "orphan_interval", "reconcile_interval"):
+            if getattr(a, name) < 0:
+                p.error(f"--{name.replace('_', '-')} must not be negative")
+        if not a.request_id_retention >= 1:  # also refuses nan
+            p.error(f"--request-id-retention must be at least 1 second, got {a.request_id_retention}")
+        if not (a.outbox_retention >= 0 and a.outbox_undelivered_retention >= 1):  # also refuses nan
+            p.error("--outbox-retention must not be negative and --outbox-undelivered-retention must be at least "
+                    f"1 second, got {a.outbox_retention} and {a.outbox_undelivered_retention}")
+        return Settings(warehouse=a.warehouse, metastore=metastore, port=a.port, kafka=a.kafka, grace_s=a.grace,
+                        host=a.host, metrics_port=a.metrics_port, expire_interval_s=a.expire_interval,
+                        orphan_interval_s=a.orphan_interval, reconcile_interval_s=a.reconcile_interval,
+                        request_id_retention_s=a.request_id_retention, outbox_retention_s=a.outbox_retention,
+                        outbox_undelivered_retention_s=a.outbox_undelivered_retention,
+                        fault=a.fault, security=security, health_port=a.health_port,
+                        kafka_security=kafka_security, workers=workers, limits=limits)
+
+
+
+class CatalogServer:
+    """The running service: store, warehouse, relay, gRPC server and health, started and stopped in order."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.health = HealthServicer()  # lsmlake's: grpcio's can deadlock (health_service)
+        self.metrics = CatalogMetrics()
+        self.port = 0
+        self.metrics_port: int | None = None
+        self._store: MetaStore | None = None
+        self._relay: OutboxRelay | None = None
+        self._server: grpc.Server | None = None
+        self._servicer: CatalogService | None = None
+        self._maintenance: Maintenance | None = None
+        self._metrics_endpoint: MetricsEndpoint | None = None
+        self._health_server: grpc.Server | None = None
+        self.health_port: int | None = None
+
+    def start(self) -> int:
+        """Start serving; health turns SERVING only once the store and the warehouse are open. The port."""
+        s = self.settings
+        configure_security(s.kafka_security)
+        server, self.port = new_server(SERVICE_NAME, self.health, s.host, s.port, s.workers, s.max_message_bytes,
+                                       s.security, s.limits)
+        self._server = server
+        if s.health_port is not None:
+            self._health_server, self.health_port = new_health_server(self.health, s.host, s.health_port,
+                                                                      s.limits)
+        self._store = open_store(s.metastore)
+        catalog = FileSystemCatalog(s.warehouse)
+        catalog.io.mkdirs(catalog.root)
+        self.metrics.watch_outbox(self._store)
+        self._relay = OutboxRelay(self._store, s.kafka, on_published=self.metrics.events_published.inc,
+                                  keep_delivered_s=s.outbox_retention_s,
+                                  keep_undelivered_s=s.outbox_undelivered_retention_s, on_purged=self.metrics.purged)
+        # snapshots a crash left unannounced get their events before the first new commit
+        found = reconcile_all(catalog, self._store, self.metrics)
+        if found:
+            _log.warning("recorded %d snapshot(s) that had no commit record", found)
+        self._servicer = CatalogService(catalog, self._store, on_commit=self._relay.wake, metrics=self.metrics,
+                                        fault=s.fault, keep_writes_ms=round(s.request_id_retention_s * 1000))
+        catalog_pb2_grpc.add_CatalogServiceServicer_to_server(self._servicer, server)
+        if s.metrics_port is not None:
+            self._metrics_endpoint = MetricsEndpoint(self.metrics.registry, s.host, s.metrics_port)
+            self.metrics_port = self._metrics_endpoint.start()
+        server.start()
+        self._relay.start()
+        self._maintenance = Maintenance(catalog, self._store, self.metrics, s.expire_interval_s,
+                                        s.orphan_interval_s, s.reconcile_interval_s).start()
+        set_serving(self.health, SERVICE_NAME, True)
+        return self.port
+
+    def stop(self) -> None:
+        """Graceful shutdown.
+
+        1. health NOT_SERVING, so load balancers stop sending requests; snapshot streams end;
+        2. stop intake and give in-flight RPCs (commits) `grace_s` to finish;
+        3. stop the maintenance thread and the relay (the relay's current publish ends within its timeout);
+        4. close the metrics endpoint and the metadata store.
+        """
+        self.health.enter_graceful_shutdown()
+        if self._servicer is not None:
+            self._servicer.stopping.set()
+        if self._server is not None:
+            self._server.stop(self.settings.grace_s).wait(self.settings.grace_s + 5)
+        if self._health_server is not None:
+            self._health_server.stop(0)
+        if self._maintenance is not None:
+            self._maintenance.stop()
+        if self._relay is not None:
+            self._relay.stop()
+        if self._metrics_endpoint is not None:
+            self._metrics_endpoint.stop()
+        if self._store is not None:
+            self._store.close()
+
+
+def serve(settings: Settings) -> int:
+    """Run until SIGTERM or SIGINT, then shut down gracefully; the exit code."""
+    return run_until_signal(CatalogServer(settings), "catalog_svc", settings.host)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `catalog-svc` and `python -m catalog_svc`."""
+    configure_logging("catalog_svc")
+    return serve(Settings.from_args(argv))

@@ -1,0 +1,112 @@
+"""Who a commit belongs to, what it may do, and when a resend is the same commit.
+
+A commit is answered "already committed" when its (commit user, identifier, kind) was recorded: the
+protocol that lets a writer resend after a lost reply. Snapshots show their users and identifiers to
+every reader, so a caller-chosen user is not an identity: with tokens, the commit users, client request
+ids and plan owners a caller names live in its principal's namespace (`<principal>/<name>`), and a
+recorded commit answers a resend only when the resend carries the same files (a digest kept in the
+snapshot's properties). The services (role service) act for their callers: the request ids the writer
+service commits are already in its clients' namespaces and are taken as they are.
+
+What a commit does decides the role it needs beyond the method's writer: OVERWRITE and a COMPACT
+without a plan remove data (admin); `lsmlake.*` snapshot properties steer the services (Kafka offsets,
+client writes), so only they set them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from lsmlake.auth.principal import current_principal, owned
+from lsmlake.auth.roles import Role
+from lsmlake.auth.tokens import Principal
+from lsmlake.errors import AlreadyExistsError, NotFoundError, PermissionDeniedError
+from lsmlake.format.snapshot import COMPACT, OVERWRITE
+from lsmlake.metastore.request_ids import MAX_REQUEST_ID, MAX_STORED_REQUEST_ID
+from lsmlake.proto_gen.lsmlake.v1 import common_pb2
+from lsmlake.table.file_store_table import FileStoreTable
+
+#: the snapshot property holding the digest of the files a commit carried
+DIGEST_PROPERTY = "lsmlake.table.commit-digest"
+RESERVED_PREFIX = "lsmlake."
+
+
+def require(principal: Principal | None, role: Role, what: str) -> None:
+    """PermissionDeniedError unless the caller (None: a service that checks no tokens) has `role`."""
+    if principal is not None and principal.role < role:
+        raise PermissionDeniedError(f"{principal.name} has role {principal.role.name.lower()}; {what} needs "
+                                    f"{role.name.lower()}; nothing was applied")
+
+
+def check_rights(kind: str, properties: Mapping[str, str], principal: Principal | None,
+                 planned: bool = False) -> None:
+    """The role a commit needs for what it does (the method's own role was checked before)."""
+    if kind == OVERWRITE:
+        require(principal, Role.ADMIN, "an OVERWRITE commit (it removes rows)")
+    if kind == COMPACT and not planned:
+        require(principal, Role.ADMIN, "a COMPACT commit without a compaction plan (it removes files)")
+    reserved = sorted(k for k in properties if k.startswith(RESERVED_PREFIX))
+    if reserved:
+        require(principal, Role.SERVICE, f"setting snapshot properties {', '.join(reserved[:3])} (the "
+                                         f"'{RESERVED_PREFIX}*' properties belong to lsmlake's services)")
+
+
+def files_digest(kind: str, changes: Sequence[common_pb2.FileChanges], overwrite_all: bool = False,
+                 overwrite_partitions: Sequence[bytes] = ()) -> str:
+    """A digest of what a commit changes, the same for every resend of it (the order of changes aside)."""
+    h = hashlib.sha256(kind.encode())
+    h.update(b"all" if overwrite_all else b"some")
+    for p in sorted(bytes(p) for p in overwrite_partitions):
+        h.update(len(p).to_bytes(4, "big") + p)
+    for blob in sorted(c.SerializeToString(deterministic=True) for c in changes):
+        h.update(len(blob).to_bytes(8, "big") + blob)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class CommitIdentity:
+    """The names a commit is recorded under, in its principal's namespace, and the digest of its files."""
+
+    user: str
+    request_ids: list[str]
+    digest: str
+
+    @staticmethod
+    def of(kind: str, commit_user: str, request_ids: Sequence[str], changes: Sequence[common_pb2.FileChanges],
+           overwrite_all: bool = False, overwrite_partitions: Sequence[bytes] = ()) -> CommitIdentity:
+        principal = current_principal()
+        return CommitIdentity(owned(commit_user, principal), request_ids_of(request_ids, principal),
+                              files_digest(kind, changes, overwrite_all, overwrite_partitions))
+
+    def check_same_files(self, table: FileStoreTable, snapshot_id: int, identifier: int) -> None:
+        """AlreadyExistsError when the recorded commit carried other files than this resend.
+
+        A snapshot expired since (hours later) can no longer be compared; the record answers then.
+        """
+        try:
+            snap = table.snapshots.snapshot(snapshot_id)
+        except NotFoundError:
+            return
+        recorded = (snap.properties or {}).get(DIGEST_PROPERTY)
+        if recorded is not None and recorded != self.digest:
+            raise AlreadyExistsError(
+                f"commit ({self.user!r}, {identifier}) was committed before as snapshot {snapshot_id} with "
+                "other files; nothing was applied: a resend carries the same files, a new commit a new identifier")
+
+
+def request_id_limit(principal: Principal | None) -> int:
+    """The longest request id a caller may name: a service names ids already in its clients' namespaces."""
+    return MAX_STORED_REQUEST_ID if principal is not None and principal.role >= Role.SERVICE else MAX_REQUEST_ID
+
+
+def request_ids_of(request_ids: Sequence[str], principal: Principal | None) -> list[str]:
+    """Client write ids in their owner's namespace; a service passes ids already in its clients' namespaces."""
+    if principal is None or principal.role >= Role.SERVICE:
+        return list(request_ids)
+    return [owned(r, principal) for r in request_ids]
+
+
+__all__ = ["DIGEST_PROPERTY", "CommitIdentity", "check_rights", "files_digest", "request_id_limit",
+           "request_ids_of", "require"]

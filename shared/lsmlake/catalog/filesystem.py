@@ -1,0 +1,139 @@
+"""The filesystem catalog: databases are `<name>.db` folders, tables are folders inside them."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Sequence
+
+import pyarrow.fs as pafs
+
+from lsmlake.errors import AlreadyExistsError, InvalidInputError, NotFoundError
+from lsmlake.format.schema import SchemaManager, new_table_schema
+from lsmlake.format.types import DataField, parse_schema_fields
+from lsmlake.fs.file_io import FileIO
+from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.schema_change import SchemaChange, alter_table
+
+#: a database folder is `<name>.db` and file systems cap a path element at 255 bytes
+MAX_NAME_CHARS = 200
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-]*")
+
+
+def check_name(name: str, what: str) -> str:
+    """A database or table name: letters, digits, '_' and '-' (nothing path-like), at most 200 of them."""
+    if not isinstance(name, str) or len(name) > MAX_NAME_CHARS or not _NAME.fullmatch(name):
+        shown = repr(name) if not isinstance(name, str) or len(name) <= 60 else f"{name[:40]!r}... ({len(name)} chars)"
+        raise InvalidInputError(f"invalid {what} name {shown}: use letters, digits, '_' and '-' "
+                                f"(at most {MAX_NAME_CHARS})")
+    return name
+
+
+def split_identifier(identifier: str) -> tuple[str, str]:
+    """`db.table` -> (db, table)."""
+    if not isinstance(identifier, str) or identifier.count(".") != 1:
+        raise InvalidInputError(f"table identifier {identifier!r} must be DATABASE.TABLE")
+    db, table = identifier.split(".")
+    return check_name(db, "database"), check_name(table, "table")
+
+
+class FileSystemCatalog:
+    """Databases and tables of one warehouse (a local folder or an object-store URI)."""
+
+    def __init__(self, warehouse: str, filesystem: pafs.FileSystem | None = None) -> None:
+        self.io, self.root = FileIO.for_path(warehouse, filesystem)
+        self.warehouse = warehouse
+
+    def database_path(self, db: str) -> str:
+        return f"{self.root}/{check_name(db, 'database')}.db"
+
+    def table_path(self, identifier: str) -> str:
+        db, t = split_identifier(identifier)
+        return f"{self.database_path(db)}/{t}"
+
+    # -- databases -----------------------------------------------------------------------------
+
+    def list_databases(self) -> list[str]:
+        return sorted(i.name[:-3] for i in self.io.list(self.root) if i.is_dir and i.name.endswith(".db"))
+
+    def create_database(self, db: str, ignore_if_exists: bool = False) -> None:
+        path = self.database_path(db)
+        if self.io.exists(path):
+            if ignore_if_exists:
+                return
+            raise AlreadyExistsError(f"database {db!r} already exists")
+        self.io.mkdirs(path)
+
+    def drop_database(self, db: str, cascade: bool = False) -> None:
+        path = self.database_path(db)
+        if not self.io.exists(path):
+            raise NotFoundError(f"database {db!r} does not exist")
+        if self.list_tables(db) and not cascade:
+            raise InvalidInputError(f"database {db!r} is not empty; drop its tables first or use cascade")
+        self._remove_tree(path)
+
+    # -- tables --------------------------------------------------------------------------------
+
+    def list_tables(self, db: str) -> list[str]:
+        path = self.database_path(db)
+        if not self.io.exists(path):
+            raise NotFoundError(f"database {db!r} does not exist")
+        return sorted(i.name for i in self.io.list(path)
+                      if i.is_dir and self.io.exists(f"{i.path}/schema"))
+
+    def create_table(self, identifier: str, fields: Sequence[DataField] | str,
+                     partition_keys: Sequence[str] = (), primary_keys: Sequence[str] = (),
+                     options: dict[str, str] | None = None, comment: str | None = None,
+                     ignore_if_exists: bool = False) -> FileStoreTable:
+        """Create a table; `fields` is a field list or a column string such as `id BIGINT NOT NULL, v STRING`."""
+        db, _ = split_identifier(identifier)
+        if isinstance(fields, str):
+            fields = parse_schema_fields(fields)
+        schema = new_table_schema(tuple(fields), tuple(partition_keys), tuple(primary_keys), options, comment)
+        if not self.io.exists(self.database_path(db)):
+            raise NotFoundError(f"database {db!r} does not exist")
+        path = self.table_path(identifier)
+        manager = SchemaManager(self.io, path)
+        if manager.ids():
+            if ignore_if_exists:
+                return self.get_table(identifier)
+            raise AlreadyExistsError(f"table {identifier!r} already exists")
+        try:
+            manager.commit(schema)
+        except AlreadyExistsError:
+            if ignore_if_exists:
+                return self.get_table(identifier)
+            raise AlreadyExistsError(f"table {identifier!r} already exists") from None
+        return FileStoreTable(self.io, path, identifier, schema)
+
+    def get_table(self, identifier: str) -> FileStoreTable:
+        path = self.table_path(identifier)
+        schema = SchemaManager(self.io, path).latest()
+        if schema is None:
+            raise NotFoundError(f"table {identifier!r} does not exist")
+        return FileStoreTable(self.io, path, identifier, schema)
+
+    def alter_table(self, identifier: str, changes: Sequence[SchemaChange]) -> FileStoreTable:
+        """Apply schema changes (in order, all or nothing) as the table's next schema; returns the altered table.
+
+        Raises NotFoundError, InvalidInputError naming the refused change, or CommitConflictError when
+        another alter published the same schema id first (nothing changed).
+        """
+        table = self.get_table(identifier)
+        alter_table(table, changes)
+        return table
+
+    def table_exists(self, identifier: str) -> bool:
+        return bool(SchemaManager(self.io, self.table_path(identifier)).ids())
+
+    def drop_table(self, identifier: str) -> None:
+        path = self.table_path(identifier)
+        if not self.table_exists(identifier):
+            raise NotFoundError(f"table {identifier!r} does not exist")
+        self._remove_tree(path)
+
+    def _remove_tree(self, path: str) -> None:
+        if self.io.local:
+            shutil.rmtree(path)
+        else:
+            self.io.fs.delete_dir(path)

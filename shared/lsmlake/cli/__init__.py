@@ -1,0 +1,1 @@
+"""The `lake` command, the local cluster it starts and the demo."""

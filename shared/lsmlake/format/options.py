@@ -1,0 +1,285 @@
+"""The typed registry of table options (Paimon's keys, defaults and meanings).
+
+Each option is declared once; `TableOptions` returns values of the option's real type. Options a
+table created elsewhere carries but lsmlake does not know are kept and passed through untouched;
+creating or altering a table with an unknown key is an error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from lsmlake.errors import InvalidInputError, UnknownOptionError
+
+T = TypeVar("T")
+
+_MEMORY_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+                 "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
+_DURATION_UNITS_MS = {"ms": 1, "milli": 1, "millis": 1, "s": 1000, "sec": 1000, "secs": 1000, "second": 1000,
+                      "seconds": 1000, "min": 60_000, "mins": 60_000, "minute": 60_000, "minutes": 60_000,
+                      "m": 60_000, "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
+                      "d": 86_400_000, "day": 86_400_000, "days": 86_400_000}
+
+
+def parse_memory(text: str) -> int:
+    """Bytes of a memory size such as `128 mb` or `64kb`."""
+    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).lower() not in _MEMORY_UNITS:
+        raise InvalidInputError(f"bad memory size {text!r} (examples: '128 mb', '64kb', '1 gb')")
+    return int(m.group(1)) * _MEMORY_UNITS[m.group(2).lower()]
+
+
+def parse_duration_ms(text: str) -> int:
+    """Milliseconds of a duration such as `1 h`, `30 min` or `500ms` (a bare number is millis)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
+    if not m or (m.group(2) and m.group(2).lower() not in _DURATION_UNITS_MS):
+        raise InvalidInputError(f"bad duration {text!r} (examples: '1 h', '30 min', '10 s', '500 ms')")
+    unit = m.group(2).lower()
+    return int(m.group(1)) * (_DURATION_UNITS_MS[unit] if unit else 1)
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low not in ("true", "false"):
+        raise InvalidInputError(f"bad boolean {text!r} (use true or false)")
+    return low == "true"
+
+
+def _parse_int(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise InvalidInputError(f"bad integer {text!r}") from None
+
+
+@dataclass(frozen=True)
+class Option(Generic[T]):
+    """One table option: key, parser, default and what it means."""
+
+    key: str
+    parse: Callable[[str], T]
+    default: T | None
+    description: str
+    default_text: str | None = None  # for derived defaults, how the default is computed
+
+    def doc_default(self) -> str:
+        if self.default_text is not None:
+            return self.default_text
+        return "(none)" if self.default is None else str(self.default)
+
+
+REGISTRY: dict[str, Option[Any]] = {}
+PREFIX_OPTIONS: dict[str, str] = {}  # regex -> description, for per-field options
+
+
+def _opt(key: str, parse: Callable[[str], T], default: T | None, description: str,
+         default_text: str | None = None) -> Option[T]:
+    o = Option(key, parse, default, description, default_text)
+    REGISTRY[key] = o
+    return o
+
+
+BUCKET = _opt("bucket", _parse_int, None,
+              "Number of buckets. N > 0 fixes the bucket count; -1 means unaware (append tables) "
+              "or dynamic (primary-key tables, not supported yet).",
+              "-1 for append tables; required for primary-key tables")
+BUCKET_KEY = _opt("bucket-key", str, None,
+                  "Comma-separated columns hashed to pick a bucket; defaults to the primary key "
+                  "without partition columns. Required for fixed-bucket append tables.")
+FILE_FORMAT = _opt("file.format", str, "parquet", "Data file format; lsmlake writes parquet.")
+FILE_COMPRESSION = _opt("file.compression", str, "zstd",
+                        "Compression codec of data files (a fixed-width column that does not compress is "
+                        "written uncompressed).")
+FILE_COMPRESSION_ZSTD_LEVEL = _opt("file.compression.zstd-level", _parse_int, 1, "zstd level of data files.")
+TARGET_FILE_SIZE = _opt("target-file-size", parse_memory, None,
+                        "Data files roll over at this size (Arrow in-memory bytes).",
+                        "128 mb for primary-key tables, 256 mb for append tables")
+PARTITION_DEFAULT_NAME = _opt("partition.default-name", str, "__DEFAULT_PARTITION__",
+                              "Directory name of a null, empty or blank partition value.")
+MANIFEST_COMPRESSION = _opt("manifest.compression", str, "zstd", "Avro codec of manifest files.")
+MANIFEST_TARGET_FILE_SIZE = _opt("manifest.target-file-size", parse_memory, 8 << 20,
+                                 "Manifest files merge up to this size.")
+MANIFEST_MERGE_MIN_COUNT = _opt("manifest.merge-min-count", _parse_int, 30,
+                                "Base manifest lists with at least this many small manifests are merged.")
+SNAPSHOT_NUM_RETAINED_MIN = _opt("snapshot.num-retained.min", _parse_int, 10,
+                                 "Snapshots always kept by expiration.")
+SNAPSHOT_NUM_RETAINED_MAX = _opt("snapshot.num-retained.max", _parse_int, 2147483647,
+                                 "Snapshots kept at most, whatever their age.")
+SNAPSHOT_TIME_RETAINED = _opt("snapshot.time-retained", parse_duration_ms, 3_600_000,
+                              "Snapshots younger than this are kept (milliseconds; '1 h').", "1 h")
+SNAPSHOT_EXPIRE_LIMIT = _opt("snapshot.expire.limit", _parse_int, 50,
+                             "Snapshots expired at most in one run.")
+CONSUMER_EXPIRATION_TIME = _opt("consumer.expiration-time", parse_duration_ms, None,
+                                "A consumer (`consumer/consumer-<id>`) whose file was last modified longer ago "
+                                "than this no longer holds snapshots back, and expiration deletes it; unset: "
+                                "consumers never expire.")
+COMMIT_MAX_RETRIES = _opt("commit.max-retries", _parse_int, 10,
+                          "Attempts of a commit that keeps losing the snapshot-id race.")
+MERGE_ENGINE = _opt("merge-engine", str, "deduplicate",
+                    "How rows of one key merge: deduplicate, partial-update, aggregation or first-row.")
+IGNORE_DELETE = _opt("ignore-delete", _parse_bool, False, "Drop -D and -U rows on write.")
+SEQUENCE_FIELD = _opt("sequence.field", str, None,
+                      "Field(s) (comma-separated) that order the rows of a key before the sequence number.")
+ROWKIND_FIELD = _opt("rowkind.field", str, None,
+                     "A STRING column whose values (+I, -U, +U, -D) give each row's kind.")
+SEQUENCE_FIELD_SORT_ORDER = _opt("sequence.field.sort-order", str, "ascending",
+                                 "ascending: the largest sequence.field wins; descending: the smallest.")
+FIRST_ROW_IGNORE_DELETE = _opt("first-row.ignore-delete", _parse_bool, False, "first-row: drop -U/-D rows.")
+DEDUPLICATE_IGNORE_DELETE = _opt("deduplicate.ignore-delete", _parse_bool, False,
+                                 "deduplicate: drop -U/-D rows.")
+PARTIAL_UPDATE_IGNORE_DELETE = _opt("partial-update.ignore-delete", _parse_bool, False,
+                                    "partial-update: drop -U/-D rows.")
+PARTIAL_UPDATE_REMOVE_RECORD_ON_DELETE = _opt(
+    "partial-update.remove-record-on-delete", _parse_bool, False,
+    "partial-update: a -D row removes the whole row (later rows start afresh).")
+PARTIAL_UPDATE_REMOVE_RECORD_ON_SEQUENCE_GROUP = _opt(
+    "partial-update.remove-record-on-sequence-group", str, None,
+    "partial-update: sequence fields whose group's winning retraction removes the whole row.")
+AGGREGATION_REMOVE_RECORD_ON_DELETE = _opt("aggregation.remove-record-on-delete", _parse_bool, False,
+                                           "aggregation: a -D row removes the whole row.")
+FIELDS_DEFAULT_AGGREGATE_FUNCTION = _opt("fields.default-aggregate-function", str, None,
+                                         "Aggregate function of fields that name none.",
+                                         "last_non_null_value for the aggregation engine")
+DELETION_VECTORS_ENABLED = _opt("deletion-vectors.enabled", _parse_bool, False,
+                                "Deletion vectors: readers skip older row versions without merging; level-0 "
+                                "files become visible once compacted (writes compact unless write-only).")
+CHANGELOG_PRODUCERS = ("none", "input", "full-compaction", "lookup")
+CHANGELOG_PRODUCER = _opt("changelog-producer", str, "none",
+                          "Changelog files for streaming readers: none, input (the written rows), "
+                          "full-compaction (the change made by each full compaction) or lookup (the change "
+                          "made when level-0 files are compacted up).")
+NUM_SORTED_RUN_COMPACTION_TRIGGER = _opt("num-sorted-run.compaction-trigger", _parse_int, 5,
+                                         "Sorted runs that trigger a compaction.")
+NUM_LEVELS = _opt("num-levels", _parse_int, None, "LSM levels.",
+                  "num-sorted-run.compaction-trigger + 1")
+NUM_SORTED_RUN_STOP_TRIGGER = _opt("num-sorted-run.stop-trigger", _parse_int, None,
+                                   "Sorted runs at which writes stall until compaction catches up.",
+                                   "num-sorted-run.compaction-trigger + 3")
+COMPACTION_MAX_SIZE_AMPLIFICATION_PERCENT = _opt(
+    "compaction.max-size-amplification-percent", _parse_int, 200,
+    "Universal compaction: full compaction when newer runs exceed this percentage of the oldest run.")
+COMPACTION_SIZE_RATIO = _opt("compaction.size-ratio", _parse_int, 1,
+                             "Universal compaction: percentage flexibility when comparing run sizes.")
+COMPACTION_OPTIMIZATION_INTERVAL = _opt("compaction.optimization-interval", parse_duration_ms, None,
+                                        "Run a full compaction at least this often (milliseconds; '1 h').")
+FULL_COMPACTION_DELTA_COMMITS = _opt("full-compaction.delta-commits", _parse_int, None,
+                                     "Run a full compaction after this many commits.")
+COMPACTION_MIN_FILE_NUM = _opt("compaction.min.file-num", _parse_int, 5,
+                               "Append tables: small files needed before they are compacted.")
+COMPACTION_MAX_FILE_NUM = _opt("compaction.max.file-num", _parse_int, 50,
+                               "Append tables: small files that force a compaction.")
+LOOKUP_CACHE_MAX_MEMORY_SIZE = _opt("lookup.cache-max-memory-size", parse_memory, 256 << 20,
+                                    "Memory of the lookup cache of file keys used by deletion-vector compaction; "
+                                    "evicted entries spill to local disk.")
+WRITE_ONLY = _opt("write-only", _parse_bool, False, "Writers never compact (a dedicated compactor does).")
+WRITE_BUFFER_SIZE = _opt("write-buffer-size", parse_memory, 256 << 20, "Memory of a write buffer.")
+WRITE_BUFFER_SPILLABLE = _opt("write-buffer-spillable", _parse_bool, None,
+                              "Whether a full write buffer spills sorted runs to local disk instead of being "
+                              "flushed to level-0 files.",
+                              "true on object storage or for batch writes, else false")
+WRITE_BUFFER_SPILL_MAX_DISK_SIZE = _opt("write-buffer-spill.max-disk-size", parse_memory, None,
+                                        "Local disk a writer's spilled write-buffer runs may use; beyond it the "
+                                        "buffer must be flushed.", "infinite")
+LOCAL_SORT_MAX_NUM_FILE_HANDLES = _opt("local-sort.max-num-file-handles", _parse_int, 128,
+                                       "Maximal fan-in of the external merge of spilled runs; more runs are first "
+                                       "merged into one.")
+SPILL_COMPRESSION = _opt("spill-compression", str, "zstd",
+                         "Compression of spilled runs: zstd, lz4 or none (lzo is read as lz4).")
+SPILL_COMPRESSION_ZSTD_LEVEL = _opt("spill-compression.zstd-level", _parse_int, 1, "zstd level of spilled runs.")
+METADATA_STATS_MODE = _opt("metadata.stats-mode", str, "full",
+                           "Value statistics in manifests: none or full (lsmlake writes full).")
+DATA_FILE_EXTERNAL_PATHS = _opt("data-file.external-paths", str, None,
+                                "Comma-separated roots outside the table folder where data files may live "
+                                "(a commit naming an external path elsewhere is refused; expiration deletes "
+                                "nothing outside the table folder and these roots).")
+PRIMARY_KEY_OPT = _opt("primary-key", str, None, "Primary key given as an option (comma-separated).")
+PARTITION_OPT = _opt("partition", str, None, "Partition keys given as an option (comma-separated).")
+PATH = _opt("path", str, None, "Table location (set by the catalog).")
+TYPE = _opt("type", str, "table", "Table type.")
+COMMENT = _opt("comment", str, None, "Table comment.")
+
+_FIELD_OPTIONS = "aggregate-function|sequence-group|ignore-retract|list-agg-delimiter|distinct|nested-key"
+PREFIX_OPTIONS[rf"fields\.[^.]+\.({_FIELD_OPTIONS})"] = (
+    "Per-field options: aggregate-function, sequence-group, ignore-retract, list-agg-delimiter, distinct, "
+    "nested-key.")
+
+
+def is_known(key: str) -> bool:
+    return key in REGISTRY or any(re.fullmatch(p, key) for p in PREFIX_OPTIONS)
+
+
+def validate(options: Mapping[str, str]) -> None:
+    """Reject unknown keys and values that do not parse; changes nothing."""
+    for key, value in options.items():
+        if not isinstance(value, str):
+            raise InvalidInputError(f"option {key!r} must be a string, got {type(value).__name__}")
+        if not is_known(key):
+            raise UnknownOptionError(f"unknown table option {key!r}")
+        if key in REGISTRY:
+            try:
+                REGISTRY[key].parse(value)
+            except InvalidInputError as e:
+                raise InvalidInputError(f"option {key!r}: {e}") from None
+
+
+class TableOptions:
+    """Typed, read-only view of a table's options."""
+
+    def __init__(self, raw: Mapping[str, str]) -> None:
+        self.raw: dict[str, str] = dict(raw)
+
+    def get(self, option: Option[T]) -> T | None:
+        if option.key in self.raw:
+            return option.parse(self.raw[option.key])
+        return option.default
+
+    def require(self, option: Option[T]) -> T:
+        v = self.get(option)
+        if v is None:
+            raise InvalidInputError(f"option {option.key!r} is not set")
+        return v
+
+    def bucket(self) -> int:
+        b = self.get(BUCKET)
+        return -1 if b is None else b
+
+    def target_file_size(self, primary_key: bool) -> int:
+        v = self.get(TARGET_FILE_SIZE)
+        if v is not None:
+            return v
+        return (128 << 20) if primary_key else (256 << 20)
+
+    def stop_trigger(self) -> int:
+        v = self.get(NUM_SORTED_RUN_STOP_TRIGGER)
+        return v if v is not None else self.require(NUM_SORTED_RUN_COMPACTION_TRIGGER) + 3
+
+    def compaction_file_size(self, primary_key: bool) -> int:
+        """Files smaller than this take part in a compaction; bigger ones may move up unchanged."""
+        return self.target_file_size(primary_key) // 10 * 7
+
+    def write_buffer_spillable(self, object_store: bool, streaming: bool) -> bool:
+        """Paimon's default: spill on object storage (flushing small files there is costly) and in batch writes."""
+        v = self.get(WRITE_BUFFER_SPILLABLE)
+        return v if v is not None else (object_store or not streaming)
+
+    def num_levels(self) -> int:
+        v = self.get(NUM_LEVELS)
+        return v if v is not None else self.require(NUM_SORTED_RUN_COMPACTION_TRIGGER) + 1
+
+
+def docs_table() -> str:
+    """The option reference as a Markdown table, generated from the registry."""
+    lines = ["| key | default | description |", "|---|---|---|"]
+    for key in sorted(REGISTRY):
+        o = REGISTRY[key]
+        lines.append(f"| `{key}` | {o.doc_default()} | {o.description} |")
+    for _pattern, desc in PREFIX_OPTIONS.items():
+        lines.append(f"| `fields.<field>.<option>` | | {desc} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(docs_table())

@@ -1,0 +1,169 @@
+"""Snapshots: the JSON files under `snapshot/`, the LATEST/EARLIEST hints, and their publication."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from lsmlake.errors import CorruptMetadataError, NotFoundError
+from lsmlake.fs.file_io import FileIO
+
+APPEND = "APPEND"
+COMPACT = "COMPACT"
+OVERWRITE = "OVERWRITE"
+ANALYZE = "ANALYZE"
+COMMIT_KINDS = (APPEND, COMPACT, OVERWRITE, ANALYZE)
+
+BATCH_COMMIT_IDENTIFIER = 9223372036854775807  # Long.MAX_VALUE, what batch writers use
+WRITER_VERSION = "lsmlake-0.1.0"
+
+# JSON key -> attribute, in the order Paimon writes them.
+_FIELDS = [
+    ("version", "version"), ("id", "id"), ("schemaId", "schema_id"),
+    ("baseManifestList", "base_manifest_list"), ("deltaManifestList", "delta_manifest_list"),
+    ("changelogManifestList", "changelog_manifest_list"), ("indexManifest", "index_manifest"),
+    ("commitUser", "commit_user"), ("commitIdentifier", "commit_identifier"), ("commitKind", "commit_kind"),
+    ("timeMillis", "time_millis"), ("totalRecordCount", "total_record_count"),
+    ("deltaRecordCount", "delta_record_count"), ("changelogRecordCount", "changelog_record_count"),
+    ("watermark", "watermark"), ("statistics", "statistics"), ("properties", "properties"),
+    ("nextRowId", "next_row_id"), ("baseManifestListSize", "base_manifest_list_size"),
+    ("deltaManifestListSize", "delta_manifest_list_size"),
+    ("changelogManifestListSize", "changelog_manifest_list_size"), ("uuid", "uuid"),
+    ("writerVersion", "writer_version"),
+]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One committed version of a table."""
+
+    id: int
+    schema_id: int
+    base_manifest_list: str
+    delta_manifest_list: str
+    commit_user: str
+    commit_identifier: int
+    commit_kind: str
+    time_millis: int
+    total_record_count: int
+    delta_record_count: int
+    version: int = 3
+    changelog_manifest_list: str | None = None
+    index_manifest: str | None = None
+    changelog_record_count: int | None = None
+    watermark: int | None = None
+    statistics: str | None = None
+    properties: dict[str, str] | None = None
+    next_row_id: int | None = None
+    base_manifest_list_size: int | None = None
+    delta_manifest_list_size: int | None = None
+    changelog_manifest_list_size: int | None = None
+    uuid: str | None = None
+    writer_version: str | None = WRITER_VERSION
+    unknown: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def to_json(self) -> str:
+        d: dict[str, Any] = {}
+        for key, attr in _FIELDS:
+            v = getattr(self, attr)
+            if v is not None:
+                d[key] = v
+        for k, v in self.unknown.items():
+            d.setdefault(k, v)
+        return json.dumps(d, indent=2)
+
+    @staticmethod
+    def from_json(text: str | bytes) -> Snapshot:
+        try:
+            d = json.loads(text)
+            kwargs = {attr: d[key] for key, attr in _FIELDS if key in d}
+            known = {key for key, _ in _FIELDS}
+            kwargs["unknown"] = {k: v for k, v in d.items() if k not in known}
+            return Snapshot(**kwargs)
+        except (TypeError, ValueError) as e:
+            raise CorruptMetadataError(f"cannot parse snapshot JSON: {e}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A flat description for the CLI and the services."""
+        return {"id": self.id, "schema_id": self.schema_id, "commit_kind": self.commit_kind,
+                "time_millis": self.time_millis, "total_record_count": self.total_record_count,
+                "delta_record_count": self.delta_record_count, "commit_user": self.commit_user,
+                "commit_identifier": self.commit_identifier, "properties": self.properties or {}}
+
+
+class SnapshotManager:
+    """Finds, reads and publishes the snapshots of one table."""
+
+    def __init__(self, io: FileIO, table_path: str) -> None:
+        self.io = io
+        self.dir = f"{table_path}/snapshot"
+
+    def path(self, snapshot_id: int) -> str:
+        return f"{self.dir}/snapshot-{snapshot_id}"
+
+    def ids(self) -> list[int]:
+        out = []
+        for info in self.io.list(self.dir):
+            n = info.name
+            if n.startswith("snapshot-") and n[9:].isdigit():
+                out.append(int(n[9:]))
+        return sorted(out)
+
+    def _hint(self, name: str) -> int | None:
+        try:
+            text = self.io.read_bytes(f"{self.dir}/{name}").decode().strip()
+            return int(text) if text.isdigit() else None
+        except NotFoundError:
+            return None
+
+    def latest_id(self) -> int | None:
+        """The newest snapshot id; LATEST is trusted only when no newer snapshot file exists."""
+        hint = self._hint("LATEST")
+        if hint is not None and self.io.exists(self.path(hint)) and not self.io.exists(self.path(hint + 1)):
+            return hint
+        ids = self.ids()
+        return ids[-1] if ids else None
+
+    def earliest_id(self) -> int | None:
+        hint = self._hint("EARLIEST")
+        if hint is not None and self.io.exists(self.path(hint)) and not self.io.exists(self.path(hint - 1)):
+            return hint
+        ids = self.ids()
+        return ids[0] if ids else None
+
+    def snapshot(self, snapshot_id: int) -> Snapshot:
+        try:
+            return Snapshot.from_json(self.io.read_bytes(self.path(snapshot_id)))
+        except NotFoundError:
+            raise NotFoundError(f"snapshot {snapshot_id} does not exist") from None
+
+    def latest(self) -> Snapshot | None:
+        sid = self.latest_id()
+        return self.snapshot(sid) if sid is not None else None
+
+    def snapshots(self) -> list[Snapshot]:
+        out = []
+        for sid in self.ids():
+            try:
+                out.append(self.snapshot(sid))
+            except NotFoundError:  # expired while we listed
+                continue
+        return out
+
+    def publish(self, snapshot: Snapshot) -> bool:
+        """Write `snapshot-<id>` if no one else has; then move the LATEST hint. False if the id was taken.
+
+        On a local disk the snapshot's content is synced before it is linked into place and the
+        directory after (`FileIO.write_if_absent`): a snapshot that was published survives a power cut.
+        """
+        if not self.io.write_if_absent(self.path(snapshot.id), snapshot.to_json().encode()):
+            return False
+        self.write_hint("LATEST", snapshot.id)
+        return True
+
+    def write_hint(self, name: str, snapshot_id: int) -> None:
+        try:
+            self.io.overwrite_atomic(f"{self.dir}/{name}", str(snapshot_id).encode())
+        except OSError:
+            pass  # a hint is an optimisation; readers fall back to listing

@@ -1,0 +1,284 @@
+"""File access for warehouses on a local disk or on object storage, through `pyarrow.fs`.
+
+The one operation that needs care is publishing a snapshot: it must fail when the target exists.
+On a local filesystem that is a hard link (atomic across processes). Object stores offer no such
+primitive through `pyarrow.fs`, so there the commit must be serialised by a lock the caller holds
+(the catalog service does this); `write_if_absent` then only guards against a stale view.
+
+Durability on a local disk: a file's content is synced (fsync) before the file is closed, so before any
+rename or link publishes it, and the directory is synced after a file or subdirectory is created,
+linked or renamed into it, so the new name survives a power cut too. A write that is one of a batch
+(the data files of a bucket, the manifests of a commit) may leave the directory sync to its caller,
+who then calls `sync_dir` once for the batch. An object store needs neither: a completed PUT is durable.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import uuid
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from lsmlake.errors import NotFoundError, StorageError
+
+#: environment variable that turns on fault injection (a test facility: see `fault_fs`)
+FAULT_FS_ENV = "LSMLAKE_FAULT_FS"
+
+# Object stores have no write-if-absent through pyarrow.fs: within one process this lock makes the
+# check-and-move atomic; across processes the catalog service is the single committer.
+_PUBLISH_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One entry of a directory listing."""
+
+    path: str
+    name: str
+    size: int
+    mtime_ms: int
+    is_dir: bool
+
+
+class FileIO:
+    """Reads and writes files below a warehouse root."""
+
+    def __init__(self, fs: pafs.FileSystem, local: bool) -> None:
+        self.fs = fs
+        self.local = local
+
+    @staticmethod
+    def for_path(uri: str, fs: pafs.FileSystem | None = None) -> tuple[FileIO, str]:
+        """The FileIO for a warehouse URI or plain path (or a path in the given filesystem).
+
+        With `LSMLAKE_FAULT_FS` set (a test facility, see `fault_fs`) the FileIO injects storage faults;
+        the check happens here, once per FileIO, so a normal FileIO pays nothing for it.
+        """
+        if fs is not None:
+            fs, path, local = fs, uri.rstrip("/"), isinstance(fs, pafs.LocalFileSystem)
+        elif "://" not in uri:
+            fs, path, local = pafs.LocalFileSystem(), os.path.abspath(uri), True
+        else:
+            fs, path = pafs.FileSystem.from_uri(uri)
+            local = isinstance(fs, pafs.LocalFileSystem)
+        spec = os.environ.get(FAULT_FS_ENV)
+        if spec:
+            from lsmlake.fs.faults import FaultyFileIO, injector_for
+
+            return FaultyFileIO(fs, local, injector_for(spec)), path
+        return FileIO(fs, local), path
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def exists(self, path: str) -> bool:
+        if self.local:
+            return os.path.exists(path)
+        return bool(self.fs.get_file_info(path).type != pafs.FileType.NotFound)
+
+    def is_dir(self, path: str) -> bool:
+        if self.local:
+            return os.path.isdir(path)
+        return bool(self.fs.get_file_info(path).type == pafs.FileType.Directory)
+
+    def size(self, path: str) -> int:
+        if self.local:
+            return os.path.getsize(path)
+        return int(self.fs.get_file_info(path).size)
+
+    def list(self, path: str, recursive: bool = False) -> list[FileInfo]:
+        """Entries of a directory; an absent directory lists as empty."""
+        if not self.exists(path):
+            return []
+        infos = self.fs.get_file_info(pafs.FileSelector(path, recursive=recursive))
+        out = []
+        for i in infos:
+            mtime = i.mtime_ns // 1_000_000 if i.mtime_ns is not None else 0
+            out.append(FileInfo(i.path, i.base_name, i.size or 0, mtime, i.type == pafs.FileType.Directory))
+        return out
+
+    def read_bytes(self, path: str) -> bytes:
+        try:
+            if self.local:
+                with open(path, "rb") as f:
+                    return f.read()
+            with self.fs.open_input_stream(path) as f:
+                return bytes(f.read())
+        except FileNotFoundError:
+            raise NotFoundError(f"file not found: {path}") from None
+
+    def open_input(self, path: str) -> pa.NativeFile:
+        if self.local:
+            try:
+                return pa.memory_map(path, "r")  # zero-copy reads of local Parquet files
+            except FileNotFoundError:
+                raise NotFoundError(f"file not found: {path}") from None
+        return self.fs.open_input_file(path)
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def mkdirs(self, path: str) -> None:
+        """Create a directory and its missing parents; on a local disk each new entry is synced into its parent."""
+        if not self.local:
+            self.fs.create_dir(path, recursive=True)
+            return
+        if os.path.isdir(path):
+            return
+        missing = []
+        d = path
+        while not os.path.isdir(d) and os.path.dirname(d) != d:
+            missing.append(d)
+            d = os.path.dirname(d)
+        for d in reversed(missing):
+            try:
+                os.mkdir(d)
+            except FileExistsError:
+                if not os.path.isdir(d):
+                    raise
+                # made by a concurrent writer, whose parent sync may not have happened yet: ours covers it
+            _fsync_dir(os.path.dirname(d))
+
+    def write_bytes(self, path: str, data: bytes, sync_dir: bool = True) -> None:
+        """Write a new file under a fresh name (no other writer uses this name).
+
+        On a local disk the content is synced before the file is closed and, unless `sync_dir` is False
+        (the caller syncs the directory once for a batch of files, see `sync_dir`), the directory after.
+        On failure (disk full, say) the partial file is removed and StorageError raised.
+        """
+        directory = os.path.dirname(path)
+        try:
+            self.mkdirs(directory)  # a full disk refuses new directories too
+            self._write_file(path, data)
+            if sync_dir and self.local:
+                _fsync_dir(directory)
+        except OSError as e:
+            self.delete_quietly(path)
+            raise _storage_error("write", path, e) from e
+
+    def sync_dir(self, path: str) -> None:
+        """Make the names created in a local directory survive a power cut; nothing to do on an object store.
+
+        Raises StorageError when the storage cannot sync (then the names may be lost).
+        """
+        if not self.local:
+            return
+        try:
+            _fsync_dir(path)
+        except OSError as e:
+            raise _storage_error("sync", path, e) from e
+
+    def overwrite_atomic(self, path: str, data: bytes) -> None:
+        """Replace a file so that readers see the old or the new content, never a torn one.
+
+        On a local disk the new content is synced before the rename and the directory after it.
+        """
+        tmp = self._temp_name(path)
+        self.write_bytes(tmp, data, sync_dir=False)  # the rename is what the directory sync must keep
+        try:
+            self._rename(tmp, path)
+        except OSError as e:
+            self.delete_quietly(tmp)
+            raise _storage_error("replace", path, e) from e
+        self.sync_dir(os.path.dirname(path))
+
+    def write_if_absent(self, path: str, data: bytes) -> bool:
+        """Publish `data` at `path` only if nothing is there; False when the target exists.
+
+        1. write a temp file beside the target (on a local disk its content is synced here, so nothing
+        unsynced is ever published); 2. hard-link it to the target (fails if the target exists,
+        atomically across processes); 3. remove the temp name; 4. on a local disk, sync the directory,
+        so the published name survives a power cut. A StorageError from step 1 means nothing was
+        published; from step 2 or 4, the caller checks whether the target holds its content (and, on a
+        local disk, must treat its durability as unknown: the directory sync did not complete).
+        """
+        tmp = self._temp_name(path)
+        self.write_bytes(tmp, data, sync_dir=False)  # the temp name is removed again: only the link needs a sync
+        try:
+            if self.local:
+                try:
+                    self._link(tmp, path)
+                except FileExistsError:
+                    return False
+            else:
+                with _PUBLISH_LOCK:
+                    if self.exists(path):
+                        return False
+                    self._rename(tmp, path)
+                    return True
+        except OSError as e:
+            raise _storage_error("publish", path, e) from e
+        finally:
+            self.delete_quietly(tmp)
+        self.sync_dir(os.path.dirname(path))  # after removing the temp name: one sync keeps both changes
+        return True
+
+    # -- the primitives a fault-injecting FileIO (`fault_fs`) wraps ---------------------------
+
+    def _write_file(self, path: str, data: bytes) -> None:
+        if self.local:
+            with open(path, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())  # before the close, so before any rename or link publishes the file
+        else:
+            with self.fs.open_output_stream(path) as f:
+                f.write(data)
+
+    def _rename(self, src: str, dst: str) -> None:
+        if self.local:
+            os.replace(src, dst)
+        else:
+            self.fs.move(src, dst)
+
+    def _link(self, src: str, dst: str) -> None:
+        os.link(src, dst)
+
+    def delete(self, path: str) -> None:
+        if self.local:
+            os.remove(path)
+        else:
+            self.fs.delete_file(path)
+
+    def delete_quietly(self, path: str) -> bool:
+        try:
+            self.delete(path)
+            return True
+        except (FileNotFoundError, OSError):
+            return False
+
+    def delete_dir_if_empty(self, path: str) -> None:
+        if self.local:
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+        elif not self.list(path):
+            self.fs.delete_dir(path)
+
+    @staticmethod
+    def _temp_name(path: str) -> str:
+        d, name = os.path.split(path)
+        return os.path.join(d, f".{name}.{uuid.uuid4()}.tmp")
+
+
+def _fsync_dir(path: str) -> None:
+    """Sync a local directory: the names created, linked, renamed or removed in it survive a power cut."""
+    fd = os.open(path or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _storage_error(action: str, path: str, cause: OSError) -> StorageError:
+    """A StorageError naming the file and the storage's complaint (errno kept for callers that branch on it)."""
+    if isinstance(cause, StorageError):
+        return cause
+    what = os.strerror(cause.errno) if cause.errno else str(cause)
+    hint = " (the warehouse storage is full)" if cause.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    e = StorageError(f"cannot {action} {path}: {what}{hint}")
+    e.errno = cause.errno
+    return e

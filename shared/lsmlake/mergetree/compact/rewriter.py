@@ -1,0 +1,232 @@
+"""Rewrites the sections of a compaction unit into new files by a merge on (key, sequence number).
+
+The merge is vectorised and streams: a section's sorted runs are read a file at a time and cut into
+chunks by key (every version of a chunk's keys, from every run), each chunk is folded to the newest row
+per key in Arrow, and the merged rows go out in whole target-size files as soon as that much is pending.
+Memory stays bounded by about one file per run plus two output files, however big the bucket.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lsmlake.format.data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
+from lsmlake.format.data_file_read import read_data_file
+from lsmlake.format.data_file_writer import DataFileWriter
+from lsmlake.format.row_kind import without_retractions
+from lsmlake.format.schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
+from lsmlake.fs.file_io import FileIO
+from lsmlake.mergetree import changelog
+from lsmlake.mergetree.compact.unit import CompactResult
+from lsmlake.mergetree.merge.factory import merge_function_for
+from lsmlake.mergetree.sorted_run import SortedRun
+
+_LEVEL = "__lsmlake_level"
+DATA_PREFIX = "data-"
+CHANGELOG_PREFIX = "changelog-"
+
+
+def changelog_prefix(file_prefix: str) -> str:
+    """The changelog-file prefix that goes with a data-file prefix: `data-x-` -> `changelog-x-`.
+
+    Changelog files keep Paimon's `changelog-` start, and still carry the run's own part of the prefix,
+    so the outputs of one compaction run can be found (and rolled back) by prefix.
+    """
+    return CHANGELOG_PREFIX + file_prefix.removeprefix(DATA_PREFIX)
+
+
+class MergeTreeCompactRewriter:
+    """Rewrites or upgrades the files of one bucket."""
+
+    def __init__(self, fio: FileIO, schema: TableSchema, bucket_dir: str, file_prefix: str = DATA_PREFIX) -> None:
+        """`file_prefix`: how the names of the data files it writes start (changelog: `changelog_prefix`)."""
+        self.file_prefix = file_prefix
+        self.io = fio
+        self.schema = schema
+        self.bucket_dir = bucket_dir
+        self.writer = DataFileWriter(fio, schema)
+        self.merge_function = merge_function_for(schema)
+
+    def read_section(self, runs: Sequence[SortedRun], with_level: bool = False) -> pa.Table:
+        """All rows of a section's files with their sequence numbers and kinds (and file level)."""
+        tables = []
+        for r in runs:
+            for f in r.files:
+                t = read_data_file(self.io, f.path_in(self.bucket_dir), self.schema,
+                                   self.schema.field_names, [SEQUENCE_NUMBER, VALUE_KIND])
+                if with_level:
+                    t = t.append_column(_LEVEL, pa.array(np.full(t.num_rows, f.level, np.int32)))
+                tables.append(t)
+        return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+    def section_chunks(self, runs: Sequence[SortedRun], with_level: bool = False) -> Iterator[pa.Table]:
+        """A section's rows in chunks of ascending, disjoint key ranges; a chunk holds every row of its keys
+        from every run. At most one file per run is held at a time."""
+        if sum(len(r.files) for r in runs) <= len(runs):  # one file per run: one chunk, no cutting needed
+            yield self.read_section(runs, with_level)
+            return
+        cursors = [_RunCursor(self, r, with_level) for r in runs]
+        while True:
+            live = [c for c in cursors if c.fill()]
+            if not live:
+                return
+            # No run holds a key <= cut beyond what is buffered: each run's later files start above its
+            # buffered file's last key, and cut is the smallest of those.
+            cut = min((c.last_key() for c in live), key=functools.cmp_to_key(_compare))
+            parts = [p for p in (c.take_through(cut) for c in live) if p.num_rows]
+            yield pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+
+    def merge(self, rows: pa.Table, drop_delete: bool) -> pa.Table:
+        """One row per key, in key order, by the table's merge engine; retractions dropped when `drop_delete`."""
+        merged = self.merge_function.merge(rows)
+        if drop_delete:
+            merged = without_retractions(merged)
+        return merged
+
+    def rewrite(self, output_level: int, drop_delete: bool, sections: Sequence[Sequence[SortedRun]],
+                full_changelog_level: int | None = None) -> CompactResult:
+        """Merge each section and write the result at `output_level`.
+
+        With `full_changelog_level` (changelog-producer = full-compaction), also write the changelog
+        from the rows that were on that (max) level before to the merged result.
+        """
+        before = [f for section in sections for r in section for f in r.files]
+        if not before:
+            return CompactResult()
+        # Memory stays bounded by one section plus about one output file: merged sections are written out
+        # in whole target-size files as soon as that much is pending, the remainder waits for the next one.
+        pending: list[pa.Table] = []
+        pending_bytes = 0
+        after: list[DataFileMeta] = []
+        changes = []
+        for section in sections:
+            for rows in self.section_chunks(section, with_level=full_changelog_level is not None):
+                if full_changelog_level is not None:
+                    levels = rows.column(_LEVEL).to_numpy()
+                    rows = rows.drop_columns([_LEVEL])
+                    out = self.merge(rows, drop_delete)
+                    old = self.merge_function.merge(rows.filter(pa.array(levels == full_changelog_level)))
+                    changes.append(changelog.diff(old, out, self.schema.primary_keys, self._value_fields))
+                else:
+                    out = self.merge(rows, drop_delete)
+                del rows
+                if out.num_rows:
+                    pending.append(out)
+                    pending_bytes += out.nbytes
+                if pending_bytes >= 2 * self.writer.target_size:
+                    pending, pending_bytes = self._write_whole_files(pending, output_level, after)
+        if pending:
+            self._write_rows(pa.concat_tables(pending), output_level, after)
+        return CompactResult(before=before, after=after, changelog=self.write_changelog(changes))
+
+    def _write_rows(self, rows: pa.Table, output_level: int, after: list[DataFileMeta]) -> None:
+        seq = rows.column(SEQUENCE_NUMBER).to_numpy()
+        kinds = rows.column(VALUE_KIND).to_numpy().astype(np.int8)
+        after.extend(self.writer.write(self.bucket_dir, rows.select(self.schema.field_names), seq, kinds,
+                                       level=output_level, file_source=FILE_SOURCE_COMPACT, prefix=self.file_prefix))
+
+    def _write_whole_files(self, pending: list[pa.Table], output_level: int,
+                           after: list[DataFileMeta]) -> tuple[list[pa.Table], int]:
+        """Write the pending rows that fill whole target-size files; the rest stays pending."""
+        rows = pa.concat_tables(pending)
+        per_file = max(1, int(self.writer.target_size // max(1, rows.nbytes // max(1, rows.num_rows))))
+        whole = rows.num_rows // per_file * per_file
+        if whole == 0:
+            return [rows], rows.nbytes
+        self._write_rows(rows.slice(0, whole), output_level, after)
+        rest = rows.slice(whole)
+        return ([rest], rest.nbytes) if rest.num_rows else ([], 0)
+
+    def write_changelog(self, parts: Sequence[pa.Table]) -> list[DataFileMeta]:
+        parts = [p for p in parts if p.num_rows]
+        if not parts:
+            return []
+        rows = pa.concat_tables(parts)
+        return self.writer.write(self.bucket_dir, rows.select(self.schema.field_names),
+                                 rows.column(SEQUENCE_NUMBER).to_numpy(),
+                                 rows.column(VALUE_KIND).to_numpy().astype(np.int8),
+                                 prefix=changelog_prefix(self.file_prefix))
+
+    @property
+    def _value_fields(self) -> list[str]:
+        return [f for f in self.schema.field_names if f not in self.schema.primary_keys]
+
+    @staticmethod
+    def upgrade(output_level: int, f: DataFileMeta) -> CompactResult:
+        """Move a file to another level without rewriting it."""
+        return CompactResult(before=[f], after=[f.upgrade(output_level)])
+
+
+class _RunCursor:
+    """Reads one sorted run a file at a time and hands out its rows up to a key."""
+
+    def __init__(self, rewriter: MergeTreeCompactRewriter, run: SortedRun, with_level: bool) -> None:
+        self.rewriter = rewriter
+        self.files = list(run.files)
+        self.with_level = with_level
+        self.keys = rewriter.schema.primary_keys
+        self.buffer: pa.Table | None = None
+
+    def fill(self) -> bool:
+        """Load the next non-empty file when the buffer is used up; False once the run is exhausted."""
+        while self.buffer is None or self.buffer.num_rows == 0:
+            if not self.files:
+                return False
+            f = self.files.pop(0)
+            t = self.rewriter.read_section([SortedRun.single(f)], self.with_level)
+            self.buffer = t if _sorted_by(t, self.keys) else t.sort_by([(k, "ascending") for k in self.keys])
+        return True
+
+    def key_at(self, i: int) -> list[pa.Scalar]:
+        assert self.buffer is not None
+        return [self.buffer.column(k)[i] for k in self.keys]
+
+    def last_key(self) -> list[pa.Scalar]:
+        assert self.buffer is not None
+        return self.key_at(self.buffer.num_rows - 1)
+
+    def take_through(self, cut: list[pa.Scalar]) -> pa.Table:
+        """The buffered rows with key <= cut (a prefix: the buffer is sorted); the rest stays buffered."""
+        assert self.buffer is not None
+        lo, hi = 0, self.buffer.num_rows  # first row whose key is above cut
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _compare(self.key_at(mid), cut) <= 0:
+                lo = mid + 1
+            else:
+                hi = mid
+        head, self.buffer = self.buffer.slice(0, lo), self.buffer.slice(lo)
+        return head
+
+
+def _compare(a: Sequence[pa.Scalar], b: Sequence[pa.Scalar]) -> int:
+    """Keys compared column by column as Arrow orders them (the merge's sort order), not as Python does:
+    nanosecond timestamps, for one, tie after `as_py` when pandas is absent (datetime has microseconds)."""
+    for x, y in zip(a, b, strict=True):
+        if pc.less(x, y).as_py():
+            return -1
+        if not pc.equal(x, y).as_py():
+            return 1
+    return 0
+
+
+def _sorted_by(t: pa.Table, keys: Sequence[str]) -> bool:
+    """Whether the rows are in ascending key order (ties allowed): files should be, checked all the same,
+    since the chunked merge would be wrong on a file that is not."""
+    if t.num_rows < 2:
+        return True
+    tied = np.ones(t.num_rows - 1, dtype=bool)  # rows i and i+1 equal on the keys compared so far
+    for k in keys:
+        col = t.column(k)
+        a, b = col.slice(0, t.num_rows - 1), col.slice(1)
+        if bool(np.any(tied & pc.greater(a, b).to_numpy(zero_copy_only=False))):
+            return False
+        tied &= pc.equal(a, b).to_numpy(zero_copy_only=False)
+        if not tied.any():
+            return True
+    return True

@@ -1,0 +1,104 @@
+"""Universal (size-tiered) compaction, as Paimon picks it.
+
+`pick` checks, in order:
+1. the optimisation interval: a full compaction when the last one is older than the interval;
+2. size amplification: all runs but the oldest are more than `max_size_amp` percent of the oldest;
+3. size ratio: a prefix of runs, each small enough against the sum of the runs before it;
+4. file number: more runs than the trigger forces a size-ratio pick of the surplus.
+Runs are given newest first. Picking is pure: no I/O; the clock is injected.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from lsmlake.mergetree.compact.unit import CompactUnit
+from lsmlake.mergetree.sorted_run import LevelSortedRun
+
+
+class UniversalCompaction:
+    """Size-tiered compaction over the sorted runs of a bucket."""
+
+    def __init__(self, max_size_amp: int = 200, size_ratio: int = 1, num_run_trigger: int = 5,
+                 optimization_interval_ms: int | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.max_size_amp = max_size_amp
+        self.size_ratio = size_ratio
+        self.num_run_trigger = num_run_trigger
+        self.optimization_interval_ms = optimization_interval_ms
+        self.clock = clock
+        self.last_optimized_ms: float | None = None
+
+    def pick(self, num_levels: int, runs: Sequence[LevelSortedRun]) -> CompactUnit | None:
+        max_level = num_levels - 1
+        if self._optimization_due():
+            self._mark_optimized()
+            return CompactUnit.from_level_runs(max_level, runs)
+        unit = self.pick_for_size_amp(max_level, runs)
+        if unit is not None:
+            return unit
+        unit = self.pick_for_size_ratio(max_level, runs)
+        if unit is not None:
+            return unit
+        if len(runs) > self.num_run_trigger:
+            return self.pick_for_size_ratio(max_level, runs, len(runs) - self.num_run_trigger + 1, force=True)
+        return None
+
+    def pick_for_size_amp(self, max_level: int, runs: Sequence[LevelSortedRun]) -> CompactUnit | None:
+        """All runs into the max level when the newer runs outweigh the oldest by `max_size_amp` percent."""
+        if len(runs) < self.num_run_trigger:
+            return None
+        newer = sum(r.total_size for r in runs[:-1])
+        oldest = runs[-1].total_size
+        if newer * 100 > self.max_size_amp * oldest:
+            self._mark_optimized()
+            return CompactUnit.from_level_runs(max_level, runs)
+        return None
+
+    def pick_for_size_ratio(self, max_level: int, runs: Sequence[LevelSortedRun], candidate_count: int = 1,
+                            force: bool = False) -> CompactUnit | None:
+        """Grow a prefix of runs while the next run is not bigger than the prefix by more than `size_ratio`%."""
+        if not force and candidate_count == 1 and len(runs) < self.num_run_trigger:
+            return None
+        size = sum(r.total_size for r in runs[:candidate_count])
+        count = candidate_count
+        for r in runs[candidate_count:]:
+            if size * (100.0 + self.size_ratio) / 100.0 < r.total_size:
+                break
+            size += r.total_size
+            count += 1
+        if force or count > 1:
+            return self._unit(runs, max_level, count)
+        return None
+
+    def _unit(self, runs: Sequence[LevelSortedRun], max_level: int, count: int) -> CompactUnit:
+        """Output to the level just above the next untouched run, never to level 0."""
+        if count == len(runs):
+            output = max_level
+        else:
+            output = max(0, runs[count].level - 1)
+        if output == 0:
+            # the next runs are on level 0 too: take them along until a run on a higher level
+            for r in runs[count:]:
+                count += 1
+                if r.level != 0:
+                    output = r.level
+                    break
+        if count == len(runs):
+            self._mark_optimized()
+            output = max_level
+        return CompactUnit.from_level_runs(output, runs[:count])
+
+    def _optimization_due(self) -> bool:
+        if self.optimization_interval_ms is None:
+            return False
+        now = self.clock() * 1000
+        if self.last_optimized_ms is None:
+            self.last_optimized_ms = now
+            return False
+        return now - self.last_optimized_ms > self.optimization_interval_ms
+
+    def _mark_optimized(self) -> None:
+        if self.optimization_interval_ms is not None:
+            self.last_optimized_ms = self.clock() * 1000

@@ -1,0 +1,244 @@
+"""Conversions between the protobuf messages of `lsmlake.v1` and lsmlake's value types; no logic."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from lsmlake.catalog.filesystem import check_name
+from lsmlake.errors import InvalidInputError
+from lsmlake.format.data_file_meta import FILE_SOURCE_APPEND, FILE_SOURCE_COMPACT, DataFileMeta, SimpleStats
+from lsmlake.format.data_file_writer import bucket_dir
+from lsmlake.format.deletion_vector import DvRange
+from lsmlake.format.index_manifest import IndexEntry
+from lsmlake.format.partition import partition_value_string
+from lsmlake.format.predicate import Term
+from lsmlake.format.snapshot import APPEND, COMPACT, OVERWRITE, Snapshot
+from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
+from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.scan import Split
+from lsmlake.table.write import CommitMessage
+
+KIND_TO_PROTO = {APPEND: common_pb2.COMMIT_KIND_APPEND, COMPACT: common_pb2.COMMIT_KIND_COMPACT,
+                 OVERWRITE: common_pb2.COMMIT_KIND_OVERWRITE, "ANALYZE": common_pb2.COMMIT_KIND_ANALYZE}
+KIND_FROM_PROTO = {v: k for k, v in KIND_TO_PROTO.items()}
+_SOURCE_TO_PROTO = {None: common_pb2.FILE_SOURCE_UNSPECIFIED, FILE_SOURCE_APPEND: common_pb2.FILE_SOURCE_APPEND,
+                    FILE_SOURCE_COMPACT: common_pb2.FILE_SOURCE_COMPACT}
+_SOURCE_FROM_PROTO = {v: k for k, v in _SOURCE_TO_PROTO.items()}
+_GLOBAL_INDEX_KEYS = ("_ROW_RANGE_START", "_ROW_RANGE_END", "_INDEX_FIELD_ID")
+
+
+def table_id(ident: common_pb2.TableIdentifier) -> str:
+    """`db.table` after checking both names (a name can never escape the warehouse folder)."""
+    return f"{check_name(ident.database, 'database')}.{check_name(ident.table, 'table')}"
+
+
+# -- statistics and data files -----------------------------------------------------------------
+
+def stats_to_proto(s: SimpleStats) -> common_pb2.SimpleStats:
+    out = common_pb2.SimpleStats(min_values=s.min_values, max_values=s.max_values)
+    if s.null_counts is not None:
+        out.null_counts.counts.extend(-1 if c is None else c for c in s.null_counts)
+    return out
+
+
+def stats_from_proto(p: common_pb2.SimpleStats) -> SimpleStats:
+    counts = (tuple(None if c < 0 else c for c in p.null_counts.counts) if p.HasField("null_counts") else None)
+    return SimpleStats(p.min_values, p.max_values, counts)
+
+
+def file_to_proto(f: DataFileMeta) -> common_pb2.DataFileMeta:
+    out = common_pb2.DataFileMeta(
+        file_name=f.file_name, file_size=f.file_size, row_count=f.row_count, min_key=f.min_key, max_key=f.max_key,
+        key_stats=stats_to_proto(f.key_stats), value_stats=stats_to_proto(f.value_stats),
+        min_sequence_number=f.min_sequence_number, max_sequence_number=f.max_sequence_number,
+        schema_id=f.schema_id, level=f.level, extra_files=list(f.extra_files),
+        file_source=_SOURCE_TO_PROTO.get(f.file_source, common_pb2.FILE_SOURCE_UNSPECIFIED))
+    if f.creation_time_ms is not None:
+        out.creation_time_ms = f.creation_time_ms
+    if f.delete_row_count is not None:
+        out.delete_row_count = f.delete_row_count
+    if f.embedded_index is not None:
+        out.embedded_index = f.embedded_index
+    if f.value_stats_cols is not None:
+        out.value_stats_cols.values.extend(f.value_stats_cols)
+    if f.external_path is not None:
+        out.external_path = f.external_path
+    if f.first_row_id is not None:
+        out.first_row_id = f.first_row_id
+    if f.write_cols is not None:
+        out.write_cols.values.extend(f.write_cols)
+    seqs = f.extra.get("_WRITE_COLS_SEQUENCES")
+    if seqs is not None:
+        out.write_cols_sequences.values.extend(seqs)
+    return out
+
+
+def file_from_proto(p: common_pb2.DataFileMeta) -> DataFileMeta:
+    extra: dict[str, Any] = {}
+    if p.HasField("write_cols_sequences"):
+        extra["_WRITE_COLS_SEQUENCES"] = list(p.write_cols_sequences.values)
+    return DataFileMeta(
+        file_name=p.file_name, file_size=p.file_size, row_count=p.row_count, min_key=p.min_key, max_key=p.max_key,
+        key_stats=stats_from_proto(p.key_stats), value_stats=stats_from_proto(p.value_stats),
+        min_sequence_number=p.min_sequence_number, max_sequence_number=p.max_sequence_number,
+        schema_id=p.schema_id, level=p.level, extra_files=tuple(p.extra_files),
+        creation_time_ms=p.creation_time_ms if p.HasField("creation_time_ms") else None,
+        delete_row_count=p.delete_row_count if p.HasField("delete_row_count") else None,
+        embedded_index=p.embedded_index if p.HasField("embedded_index") else None,
+        file_source=_SOURCE_FROM_PROTO.get(p.file_source),
+        value_stats_cols=tuple(p.value_stats_cols.values) if p.HasField("value_stats_cols") else None,
+        external_path=p.external_path if p.HasField("external_path") else None,
+        first_row_id=p.first_row_id if p.HasField("first_row_id") else None,
+        write_cols=tuple(p.write_cols.values) if p.HasField("write_cols") else None,
+        extra=extra)
+
+
+# -- index files -------------------------------------------------------------------------------
+
+def index_to_proto(e: IndexEntry) -> common_pb2.IndexFile:
+    out = common_pb2.IndexFile(index_type=e.index_type, file_name=e.file_name, file_size=e.file_size,
+                               row_count=e.row_count)
+    if e.dv_ranges is not None:
+        out.deletion_vector_ranges.SetInParent()
+        for r in e.dv_ranges:
+            dv = out.deletion_vector_ranges.ranges.add(data_file_name=r.file_name, offset=r.offset, length=r.length)
+            if r.cardinality is not None:
+                dv.cardinality = r.cardinality
+    if e.external_path is not None:
+        out.external_path = e.external_path
+    g = e.global_index
+    if g is not None:
+        gi = out.global_index
+        gi.row_range_start, gi.row_range_end, gi.index_field_id = (g[k] for k in _GLOBAL_INDEX_KEYS)
+        if g.get("_EXTRA_FIELD_IDS") is not None:
+            gi.extra_field_ids.values.extend(g["_EXTRA_FIELD_IDS"])
+        if g.get("_INDEX_META") is not None:
+            gi.index_meta = g["_INDEX_META"]
+        if g.get("_SOURCE_META") is not None:
+            gi.source_meta = g["_SOURCE_META"]
+    return out
+
+
+def index_from_proto(p: common_pb2.IndexFile, partition: bytes, bucket: int) -> IndexEntry:
+    ranges = None
+    if p.HasField("deletion_vector_ranges"):
+        ranges = tuple(DvRange(r.data_file_name, r.offset, r.length,
+                               r.cardinality if r.HasField("cardinality") else None)
+                       for r in p.deletion_vector_ranges.ranges)
+    g: dict[str, Any] | None = None
+    if p.HasField("global_index"):
+        gi = p.global_index
+        g = {"_ROW_RANGE_START": gi.row_range_start, "_ROW_RANGE_END": gi.row_range_end,
+             "_INDEX_FIELD_ID": gi.index_field_id,
+             "_EXTRA_FIELD_IDS": list(gi.extra_field_ids.values) if gi.HasField("extra_field_ids") else None,
+             "_INDEX_META": gi.index_meta if gi.HasField("index_meta") else None,
+             "_SOURCE_META": gi.source_meta if gi.HasField("source_meta") else None}
+    return IndexEntry(partition, bucket, p.index_type, p.file_name, p.file_size, p.row_count, ranges,
+                      p.external_path if p.HasField("external_path") else None, g)
+
+
+# -- file changes ------------------------------------------------------------------------------
+
+def changes_from_proto(p: common_pb2.FileChanges) -> CommitMessage:
+    return CommitMessage(
+        partition=p.partition, bucket=p.bucket, total_buckets=p.total_buckets,
+        new_files=[file_from_proto(f) for f in p.new_files],
+        deleted_files=[file_from_proto(f) for f in p.deleted_files],
+        changelog_files=[file_from_proto(f) for f in p.changelog_files],
+        new_index_files=[index_from_proto(i, p.partition, p.bucket) for i in p.new_index_files],
+        deleted_index_files=[index_from_proto(i, p.partition, p.bucket) for i in p.deleted_index_files])
+
+
+def changes_to_proto(m: CommitMessage) -> common_pb2.FileChanges:
+    return common_pb2.FileChanges(
+        partition=m.partition, bucket=m.bucket, total_buckets=m.total_buckets,
+        new_files=[file_to_proto(f) for f in m.new_files],
+        deleted_files=[file_to_proto(f) for f in m.deleted_files],
+        changelog_files=[file_to_proto(f) for f in m.changelog_files],
+        new_index_files=[index_to_proto(e) for e in m.new_index_files],
+        deleted_index_files=[index_to_proto(e) for e in m.deleted_index_files])
+
+
+# -- snapshots, splits, tables -----------------------------------------------------------------
+
+def snapshot_to_proto(s: Snapshot) -> common_pb2.Snapshot:
+    out = common_pb2.Snapshot(
+        id=s.id, schema_id=s.schema_id, commit_user=s.commit_user,
+        commit_kind=KIND_TO_PROTO.get(s.commit_kind, common_pb2.COMMIT_KIND_UNSPECIFIED),
+        commit_identifier=s.commit_identifier, time_millis=s.time_millis, total_record_count=s.total_record_count,
+        delta_record_count=s.delta_record_count, properties=dict(s.properties or {}))
+    if s.changelog_record_count is not None:
+        out.changelog_record_count = s.changelog_record_count
+    if s.watermark is not None:
+        out.watermark = s.watermark
+    return out
+
+
+def split_to_proto(table: FileStoreTable, s: Split) -> common_pb2.Split:
+    schema = table.schema
+    names = list(schema.partition_keys)
+    types = schema.types_of(names)
+    values = {}
+    for name, t, v in zip(names, types, s.partition_values, strict=True):
+        text = partition_value_string(v, t)
+        if text is not None:
+            values[name] = text
+    ppath = schema.partition_dir(s.partition_values)
+    out = common_pb2.Split(
+        partition=s.partition, partition_values=values, bucket=s.bucket, total_buckets=s.total_buckets,
+        bucket_path=bucket_dir("", ppath, s.bucket).lstrip("/"), snapshot_id=s.snapshot_id,
+        files=[file_to_proto(f) for f in s.files], raw_convertible=s.raw_convertible)
+    if s.dv_index is not None:
+        out.deletion_vectors.CopyFrom(index_to_proto(s.dv_index))
+    return out
+
+
+def table_to_proto(table: FileStoreTable, database: str, name: str) -> catalog_pb2.TableInfo:
+    schema = table.schema
+    out = catalog_pb2.TableInfo(
+        table=common_pb2.TableIdentifier(database=database, table=name), schema_id=schema.id,
+        columns=[catalog_pb2.Column(name=f.name, type=f.type.sql(), comment=f.description or "", field_id=f.id)
+                 for f in schema.fields],
+        primary_keys=list(schema.primary_keys), partition_keys=list(schema.partition_keys),
+        options=dict(schema.options), comment=schema.comment or "", location=table.path, table_uuid=table.table_uuid)
+    latest = table.snapshots.latest_id()
+    if latest is not None:
+        out.latest_snapshot_id = latest
+    return out
+
+
+# -- filters -----------------------------------------------------------------------------------
+
+_OPS = {catalog_pb2.PREDICATE_OP_EQ: "=", catalog_pb2.PREDICATE_OP_NOT_EQ: "!=", catalog_pb2.PREDICATE_OP_LT: "<",
+        catalog_pb2.PREDICATE_OP_LE: "<=", catalog_pb2.PREDICATE_OP_GT: ">", catalog_pb2.PREDICATE_OP_GE: ">=",
+        catalog_pb2.PREDICATE_OP_IN: "in", catalog_pb2.PREDICATE_OP_IS_NULL: "is_null",
+        catalog_pb2.PREDICATE_OP_IS_NOT_NULL: "is_not_null"}
+
+
+def _literal(text: str, arrow_type: pa.DataType, column: str) -> Any:
+    try:
+        return pa.scalar(text).cast(arrow_type).as_py()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise InvalidInputError(f"filter value {text!r} is not a valid {arrow_type} for column {column!r}") from None
+
+
+def terms_from_proto(table: FileStoreTable, terms: Sequence[catalog_pb2.PredicateTerm]) -> list[Term]:
+    """Filter terms with their literals parsed by the column's type."""
+    schema = table.schema.arrow_schema
+    out = []
+    for t in terms:
+        if t.column not in schema.names:
+            raise InvalidInputError(f"filter column {t.column!r} is not a column of table {table.identifier}")
+        if t.op not in _OPS:
+            raise InvalidInputError(f"filter on {t.column!r} has no valid operator")
+        op, typ = _OPS[t.op], schema.field(t.column).type
+        if op == "in":
+            out.append(Term(t.column, op, [_literal(v, typ, t.column) for v in t.values]))
+        elif op in ("is_null", "is_not_null"):
+            out.append(Term(t.column, op))
+        else:
+            out.append(Term(t.column, op, _literal(t.value, typ, t.column)))
+    return out

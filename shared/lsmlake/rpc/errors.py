@@ -1,0 +1,214 @@
+"""The one place where lsmlake errors become gRPC status codes.
+
+Every RPC of every lsmlake service is wrapped by `guarded`: a `LakeError` becomes the status its
+subclass calls for with its (human-readable) message; anything else is logged and answered INTERNAL
+with a generic message, so no stack detail leaks to clients.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from lsmlake.errors import (
+    AlreadyExistsError,
+    BackPressureError,
+    CommitConflictError,
+    CommitRetryExhaustedError,
+    CommitStateUnknownError,
+    InvalidInputError,
+    LakeError,
+    NotFoundError,
+    PermissionDeniedError,
+    ServiceUnavailableError,
+    StaleTableError,
+    StorageError,
+)
+from lsmlake.metastore.errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError
+from lsmlake.runtime.log_limit import LogLimiter, peer_host
+
+_log = logging.getLogger(__name__)
+_undecodable_log = LogLimiter(_log, "refused undecodable requests")
+
+class UnimplementedError(LakeError):
+    """An RPC this version of the service does not implement yet."""
+
+
+# Most specific first: CommitRetryExhaustedError is a CommitConflictError, the input errors share a root.
+_CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
+    (UnimplementedError, grpc.StatusCode.UNIMPLEMENTED),
+    (BackPressureError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (StorageError, grpc.StatusCode.RESOURCE_EXHAUSTED),  # disk full: retry once there is space
+    (ServiceUnavailableError, grpc.StatusCode.UNAVAILABLE),
+    (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (InvalidInputError, grpc.StatusCode.INVALID_ARGUMENT),  # incl. SchemaMismatchError, UnknownOptionError
+    (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
+    (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
+    (CommitRetryExhaustedError, grpc.StatusCode.ABORTED),
+    (CommitConflictError, grpc.StatusCode.FAILED_PRECONDITION),
+    (StaleTableError, grpc.StatusCode.FAILED_PRECONDITION),
+    (PlanConflictError, grpc.StatusCode.FAILED_PRECONDITION),
+    (PlanStateError, grpc.StatusCode.FAILED_PRECONDITION),
+    (CommitStateUnknownError, grpc.StatusCode.UNAVAILABLE),
+    (MetaStoreUnavailableError, grpc.StatusCode.UNAVAILABLE),
+)
+
+
+
+INTERNAL_MESSAGE = "internal error in the service; see its log"
+#: a status message travels in a gRPC trailer (8 KiB by default): a reason that echoes a huge input is cut
+MAX_MESSAGE_CHARS = 2_000
+
+
+def _short(message: str) -> str:
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return f"{message[:MAX_MESSAGE_CHARS - 40]}... ({len(message)} chars in all)"
+
+
+def status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status code and message a client gets for `error`.
+
+    An error that carries a `grpc.StatusCode` as its `code` (a refusal relayed from another service) keeps it.
+    """
+    code = getattr(error, "code", None)
+    if isinstance(error, LakeError) and isinstance(code, grpc.StatusCode):
+        return code, _short(str(error) or type(error).__name__)
+    for cls, code in _CODES:
+        if isinstance(error, cls):
+            return code, _short(str(error) or cls.__name__)
+    return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def guarded(method: F) -> F:
+    """Wrap a servicer method `(self, request, context)` so that raised errors become gRPC statuses.
+
+    Methods raise errors and never call `context.abort` themselves (an abort is a plain Exception
+    that this wrapper would turn into INTERNAL).
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except Exception as e:
+            code, message = status_for(e)
+            if code == grpc.StatusCode.INTERNAL or not isinstance(e, LakeError):
+                _log.exception("%s failed", method.__name__)
+            else:
+                _log.info("%s: %s: %s", method.__name__, code.name, message)
+            context.abort(code, message)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def guarded_stream(method: F) -> F:
+    """`guarded` for a server-streaming method (a generator): errors raised while streaming end the stream."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            yield from method(self, request, context)
+        except Exception as e:
+            code, message = status_for(e)
+            if code == grpc.StatusCode.INTERNAL or not isinstance(e, LakeError):
+                _log.exception("%s failed", method.__name__)
+            else:
+                _log.info("%s: %s: %s", method.__name__, code.name, message)
+            context.abort(code, message)
+
+    return wrapper  # type: ignore[return-value]
+
+
+class _Undecodable:
+    """Stands for a request whose bytes are not a message of the method's request type."""
+
+    def __init__(self, type_name: str, reason: str) -> None:
+        self.type_name = type_name
+        self.reason = reason
+
+
+def _lenient(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    owner = getattr(deserializer, "__self__", None)
+    type_name = getattr(getattr(owner, "DESCRIPTOR", None), "full_name", "request message")
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as e:  # protobuf's DecodeError, whatever the implementation
+            return _Undecodable(type_name, f"the request is not a valid {type_name} ({len(data)} bytes): {e}")
+
+    return parse
+
+
+#: what makes gRPC run a behaviour otherwise than "one pool thread returns or iterates its result"
+_MODE_ATTRIBUTES = ("experimental_non_blocking", "experimental_thread_pool")
+
+
+def same_mode(behavior: Callable[..., Any], wrapper: F) -> F:
+    """`wrapper` (of `behavior`) served the way gRPC serves `behavior`: a non-blocking stream (the health
+    service's Watch, fed from callbacks on no thread) stays non-blocking, and the wrapper must then pass on
+    the `send_response_callback` gRPC gives it. A wrapper without this would hold a pool thread for as long
+    as the stream is open."""
+    for name in _MODE_ATTRIBUTES:
+        value = getattr(behavior, name, None)
+        if value is not None:
+            setattr(wrapper, name, value)
+    return wrapper
+
+
+def _refuse_unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    def handle(request: Any, context: grpc.ServicerContext, *callback: Any) -> Any:
+        if isinstance(request, _Undecodable):
+            peer = context.peer()
+            _undecodable_log.log(logging.INFO, (request.type_name, peer_host(peer)), "refused from %s: %s", peer,
+                                 request.reason)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, _short(request.reason))
+        return behavior(request, context, *callback)
+
+    return same_mode(behavior, handle)
+
+
+def _checked_stream(requests: Any) -> Any:
+    for r in requests:
+        if isinstance(r, _Undecodable):
+            raise InvalidInputError(r.reason)  # inside the servicer, so `guarded` answers INVALID_ARGUMENT
+        yield r
+
+
+def _refuse_stream(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    def handle(requests: Any, context: grpc.ServicerContext, *callback: Any) -> Any:
+        return behavior(_checked_stream(requests), context, *callback)
+
+    return same_mode(behavior, handle)
+
+
+class UndecodableRequests(grpc.ServerInterceptor):
+    """Answers INVALID_ARGUMENT, naming the expected message type, to a request whose bytes do not decode.
+
+    Without it gRPC answers such a request INTERNAL ("Exception deserializing request!"), which reads as a
+    fault of the service. Install it on every server: `grpc.server(..., interceptors=[UndecodableRequests()])`.
+    A wrapped behaviour keeps its mode (`same_mode`): a non-blocking stream stays one. Refusals are logged at
+    INFO, the first of each (message type, peer host) at once and the repeats summed up (`LogLimiter`).
+    """
+
+    def intercept_service(self, continuation: Callable[[Any], Any], handler_call_details: Any) -> Any:
+        handler = continuation(handler_call_details)
+        if handler is None or handler.request_deserializer is None or not hasattr(handler, "_replace"):
+            return handler
+        lenient = _lenient(handler.request_deserializer)
+        if handler.unary_unary is not None:
+            return handler._replace(request_deserializer=lenient, unary_unary=_refuse_unary(handler.unary_unary))
+        if handler.unary_stream is not None:
+            return handler._replace(request_deserializer=lenient, unary_stream=_refuse_unary(handler.unary_stream))
+        if handler.stream_unary is not None:
+            return handler._replace(request_deserializer=lenient, stream_unary=_refuse_stream(handler.stream_unary))
+        return handler._replace(request_deserializer=lenient, stream_stream=_refuse_stream(handler.stream_stream))

@@ -1,0 +1,358 @@
+"""Running planned bucket compactions on Spark: one job per plan, one task per bucket.
+
+The driver plans (`plan_bucket`) and commits; a Spark task only runs one bucket's unit
+(`run_planned`) and ships the file changes back as serialized `FileChanges`.
+
+Retries happen in two layers, each for what it can see:
+1. in the task, `run_with_retries` retries an attempt that raised a transient I/O error (after
+   deleting that attempt's files), and turns a failure that is final - a deterministic error or the
+   last attempt - into a `TaskOutcome` with `error` set. Spark never sees an application error, so
+   one bad bucket cannot abort the job and lose the other buckets' results;
+2. Spark's task retry (`spark.task.maxFailures`) covers what no Python code can catch: a Python
+   worker that crashed or was killed, a lost executor. A retried Spark attempt first deletes what a
+   crashed attempt left behind (by file prefix). When even those retries run out, Spark aborts the
+   job; `SparkCompactor.run` then deletes every task's files and reports every task as failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.errors import InvalidInputError, NotFoundError
+from lsmlake.format.data_file_writer import bucket_dir
+from lsmlake.mergetree.compact.rewriter import DATA_PREFIX, changelog_prefix
+from lsmlake.mergetree.compact.unit import CompactUnit
+from lsmlake.proto_gen.lsmlake.v1 import common_pb2
+from lsmlake.rpc.convert import changes_from_proto, changes_to_proto
+from lsmlake.table.compact import run_planned, written_files
+from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.scan import Split
+from lsmlake.table.write import CommitMessage
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_TASK_MAX_FAILURES = 3
+DEFAULT_TASK_ATTEMPTS = 3
+_RETRY_BACKOFF_S = 0.5
+# Writers name data files `data-<uuid4>-0.parquet`: a prefix whose run-specific part holds a character
+# that is not hex or '-' can never match one of them, so deleting by such a prefix is safe.
+_UUID_CHARS = re.compile(r"[0-9a-f-]*")
+
+
+@dataclass(frozen=True)
+class BucketTask:
+    """One bucket's planned compaction unit, as plain values a Spark task can unpickle."""
+
+    table_id: str
+    snapshot_id: int
+    partition: bytes
+    bucket: int
+    unit_files: tuple[str, ...]
+    output_level: int
+    full: bool
+    file_prefix: str
+
+    @staticmethod
+    def of(table_id: str, split: Split, unit: CompactUnit, full: bool, file_prefix: str) -> BucketTask:
+        """The task of a unit `plan_bucket` returned for `split` (`full` as asked of the planner)."""
+        return BucketTask(table_id, split.snapshot_id, split.partition, split.bucket,
+                          tuple(f.file_name for f in unit.files), unit.output_level, full or unit.file_rewrite,
+                          file_prefix)
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """What one bucket task did: its serialized `FileChanges` (None when nothing changed) or its error.
+
+    `attempts` counts the in-task attempts of the Spark attempt that reported; `bytes_read` is the
+    size of the input files that were rewritten (not the ones moved up a level unchanged);
+    `bytes_written` the size of the new data, changelog and index files.
+    """
+
+    task: BucketTask
+    changes: bytes | None
+    error: str | None
+    attempts: int
+    seconds: float
+    bytes_read: int
+    bytes_written: int
+
+    def message(self) -> CommitMessage | None:
+        """The file changes as a commit message for `commit_compaction`."""
+        if self.changes is None:
+            return None
+        return changes_from_proto(common_pb2.FileChanges.FromString(self.changes))
+
+
+def task_prefix(run_id: str | None = None) -> str:
+    """A data-file prefix unique to one compaction run, safe to delete by (`data-compact-<run>-`)."""
+    return f"{DATA_PREFIX}compact-{run_id or uuid.uuid4().hex}-"
+
+
+def check_prefix(file_prefix: str) -> None:
+    """Refuse a prefix that could match files other writers name (deleting by it would lose data)."""
+    own = file_prefix.removeprefix(DATA_PREFIX)
+    if not own or "/" in file_prefix or _UUID_CHARS.fullmatch(own):
+        raise InvalidInputError(f"file_prefix {file_prefix!r} could match other files: it needs a part of "
+                                f"its own after {DATA_PREFIX!r} with a character that is not hex or '-'")
+
+
+def _split_of(table: FileStoreTable, task: BucketTask) -> Split:
+    values = table.partition_values(task.partition)
+    keys = table.schema.partition_keys
+    # a partition equality prunes manifests; a null partition value cannot be matched by equality
+    pred = dict(zip(keys, values, strict=True)) if keys and None not in values else None
+    for split in table.new_scan(pred, task.snapshot_id, all_levels=True).plan():
+        if split.partition == task.partition and split.bucket == task.bucket:
+            return split
+    raise NotFoundError(f"bucket {task.bucket} of {table.identifier} has no files at snapshot {task.snapshot_id}")
+
+
+def delete_outputs(table: FileStoreTable, task: BucketTask) -> int:
+    """Delete the data and changelog files a run of `task` wrote in its bucket (found by prefix)."""
+    check_prefix(task.file_prefix)
+    directory = bucket_dir(table.path, table.schema.partition_dir(table.partition_values(task.partition)), task.bucket)
+    prefixes = (task.file_prefix, changelog_prefix(task.file_prefix))
+    deleted = 0
+    for info in table.io.list(directory):
+        if not info.is_dir and info.name.startswith(prefixes):
+            deleted += table.io.delete_quietly(info.path)
+    return deleted
+
+
+def run_bucket_task(warehouse: str, task: BucketTask) -> TaskOutcome:
+    """One attempt at one bucket's unit, in a Spark Python worker; raises on failure.
+
+    Opens the table, plans the bucket's split at `task.snapshot_id` (all levels), runs the unit and
+    returns the changes as serialized `FileChanges`. On a failure it deletes the files it wrote (by
+    prefix, plus a deletion-vector index file already named in its changes) before re-raising, so the
+    next attempt starts clean.
+
+    Memory: the unit is merged in Arrow, in the Python worker (outside the JVM heap). The engine reads
+    each sorted run a file at a time, merges key-range chunks and writes whole target-size files as they
+    fill, so a task needs about one input file per sorted run plus two output files, whatever the
+    bucket's size.
+    """
+    check_prefix(task.file_prefix)
+    start = time.perf_counter()
+    table = FileSystemCatalog(warehouse).get_table(task.table_id)
+    msg: CommitMessage | None = None
+    try:
+        split = _split_of(table, task)
+        msg = run_planned(table, split, task.unit_files, task.output_level, task.full, task.file_prefix)
+        changes = changes_to_proto(msg).SerializeToString() if msg is not None else None
+    except BaseException:
+        # best effort: a failing cleanup must not hide the error (orphan cleanup finds leftovers by prefix)
+        with contextlib.suppress(Exception):
+            for path in written_files(table, [msg]) if msg is not None else []:
+                table.io.delete_quietly(path)
+            delete_outputs(table, task)
+        raise
+    finally:
+        # Spark reuses its Python workers: hand the task's freed Arrow buffers back to the system now,
+        # instead of letting each worker keep the high-water mark of the largest bucket it ever merged
+        pa.default_memory_pool().release_unused()
+    read = written = 0
+    if msg is not None:
+        old = {f.file_name for f in msg.deleted_files}
+        new = {f.file_name for f in msg.new_files}
+        read = sum(f.file_size for f in msg.deleted_files if f.file_name not in new)
+        written = (sum(f.file_size for f in msg.new_files if f.file_name not in old)
+                   + sum(f.file_size for f in msg.changelog_files)
+                   + sum(e.file_size for e in msg.new_index_files))
+    return TaskOutcome(task, changes, None, 1, time.perf_counter() - start, read, written)
+
+
+def _transient(e: BaseException) -> bool:
+    """An error another attempt may not meet: I/O trouble, but not a missing or forbidden file."""
+    return isinstance(e, OSError) and not isinstance(e, (FileNotFoundError, PermissionError))
+
+
+def run_with_retries(warehouse: str, task: BucketTask, attempts: int = DEFAULT_TASK_ATTEMPTS) -> TaskOutcome:
+    """Run a bucket task, retrying transient errors in the task; a final failure becomes the outcome's error.
+
+    Never raises for an `Exception`: the caller's other buckets must not fail with this one.
+    """
+    from pyspark import TaskContext
+
+    start = time.perf_counter()
+    ctx = TaskContext.get()
+    if ctx is not None and ctx.attemptNumber() > 0:
+        # Spark retries after a crash that left no chance to clean up
+        try:
+            delete_outputs(FileSystemCatalog(warehouse).get_table(task.table_id), task)
+        except Exception:  # noqa: BLE001 - the attempt below reports the real problem
+            pass
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            out = run_bucket_task(warehouse, task)
+            return TaskOutcome(task, out.changes, None, attempt, time.perf_counter() - start, out.bytes_read,
+                               out.bytes_written)
+        except Exception as e:  # noqa: BLE001 - reported in the outcome
+            if attempt >= attempts or not _transient(e):
+                return TaskOutcome(task, None, f"{type(e).__name__}: {e}", attempt, time.perf_counter() - start,
+                                   0, 0)
+        time.sleep(_RETRY_BACKOFF_S * attempt)
+
+
+def local_master_with_retries(master: str, max_failures: int) -> str:
+    """`local[N]` as `local[N,F]`: Spark's local mode retries a failed task only when F is given."""
+    if master == "local":
+        return f"local[1,{max_failures}]"
+    m = re.fullmatch(r"local\[([^,\]]+)\]", master)
+    return f"local[{m.group(1)},{max_failures}]" if m else master
+
+
+class SparkCompactor:
+    """Runs bucket tasks as one Spark job per call, on one long-lived SparkSession.
+
+    One caller at a time: `run` holds a lock for the whole job, so the service may call it from
+    several threads. Only one SparkCompactor should be started per process (Spark allows one
+    active SparkContext).
+    """
+
+    def __init__(self, master: str = "local[*]", app_name: str = "lsmlake-compactor",
+                 conf: dict[str, str] | None = None, *, task_attempts: int = DEFAULT_TASK_ATTEMPTS) -> None:
+        """`conf` overrides the defaults below; `task_attempts` bounds the in-task retries of one bucket.
+
+        In local mode Spark does not retry a failed task unless the master says so (`local[N,F]`), so
+        `local`, `local[N]` and `local[*]` become `local[...,F]` with F = `spark.task.maxFailures`.
+        """
+        user = dict(conf or {})
+        max_failures = int(user.get("spark.task.maxFailures", DEFAULT_TASK_MAX_FAILURES))
+        self.master = local_master_with_retries(master, max_failures)
+        self.app_name = app_name
+        self.task_attempts = task_attempts
+        self.conf = {
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.task.maxFailures": str(max_failures),
+            # a retried attempt deletes its predecessor's files by prefix: never run two at once
+            "spark.speculation": "false",
+            "spark.python.worker.reuse": "true",
+            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.driver.python": sys.executable,
+            # the JVM only schedules; merges run in Python workers
+            "spark.driver.memory": "512m",
+            "spark.executor.memory": "512m",
+            "spark.sql.shuffle.partitions": "4",
+        }
+        self.conf.update(user)
+        self._lock = threading.Lock()
+        self._spark: SparkSession | None = None
+        self._last_group: str | None = None
+        self._last_task_count: int | None = None
+
+    def start(self) -> SparkSession:
+        """The session, started on first use."""
+        with self._lock:
+            return self._start()
+
+    def _start(self) -> SparkSession:
+        if self._spark is None:
+            from pyspark.sql import SparkSession
+
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            builder = SparkSession.builder.master(self.master).appName(self.app_name)
+            for k, v in self.conf.items():
+                builder = builder.config(k, v)
+            self._spark = builder.getOrCreate()
+        return self._spark
+
+    def run(self, warehouse: str, tasks: Sequence[BucketTask], job_group: str | None = None) -> list[TaskOutcome]:
+        """Run the tasks as one Spark job, one task per bucket; outcomes in the order of `tasks`.
+
+        A bucket that fails is reported in its outcome; the others still succeed. Only when Spark
+        aborts the job (a task kept crashing its worker) do all outcomes carry the error, after every
+        task's files were deleted.
+        """
+        tasks = list(tasks)
+        if not tasks:
+            return []
+        with self._lock:
+            sc = self._start().sparkContext
+            group = job_group or f"lsmlake-compact-{uuid.uuid4().hex}"
+            self._last_group = group
+            self._last_task_count = None
+            sc.setJobGroup(group, f"lsmlake compaction of {len(tasks)} buckets", interruptOnCancel=True)
+            fn = functools.partial(run_with_retries, warehouse, attempts=self.task_attempts)
+            start = time.perf_counter()
+            try:
+                outcomes: list[TaskOutcome] = sc.parallelize(tasks, numSlices=len(tasks)).map(fn).collect()
+            except Exception as e:  # noqa: BLE001 - the job was aborted: no task's output may survive
+                error = f"spark job aborted: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                seconds = time.perf_counter() - start
+                for t in tasks:
+                    self._delete_outputs(warehouse, t)
+                return [TaskOutcome(t, None, error, 0, seconds, 0, 0) for t in tasks]
+            finally:
+                self._last_task_count = self._count_tasks(group)
+            return outcomes
+
+    @staticmethod
+    def _delete_outputs(warehouse: str, task: BucketTask) -> None:
+        try:
+            delete_outputs(FileSystemCatalog(warehouse).get_table(task.table_id), task)
+        except Exception:  # noqa: BLE001 - best effort; orphan cleanup finds the rest by prefix
+            pass
+
+    def _count_tasks(self, group: str) -> int | None:
+        if self._spark is None:
+            return None
+        tracker = self._spark.sparkContext.statusTracker()
+        # the tracker learns of jobs from Spark's listener bus, asynchronously: wait briefly for it
+        deadline = time.monotonic() + 2.0
+        job_ids = tracker.getJobIdsForGroup(group)
+        while not job_ids and time.monotonic() < deadline:
+            time.sleep(0.05)
+            job_ids = tracker.getJobIdsForGroup(group)
+        total = 0
+        for job_id in job_ids:
+            job = tracker.getJobInfo(job_id)
+            if job is None:
+                continue
+            for stage_id in list(job.stageIds):
+                stage = tracker.getStageInfo(stage_id)
+                total += stage.numTasks if stage is not None else 0
+        return total
+
+    def last_job_task_count(self) -> int | None:
+        """How many Spark tasks the last `run` scheduled (None before the first run)."""
+        return self._last_task_count
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the session once the running job is done; after `timeout` seconds, cancel the job first."""
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            spark, group = self._spark, self._last_group
+            if spark is not None and group is not None:
+                spark.sparkContext.cancelJobGroup(group)
+            self._lock.acquire()
+        try:
+            if self._spark is not None:
+                self._spark.stop()
+                self._spark = None
+        finally:
+            self._lock.release()
+
+    def __enter__(self) -> SparkCompactor:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

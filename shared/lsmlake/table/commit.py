@@ -1,0 +1,301 @@
+"""Committing file changes as a new snapshot: conflict checks, manifests, publication, retries.
+
+The protocol, for one commit:
+1. read the latest snapshot; if a snapshot already carries this commit's (user, identifier, kind),
+   it landed before (a retry after a lost reply): stop;
+2. check that every file the commit deletes is still live (else: conflict, give up for good);
+3. write the delta manifest (once) and a base manifest list holding the previous snapshot's manifests;
+   on a local disk each is synced as written, and the `manifest/` directory once before step 4;
+4. publish `snapshot-<latest+1>` with a write-if-absent (its content synced before the link, the
+   `snapshot/` directory after); losing the race goes back to 1.
+The data files a commit names were synced by their writer (`DataFileWriter`) before it sent them, so
+after an acknowledged commit nothing it refers to can be lost to a power cut.
+Files written for a lost attempt are deleted; on an unknown outcome nothing is deleted. A storage failure
+(disk full) before or while publishing fails the commit with StorageError after deleting the metadata
+it wrote: nothing was applied and the caller may retry the same messages once there is space.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lsmlake.errors import (
+    CommitConflictError,
+    CommitRetryExhaustedError,
+    CommitStateUnknownError,
+    NotFoundError,
+    StorageError,
+)
+from lsmlake.format.index_manifest import DELETION_VECTORS, IndexEntry, IndexManifestStore
+from lsmlake.format.manifest import ADD, DELETE, ManifestEntry, ManifestFileMeta, ManifestStore, merge_entries
+from lsmlake.format.snapshot import APPEND, BATCH_COMMIT_IDENTIFIER, COMPACT, OVERWRITE, Snapshot, SnapshotManager
+from lsmlake.table.write import CommitMessage
+
+# Merge the base manifests into fresh ones once a list holds this many small manifests.
+_MANIFEST_ENTRIES_PER_FILE = 100_000
+_KEEP: set[bytes] = set()  # marker: an OVERWRITE commit that replaces no partition
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """The snapshot a commit produced (or found already produced by an earlier attempt)."""
+
+    snapshot_id: int
+    already_committed: bool = False
+
+
+class FileStoreCommit:
+    """Commits file changes of one table."""
+
+    def __init__(self, snapshots: SnapshotManager, manifests: ManifestStore, schema_id: int,
+                 commit_user: str, max_retries: int = 10, merge_min_count: int = 30,
+                 indexes: IndexManifestStore | None = None) -> None:
+        self.indexes = indexes
+        self.snapshots = snapshots
+        self.manifests = manifests
+        self.schema_id = schema_id
+        self.commit_user = commit_user
+        self.max_retries = max_retries
+        self.merge_min_count = merge_min_count
+
+    # -- entry points --------------------------------------------------------------------------
+
+    def commit(self, messages: Sequence[CommitMessage], kind: str | None = None,
+               identifier: int = BATCH_COMMIT_IDENTIFIER, properties: dict[str, str] | None = None) -> CommitResult:
+        """Commit appends (and, for COMPACT, the replaced files). Kind defaults to APPEND or COMPACT."""
+        deletes = [ManifestEntry(DELETE, m.partition, m.bucket, m.total_buckets, f)
+                   for m in messages for f in m.deleted_files]
+        adds = [ManifestEntry(ADD, m.partition, m.bucket, m.total_buckets, f)
+                for m in messages for f in m.new_files]
+        if kind is None:
+            kind = COMPACT if deletes else APPEND
+        changelog = [ManifestEntry(ADD, m.partition, m.bucket, m.total_buckets, f)
+                     for m in messages for f in m.changelog_files]
+        index_changes = ([e for m in messages for e in m.new_index_files],
+                         [e for m in messages for e in m.deleted_index_files])
+        return self._commit(deletes + adds, kind, identifier, properties, overwrite_partitions=_KEEP,
+                            changelog=changelog, index_changes=index_changes)
+
+    def overwrite(self, messages: Sequence[CommitMessage], partitions: Sequence[bytes] | None,
+                  identifier: int = BATCH_COMMIT_IDENTIFIER,
+                  properties: dict[str, str] | None = None) -> CommitResult:
+        """Replace every live file of `partitions` (all partitions when None) by the new files."""
+        adds = [ManifestEntry(ADD, m.partition, m.bucket, m.total_buckets, f)
+                for m in messages for f in m.new_files]
+        changelog = [ManifestEntry(ADD, m.partition, m.bucket, m.total_buckets, f)
+                     for m in messages for f in m.changelog_files]
+        index_changes = ([e for m in messages for e in m.new_index_files],
+                         [e for m in messages for e in m.deleted_index_files])
+        return self._commit(adds, OVERWRITE, identifier, properties,
+                            overwrite_partitions=None if partitions is None else set(partitions),
+                            changelog=changelog, index_changes=index_changes)
+
+    # -- the protocol --------------------------------------------------------------------------
+
+    def _commit(self, changes: list[ManifestEntry], kind: str, identifier: int,
+                properties: dict[str, str] | None, overwrite_partitions: set[bytes] | None,
+                changelog: list[ManifestEntry] | None = None,
+                index_changes: tuple[list[IndexEntry], list[IndexEntry]] = ([], [])) -> CommitResult:
+        written: list[str] = []  # metadata this commit wrote; deleted when it definitely failed
+        try:
+            return self._attempts(changes, kind, identifier, properties, overwrite_partitions, changelog,
+                                  index_changes, written)
+        except CommitConflictError:
+            self._delete(written)
+            raise
+        except StorageError as e:  # raised only where nothing was published (see `_publish`)
+            self._delete(written)
+            raise StorageError(f"commit of {len(changes)} file change(s) to {self.snapshots.dir.rsplit('/', 1)[0]} "
+                               f"was not applied: {e}") from e
+
+    def _delete(self, names: list[str]) -> None:
+        for name in names:
+            self.manifests.io.delete_quietly(self.manifests.path(name))
+
+    def _attempts(self, changes: list[ManifestEntry], kind: str, identifier: int,
+                  properties: dict[str, str] | None, overwrite_partitions: set[bytes] | None,
+                  changelog: list[ManifestEntry] | None, index_changes: tuple[list[IndexEntry], list[IndexEntry]],
+                  written: list[str]) -> CommitResult:
+        # replacing partitions is what `overwrite()` asks for; a deletion-vector delete is OVERWRITE too
+        overwrite = kind == OVERWRITE and overwrite_partitions is not _KEEP
+        delta_meta: ManifestFileMeta | None = None
+        changelog_list: tuple[str, int] | None = None
+        changelog_rows = sum(e.file.row_count for e in changelog or [])
+        if changelog:
+            # the changelog does not depend on the previous snapshot: written once for all attempts
+            cl_meta = self.manifests.write_manifest(changelog, self.schema_id)
+            written.append(cl_meta.file_name)
+            changelog_list = self.manifests.write_list([cl_meta])
+            written.append(changelog_list[0])
+        for _attempt in range(self.max_retries + 1):
+            latest = self.snapshots.latest()
+            done = self._find_committed(latest, identifier, kind)
+            if done is not None:
+                return CommitResult(done, already_committed=True)
+            # Plain appends never conflict, so they skip reading the live file set.
+            needs_live = overwrite or any(e.kind == DELETE for e in changes) or bool(index_changes[0])
+            live = self.live_entries(latest) if needs_live else {}
+            if overwrite:
+                entries = [e.as_delete() for e in live.values()
+                           if overwrite_partitions is None or e.partition in overwrite_partitions] + changes
+            else:
+                entries = changes
+                self._check_deletes(changes, live)
+            if delta_meta is None or overwrite:
+                if delta_meta is not None:
+                    self.manifests.io.delete_quietly(self.manifests.path(delta_meta.file_name))
+                    written.remove(delta_meta.file_name)
+                delta_meta = self.manifests.write_manifest(entries, self.schema_id)
+                written.append(delta_meta.file_name)
+            kept = len(written)  # what this attempt writes from here on is dropped if it loses the race
+            index_manifest = latest.index_manifest if latest else None
+            added_idx, removed_idx = index_changes
+            if overwrite and self.indexes is not None and index_manifest:
+                # index files of replaced partitions describe files that are gone
+                removed_idx = removed_idx + [e for e in self.indexes.read(index_manifest)
+                                             if overwrite_partitions is None or e.partition in overwrite_partitions]
+            if added_idx or removed_idx:
+                live_after = merge_entries(list(live.values()) + entries) if live or entries else {}
+                index_manifest = self._index_manifest(latest, added_idx, removed_idx, live_after)
+                written.append(index_manifest)
+            base_metas = self._base_manifests(latest, written)
+            base_name, base_size = self.manifests.write_list(base_metas)
+            written.append(base_name)
+            delta_name, delta_size = self.manifests.write_list([delta_meta])
+            written.append(delta_name)
+            delta_rows = sum(e.file.row_count if e.kind == ADD else -e.file.row_count for e in entries)
+            snap = Snapshot(
+                id=(latest.id + 1) if latest else 1, schema_id=self.schema_id,
+                base_manifest_list=base_name, delta_manifest_list=delta_name,
+                base_manifest_list_size=base_size, delta_manifest_list_size=delta_size,
+                commit_user=self.commit_user, commit_identifier=identifier, commit_kind=kind,
+                time_millis=int(time.time() * 1000),
+                total_record_count=(latest.total_record_count if latest else 0) + delta_rows,
+                delta_record_count=delta_rows,
+                changelog_manifest_list=changelog_list[0] if changelog_list else None,
+                changelog_manifest_list_size=changelog_list[1] if changelog_list else None,
+                changelog_record_count=changelog_rows if changelog_list else None,
+                index_manifest=index_manifest,
+                watermark=latest.watermark if latest else None,
+                next_row_id=latest.next_row_id if latest else None,
+                properties=dict(properties) if properties else None, uuid=str(uuid.uuid4()))
+            self.manifests.sync_dir()  # every manifest the snapshot names is durable before it is published
+            published = self._publish(snap)
+            if published:
+                return CommitResult(snap.id)
+            self._delete(written[kept:])  # lost the race: these were never referenced
+            del written[kept:]
+        raise CommitRetryExhaustedError(
+            f"commit of {len(changes)} file change(s) lost the snapshot race {self.max_retries + 1} times")
+
+    def _index_manifest(self, latest: Snapshot | None, added: list[IndexEntry], removed: list[IndexEntry],
+                        live: dict[tuple[object, ...], ManifestEntry]) -> str:
+        """The new complete index manifest: the previous one's entries, less the replaced ones, plus the new.
+
+        Conflicts (nothing applied) when a replaced index file is gone, when a bucket would end up with
+        two deletion-vector (or hash) files, or when a vector marks rows of a data file that is not live.
+        """
+        assert self.indexes is not None
+        current = self.indexes.read(latest.index_manifest if latest else None)
+        names = {e.file_name for e in current}
+        gone = [e.file_name for e in removed if e.file_name not in names]
+        if gone:
+            raise CommitConflictError(f"index file(s) {gone} are no longer live: another commit changed the "
+                                      "deletion vectors of this bucket; this commit was not applied")
+        drop = {e.file_name for e in removed}
+        kept = [e for e in current if e.file_name not in drop]
+        taken = {(e.partition, e.bucket, e.index_type) for e in kept if e.index_type in (DELETION_VECTORS, "HASH")}
+        live_files = {(e.partition, e.bucket, e.file.file_name) for e in live.values()}
+        for e in added:
+            if (e.partition, e.bucket, e.index_type) in taken:
+                raise CommitConflictError(f"bucket {e.bucket} already has a {e.index_type} index file written by "
+                                          "another commit; this commit was not applied")
+            for r in e.dv_ranges or ():
+                if (e.partition, e.bucket, r.file_name) not in live_files:
+                    raise CommitConflictError(f"a deletion vector marks rows of {r.file_name}, which is no longer "
+                                              "live; this commit was not applied")
+        return self.indexes.write(kept + list(added))
+
+    def _publish(self, snap: Snapshot) -> bool:
+        """Publish the snapshot; False when another commit took its id.
+
+        A failed publication is settled by reading the target back: our snapshot there is a success on
+        an object store; on a local filesystem it is an unknown outcome, as the directory sync that makes
+        the snapshot survive a power cut did not complete. Another snapshot there is a lost race; an
+        absent target on a local filesystem (where publication is one hard link) means nothing was
+        published, and the StorageError propagates as a definite failure. Anything else is an unknown outcome.
+        """
+        try:
+            return self.snapshots.publish(snap)
+        except OSError as e:
+            try:
+                found: Snapshot | None = self.snapshots.snapshot(snap.id)
+            except NotFoundError:
+                found = None
+            except Exception:
+                raise CommitStateUnknownError(f"publishing snapshot {snap.id} failed ({e}) and the snapshot "
+                                              "cannot be read back") from e
+            if found is not None and found.uuid == snap.uuid and self.snapshots.io.local:
+                raise CommitStateUnknownError(f"snapshot {snap.id} was published but may not survive a power "
+                                              f"cut: {e}") from e
+            if found is not None:
+                return found.uuid == snap.uuid or False
+            if isinstance(e, StorageError) and self.snapshots.io.local:
+                raise
+            raise CommitStateUnknownError(f"publishing snapshot {snap.id} failed: {e}") from e
+
+    def _find_committed(self, latest: Snapshot | None, identifier: int, kind: str) -> int | None:
+        """The snapshot this user already made with this identifier and kind, if any.
+
+        Identifiers grow per commit user, so the backward walk stops at the user's first older commit.
+        """
+        if latest is None or identifier == BATCH_COMMIT_IDENTIFIER:
+            return None
+        earliest = self.snapshots.earliest_id() or 1
+        for sid in range(latest.id, earliest - 1, -1):
+            try:
+                s = self.snapshots.snapshot(sid)
+            except NotFoundError:  # expired while we walked
+                break
+            if s.commit_user != self.commit_user:
+                continue
+            if s.commit_identifier == identifier and s.commit_kind == kind:
+                return s.id
+            if s.commit_identifier < identifier:
+                break
+        return None
+
+    @staticmethod
+    def _check_deletes(changes: list[ManifestEntry], live: dict[tuple[object, ...], ManifestEntry]) -> None:
+        added = {e.identifier for e in changes if e.kind == ADD}
+        for e in changes:
+            if e.kind != DELETE:
+                continue
+            if e.identifier in added:
+                raise CommitConflictError(f"file {e.file.file_name} is both added and deleted by one commit")
+            if e.identifier not in live:
+                raise CommitConflictError(
+                    f"file {e.file.file_name} (bucket {e.bucket}, level {e.file.level}) is no longer live: "
+                    "another commit replaced it; this commit was not applied")
+
+    def live_entries(self, snapshot: Snapshot | None) -> dict[tuple[object, ...], ManifestEntry]:
+        if snapshot is None:
+            return {}
+        return self.manifests.live(snapshot.base_manifest_list, snapshot.delta_manifest_list)
+
+    def _base_manifests(self, latest: Snapshot | None, written: list[str]) -> list[ManifestFileMeta]:
+        """The manifests of the previous snapshot, merged into few files once there are many (added to `written`)."""
+        if latest is None:
+            return []
+        metas = self.manifests.snapshot_manifests(latest.base_manifest_list, latest.delta_manifest_list)
+        if len(metas) < self.merge_min_count:
+            return metas
+        live = list(self.manifests.live(latest.base_manifest_list, latest.delta_manifest_list).values())
+        merged = []
+        for i in range(0, len(live), _MANIFEST_ENTRIES_PER_FILE):
+            merged.append(self.manifests.write_manifest(live[i:i + _MANIFEST_ENTRIES_PER_FILE], self.schema_id))
+            written.append(merged[-1].file_name)
+        return merged

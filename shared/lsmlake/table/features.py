@@ -1,0 +1,55 @@
+"""Which table features lsmlake handles yet: a table that needs more is refused, never misread.
+
+Tables written by other engines may carry options lsmlake does not implement. Reading or writing
+them as if those options were absent would return wrong rows or break other readers, so each
+entry point checks here first and names the option that stops it.
+"""
+
+from __future__ import annotations
+
+from lsmlake.errors import InvalidInputError
+from lsmlake.format import options as opts
+from lsmlake.format.schema import TableSchema
+
+
+def _truthy(schema: TableSchema, key: str) -> bool:
+    return schema.options.get(key, "false").strip().lower() == "true"
+
+
+def unsupported(schema: TableSchema, for_write: bool) -> list[str]:
+    """Reasons the table cannot be read (or written, when `for_write`) correctly by lsmlake."""
+    o = schema.table_options
+    reasons = []
+    if _truthy(schema, opts.DELETION_VECTORS_ENABLED.key) and _truthy(schema, "deletion-vectors.bitmap64"):
+        reasons.append("deletion-vectors.bitmap64=true (64-bit deletion vectors are not supported)")
+    if schema.is_primary_key_table:
+        from lsmlake.mergetree.merge.factory import merge_function_for
+
+        try:
+            merge_function_for(schema)
+        except InvalidInputError as e:
+            reasons.append(str(e))
+    bucket = o.bucket()
+    if bucket < -1 or bucket == 0:
+        reasons.append(f"bucket={bucket} (postpone buckets are not supported)")
+    if for_write:
+        if schema.is_primary_key_table and bucket == -1:
+            reasons.append("bucket=-1 on a primary-key table (dynamic buckets are not supported yet for writes)")
+        producer = o.get(opts.CHANGELOG_PRODUCER) or "none"
+        if producer not in opts.CHANGELOG_PRODUCERS:
+            reasons.append(f"changelog-producer={producer} (use one of {', '.join(opts.CHANGELOG_PRODUCERS)})")
+        for key in ("row-tracking.enabled", "data-evolution.enabled"):
+            if _truthy(schema, key):
+                reasons.append(f"{key}=true (not supported yet for writes)")
+    fmt = (o.get(opts.FILE_FORMAT) or "parquet").lower()
+    if fmt != "parquet":
+        reasons.append(f"file.format={fmt} (lsmlake reads and writes parquet)")
+    return reasons
+
+
+def check(schema: TableSchema, identifier: str, for_write: bool) -> None:
+    """Raise an InvalidInputError naming every option that stops lsmlake from handling the table."""
+    reasons = unsupported(schema, for_write)
+    if reasons:
+        what = "write to" if for_write else "read"
+        raise InvalidInputError(f"cannot {what} table {identifier}: " + "; ".join(reasons))

@@ -1,0 +1,298 @@
+"""The batch write path: rows -> (partition, bucket) groups -> sorted, deduplicated level-0 files.
+
+Everything here works on whole Arrow columns: partitions are grouped by dictionary codes, buckets
+come from the vectorised BinaryRow hash, sequence numbers from numpy ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lsmlake.errors import InvalidInputError
+from lsmlake.format import options as opts
+from lsmlake.format.binary_row import serialize_row
+from lsmlake.format.bucket import bucket_ids
+from lsmlake.format.data_file_meta import DataFileMeta
+from lsmlake.format.data_file_writer import DataFileWriter, bucket_dir
+from lsmlake.format.index_manifest import IndexEntry
+from lsmlake.format.partition import partition_path
+from lsmlake.format.row_kind import is_retract
+from lsmlake.format.schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
+from lsmlake.fs.file_io import FileIO
+from lsmlake.mergetree.dedupe import group_ends, sort_and_group
+from lsmlake.mergetree.merge.factory import merge_function_for
+from lsmlake.mergetree.merge.first_row import FirstRow
+from lsmlake.mergetree.merge.merge_function import MergeFunction
+from lsmlake.table.input_rows import conform
+from lsmlake.table.sequence_numbers import SequenceAllocator
+
+_GROUP = "__lsmlake_group"  # carried through the merge to regroup rows by (partition, bucket)
+
+
+@dataclass
+class CommitMessage:
+    """The file changes of one (partition, bucket), handed from a writer to a committer."""
+
+    partition: bytes
+    bucket: int
+    total_buckets: int
+    new_files: list[DataFileMeta] = field(default_factory=list)
+    deleted_files: list[DataFileMeta] = field(default_factory=list)
+    changelog_files: list[DataFileMeta] = field(default_factory=list)
+    new_index_files: list[IndexEntry] = field(default_factory=list)
+    deleted_index_files: list[IndexEntry] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BucketTarget:
+    """One (partition, bucket) that rows are written to, with the partition's directory path."""
+
+    partition: bytes
+    partition_path: str
+    bucket: int
+
+
+@dataclass
+class Routing:
+    """Where the rows of one batch go: a run of row indices per (partition, bucket), input order kept in a run."""
+
+    group: np.ndarray  # per row: partition id * span + bucket
+    order: np.ndarray  # row indices sorted by group, stable
+    starts: np.ndarray  # start of each group's run in `order`
+    targets: list[BucketTarget]  # the target of each run
+    span: int
+    partitions: dict[int, tuple[bytes, str]]  # partition id -> (BinaryRow bytes, directory path)
+
+    def runs(self) -> Iterator[tuple[BucketTarget, np.ndarray]]:
+        """(target, row indices in input order) of every (partition, bucket) the batch touches."""
+        ends = np.r_[self.starts[1:], len(self.order)]
+        for target, a, b in zip(self.targets, self.starts.tolist(), ends.tolist(), strict=True):
+            yield target, self.order[a:b]
+
+
+def group_ids(columns: list[pa.ChunkedArray | pa.Array], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Dense group id of every row by the values of `columns`, and the first row index of each group."""
+    combined = np.zeros(n, dtype=np.int64)
+    for col in columns:
+        enc = pc.dictionary_encode(col)
+        if isinstance(enc, pa.ChunkedArray):
+            enc = enc.combine_chunks() if enc.num_chunks != 1 else enc.chunk(0)
+        size = len(enc.dictionary) + 1
+        idx = pc.fill_null(enc.indices, size - 1).to_numpy().astype(np.int64)
+        combined = combined * size + idx
+        _, combined = np.unique(combined, return_inverse=True)  # keep the codes dense: no overflow
+    uniq, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    return inverse.astype(np.int64), first
+
+
+class TableWrite:
+    """Buffers nothing: each `write` call turns its rows into files and returns the commit messages."""
+
+    def __init__(self, fio: FileIO, table_path: str, schema: TableSchema, sequences: SequenceAllocator) -> None:
+        self.io = fio
+        self.table_path = table_path
+        self.schema = schema
+        self.sequences = sequences
+        self.file_writer = DataFileWriter(fio, schema)
+        self.partition_types = schema.types_of(schema.partition_keys)
+        self.default_partition = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
+        self.merge_function = merge_function_for(schema) if schema.is_primary_key_table else None
+        self.changelog_input = schema.table_options.get(opts.CHANGELOG_PRODUCER) == "input"
+        self.messages: dict[tuple[bytes, int], CommitMessage] = {}
+        self._written: list[str] = []  # every file written, for abort
+
+    def write(self, data: pa.Table | pa.RecordBatch) -> None:
+        """Validate the rows and write them as level-0 files (nothing is written if they are invalid)."""
+        rows, kinds_arr = conform(self.schema, data)
+        n = rows.num_rows
+        if n == 0:
+            return
+        kinds = kinds_arr.to_numpy(zero_copy_only=False)
+        schema = self.schema
+        routing = self.route(rows)
+        g, order, starts, span, partitions = routing.group, routing.order, routing.starts, routing.span, \
+            routing.partitions
+        # Rank of each row inside its group, in input order: the sequence number offset.
+        run_len = np.diff(np.r_[starts, n])
+        rank_sorted = np.arange(n) - np.repeat(starts, run_len)
+        keys = [(t.partition, t.bucket) for t in routing.targets]
+        first = self.sequences.allocate(dict(zip(keys, run_len.tolist(), strict=True)))
+        base = np.array([first[k] for k in keys], np.int64)
+        seq = np.empty(n, np.int64)
+        seq[order] = np.repeat(base, run_len) + rank_sorted
+        changelog: list[tuple[BucketTarget, pa.Table, np.ndarray, np.ndarray]] = []
+        if schema.is_primary_key_table and self.changelog_input:
+            # the written rows themselves, unmerged, in key order: Paimon's `input` changelog
+            if getattr(self.merge_function, "ignore_delete", False):
+                keep_rows = ~is_retract(kinds)
+            else:
+                keep_rows = np.ones(n, dtype=bool)
+            idx, _ = sort_and_group([rows.column(k) for k in schema.trimmed_primary_keys], [(seq, "ascending")], g)
+            idx = idx[keep_rows[idx]]
+            cg = g[idx]
+            cut = np.flatnonzero(np.r_[True, cg[1:] != cg[:-1], True])
+            for a, b in zip(cut[:-1].tolist(), cut[1:].tolist(), strict=True):
+                pid, bucket = divmod(int(cg[a]), span)
+                sel = pa.array(idx[a:b], pa.int64())
+                changelog.append((BucketTarget(*partitions[pid], bucket), rows.take(sel), seq[idx[a:b]],
+                                  kinds[idx[a:b]]))
+        if schema.is_primary_key_table:
+            rows, g, seq, kinds, layer = self._fold(rows, g, seq, kinds)
+        else:
+            rows = rows.take(pa.array(order))
+            g, seq, kinds = g[order], seq[order], kinds[order]
+            layer = np.zeros(len(g), np.int64)
+        if len(g) == 0:
+            return  # everything folded away (for example only ignored deletes)
+        split_at = (g[1:] != g[:-1]) | (layer[1:] != layer[:-1])
+        bounds = np.flatnonzero(np.r_[True, split_at, True])
+        jobs = []
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            pid, bucket = divmod(int(g[a]), span)
+            jobs.append((BucketTarget(*partitions[pid], bucket), a, b))
+
+        def run(job: tuple[BucketTarget, int, int]) -> tuple[BucketTarget, list[DataFileMeta]]:
+            target, a, b = job
+            return target, self.write_files(target, rows.slice(a, b - a), seq[a:b], kinds[a:b])
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            results = list(pool.map(run, jobs))
+        for target, files in results:
+            self.message(target).new_files.extend(files)
+        for target, cl_rows, cl_seq, cl_kinds in changelog:
+            self.message(target).changelog_files.extend(
+                self.write_files(target, cl_rows, cl_seq, cl_kinds, prefix="changelog-"))
+
+    def route(self, rows: pa.Table) -> Routing:
+        """The (partition, bucket) of every row of a conformed batch, computed on whole columns."""
+        schema = self.schema
+        n = rows.num_rows
+        num_buckets = schema.num_buckets
+        pgroup, pfirst = group_ids([rows.column(k) for k in schema.partition_keys], n) \
+            if schema.partition_keys else (np.zeros(n, np.int64), np.zeros(1, np.int64))
+        if num_buckets > 0:
+            bkeys = schema.bucket_keys
+            buckets = bucket_ids([rows.column(k) for k in bkeys], schema.types_of(bkeys), num_buckets)
+            buckets = np.asarray(buckets, dtype=np.int64)
+        else:
+            buckets = np.zeros(n, np.int64)
+        span = max(num_buckets, 1)
+        g = pgroup * span + buckets
+        order = np.argsort(g, kind="stable")
+        g_sorted = g[order]
+        starts = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]]) if n else np.zeros(0, np.int64)
+        partitions: dict[int, tuple[bytes, str]] = {}
+        targets = []
+        for gid in g_sorted[starts].tolist():
+            pid, bucket = divmod(gid, span)
+            if pid not in partitions:
+                first_row = int(pfirst[pid])
+                values = [rows.column(k)[first_row].as_py() for k in schema.partition_keys]
+                partitions[pid] = (serialize_row(values, self.partition_types),
+                                   partition_path(values, list(schema.partition_keys), self.partition_types,
+                                                  self.default_partition))
+            targets.append(BucketTarget(*partitions[pid], bucket))
+        return Routing(g, order, starts, targets, span, partitions)
+
+    def check_kinds(self, kinds: np.ndarray) -> None:
+        """Refuse row kinds the table's merge engine gives no meaning to, before anything is buffered or written."""
+        if self.merge_function is None:
+            return
+        self.merge_function.check_retractions(kinds)
+        mf = self.merge_function
+        if isinstance(mf, FirstRow) and not mf.ignore_delete and is_retract(kinds).any():
+            # FirstRow.merge refuses these too, but only when the rows are folded: refuse them on arrival
+            raise InvalidInputError("the first-row merge engine cannot accept -U/-D rows; "
+                                    "set 'ignore-delete' = 'true' to drop them")
+
+    def write_files(self, target: BucketTarget, rows: pa.Table, seq: np.ndarray, kinds: np.ndarray,
+                    prefix: str = "data-") -> list[DataFileMeta]:
+        """Write rows of one bucket (sorted by key, keys unique, for primary-key tables) as level-0 files.
+
+        The files are remembered for `abort`; the caller puts them into a commit message.
+        """
+        directory = bucket_dir(self.table_path, target.partition_path, target.bucket)
+        files = self.file_writer.write(directory, rows, seq, kinds if self.schema.is_primary_key_table else None,
+                                       prefix=prefix)
+        self._written.extend(f"{directory}/{f.file_name}" for f in files)
+        return files
+
+    def message(self, target: BucketTarget) -> CommitMessage:
+        """The pending commit message of a bucket (created empty)."""
+        key = (target.partition, target.bucket)
+        return self.messages.setdefault(key, CommitMessage(target.partition, target.bucket, self.schema.num_buckets))
+
+    def _fold(self, rows: pa.Table, g: np.ndarray, seq: np.ndarray,
+              kinds: np.ndarray) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        assert self.merge_function is not None
+        return fold_rows(self.merge_function, self.schema.primary_keys, rows, g, seq, kinds)
+
+    def prepare_commit(self) -> list[CommitMessage]:
+        """The commit messages of everything written so far (and forget them)."""
+        out = list(self.messages.values())
+        self.messages = {}
+        return out
+
+    def abort(self) -> None:
+        """Delete every file this writer wrote (call only when they are definitely not committed)."""
+        self.messages = {}
+        for path in self._written:
+            self.io.delete_quietly(path)
+        for directory in sorted({p.rsplit("/", 1)[0] for p in self._written}, reverse=True):
+            self.io.delete_dir_if_empty(directory)
+            parent = directory.rsplit("/", 1)[0]
+            while parent != self.table_path and parent.startswith(self.table_path):
+                self.io.delete_dir_if_empty(parent)
+                parent = parent.rsplit("/", 1)[0]
+        self._written = []
+
+
+def fold_rows(merge_function: MergeFunction, primary_keys: Sequence[str], rows: pa.Table, g: np.ndarray,
+              seq: np.ndarray, kinds: np.ndarray) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Merge rows of the same (group, key) with the table's merge engine: the writer's local fold.
+
+    Returns rows, group, sequence, kind and layer, ordered by (group, layer, key). Each (group, layer)
+    becomes its own file, so keys stay unique per file. Where the engine's retractions are not
+    associative (partial-update, aggregation), keys holding a retraction are not folded: their rows go
+    to successive layers and are merged later, with the whole history at hand.
+    """
+    merge_function.check_retractions(kinds)
+    extra = pa.table({SEQUENCE_NUMBER: pa.array(seq, pa.int64()), VALUE_KIND: pa.array(kinds, pa.int8()),
+                      _GROUP: pa.array(g, pa.int64())})
+    full = pa.Table.from_arrays(rows.columns + extra.columns, names=rows.column_names + extra.column_names)
+    keys = list(primary_keys)
+    retract = is_retract(kinds)
+    if getattr(merge_function, "retractions_need_history", False) and retract.any():
+        idx, starts = sort_and_group([full.column(k) for k in keys], [(seq, "ascending")])
+        ends = group_ends(starts, len(idx))
+        key_has_retract = np.maximum.reduceat(retract[idx].astype(np.int8), starts).astype(bool)
+        row_key_retract = np.repeat(key_has_retract, ends - starts)
+        rank = np.arange(len(idx)) - np.repeat(starts, ends - starts)
+        foldable = full.take(pa.array(idx[~row_key_retract], pa.int64()))
+        held = full.take(pa.array(idx[row_key_retract], pa.int64()))
+        merged = merge_function.merge(foldable) if foldable.num_rows else foldable
+        layer = np.r_[np.zeros(merged.num_rows, np.int64), rank[row_key_retract]]
+        merged = pa.concat_tables([merged, held])
+        needs_sort = True  # the held rows are not in key order with the folded ones
+    else:
+        merged = merge_function.merge(full) if full.num_rows else full
+        layer = np.zeros(merged.num_rows, np.int64)
+        needs_sort = False
+    mg = merged.column(_GROUP).to_numpy()
+    if needs_sort:
+        order = pc.sort_indices(pa.table([pa.array(mg), pa.array(layer)] + [merged.column(k) for k in keys],
+                                         names=["g", "l"] + [f"k{i}" for i in range(len(keys))]),
+                                sort_keys=[("g", "ascending"), ("l", "ascending")]
+                                + [(f"k{i}", "ascending") for i in range(len(keys))]).to_numpy()
+    else:
+        order = np.argsort(mg, kind="stable")  # merged rows are in key order; keep it inside each group
+    merged = merged.take(pa.array(order))
+    return (merged.select(rows.column_names), mg[order], merged.column(SEQUENCE_NUMBER).to_numpy(),
+            merged.column(VALUE_KIND).to_numpy().astype(np.int8), layer[order])
+

@@ -1,0 +1,120 @@
+"""The tables a writer serves over gRPC, each with its group-commit thread.
+
+A table is opened on its first write (from the warehouse, which the writer shares with the catalog) and
+gets a committer thread. It commits the table's group as soon as no write of the table is in progress
+(every client that sent rows is waiting for its reply, so waiting longer only adds latency; writes that
+arrive during a commit form the next group), and at the latest `commit_interval_s` after the group's first
+write while writes keep arriving, or when the buffered rows reach `commit_rows`, or when a request asks
+for it. The number of snapshots is thus bounded by the commit rate the catalog sustains, not by the
+number of clients.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.errors import ServiceUnavailableError
+from writer_svc.catalog_client import CatalogClient
+from writer_svc.metrics import WriterMetrics
+from writer_svc.table_ingest import TableIngest
+
+_log = logging.getLogger(__name__)
+
+
+class ShutdownError(ServiceUnavailableError):
+    """The writer stopped before the rows could be committed; they were not (retry on another writer)."""
+
+
+class _Committer:
+    def __init__(self, ingest: TableIngest, interval_s: float, commit_rows: int) -> None:
+        self.ingest = ingest
+        self.interval_s = interval_s
+        self.commit_rows = commit_rows
+        self.wake = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"commit-{ingest.table_id}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            since = self.ingest.pending_since()
+            if since is None:
+                self.wake.wait(0.5)
+                self.wake.clear()
+                continue
+            due = since + self.interval_s
+            if not self.wake.is_set() and time.monotonic() < due and self.ingest.pending_rows() < self.commit_rows:
+                self.wake.wait(min(due - time.monotonic(), 0.5))
+                continue  # look again: woken, due, or still waiting
+            self.wake.clear()
+            try:
+                self.ingest.commit()
+            except Exception as e:  # the group's requests get the error; keep serving
+                _log.warning("group commit of %s failed: %s", self.ingest.table_id, e)
+
+
+class Tables:
+    """The writer's open tables."""
+
+    def __init__(self, warehouse: str, client: CatalogClient, metrics: WriterMetrics, writer_id: str,
+                 commit_interval_s: float, commit_rows: int, spill_root: str | None) -> None:
+        self.catalog = FileSystemCatalog(warehouse)
+        self.client = client
+        self.metrics = metrics
+        # a new commit user per process: commit identifiers restart at 1 without matching older commits
+        self.commit_user = f"{writer_id}-{uuid.uuid4().hex[:8]}"
+        self.commit_interval_s = commit_interval_s
+        self.commit_rows = commit_rows
+        self.spill_root = spill_root
+        self._lock = threading.Lock()
+        self._tables: dict[str, tuple[TableIngest, _Committer]] = {}
+        self._opened: set[str] = set()
+        self._closed = False
+
+    def get(self, table_id: str) -> TableIngest:
+        with self._lock:
+            if self._closed:
+                raise ShutdownError("the writer is shutting down")
+            entry = self._tables.get(table_id)
+            if entry is not None and entry[0].stale:  # dropped and created again: its group has failed
+                stale, committer = entry
+                committer.stop.set()
+                committer.wake.set()
+                stale.discard(ShutdownError(f"table {table_id} was dropped and created again; resend the write"))
+                stale.close()
+                entry = None
+            if entry is None:
+                table = self.catalog.get_table(table_id)  # NotFoundError for an unknown table
+                # a reopened table gets a commit user of its own: its identifiers start again at 1
+                user = f"{self.commit_user}-{uuid.uuid4().hex[:4]}" if table_id in self._opened else self.commit_user
+                self._opened.add(table_id)
+                ingest = TableIngest(table, self.client, user, self.metrics, self.spill_root)
+                committer = _Committer(ingest, self.commit_interval_s, self.commit_rows)
+                ingest.on_idle = committer.wake.set
+                entry = self._tables[table_id] = (ingest, committer)
+            return entry[0]
+
+    def commit_soon(self, table_id: str) -> None:
+        entry = self._tables.get(table_id)
+        if entry is not None:
+            entry[1].wake.set()
+
+    def close(self) -> None:
+        """Commit what every table holds, stop the committers; rows that cannot be committed are rejected."""
+        with self._lock:
+            self._closed = True
+            entries = list(self._tables.values())
+        for ingest, committer in entries:
+            committer.stop.set()
+            committer.wake.set()
+            committer.thread.join(30)
+            try:
+                ingest.commit()
+            except Exception as e:
+                _log.error("final commit of %s failed: %s; its rows were rejected", ingest.table_id, e)
+            ingest.discard(ShutdownError("the writer stopped before the rows were committed"))
+            ingest.close()
