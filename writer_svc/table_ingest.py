@@ -40,7 +40,8 @@ from lsmlake.errors import (
     ServiceUnavailableError,
     StorageError,
 )
-from lsmlake.table.file_store_table import FileStoreTable, table_identity
+from lsmlake.table.file_store import table_identity
+from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.input_rows import conform
 from lsmlake.table.write import CommitMessage
 from lsmlake.table.write_buffer import BufferedTableWrite

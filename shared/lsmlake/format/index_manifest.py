@@ -6,7 +6,7 @@ import io
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import fastavro
 from pyroaring import BitMap
@@ -17,9 +17,6 @@ from lsmlake.format.deletion_vector import DvRange
 from lsmlake.fs.file_io import FileIO
 
 DELETION_VECTORS = "DELETION_VECTORS"
-
-if TYPE_CHECKING:
-    from lsmlake.table.scan import Split
 
 INDEX_MANIFEST_ENTRY = fastavro.parse_schema({"type": "record", "name": "IndexManifestEntry", "fields": [
     {"name": "_VERSION", "type": "int"},
@@ -113,7 +110,18 @@ class IndexManifestStore:
         return name
 
 
-def dv_index_change(indexes: IndexManifestStore, split: Split,
+class BucketVectors(Protocol):
+    """Where a bucket's deletion vectors are: its partition, bucket and current index file (a scan's split)."""
+
+    @property
+    def partition(self) -> bytes: ...
+    @property
+    def bucket(self) -> int: ...
+    @property
+    def dv_index(self) -> IndexEntry | None: ...
+
+
+def dv_index_change(indexes: IndexManifestStore, split: BucketVectors,
                     vectors: dict[str, BitMap]) -> tuple[list[IndexEntry], list[IndexEntry]]:
     """(added, removed) index entries that replace a bucket's deletion-vector file by `vectors`."""
     removed = [split.dv_index] if split.dv_index is not None else []

@@ -10,11 +10,32 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from enum import StrEnum
+from typing import Any, Generic, TypeVar, overload
 
 from lsmlake.errors import InvalidInputError, UnknownOptionError
 
 T = TypeVar("T")
+E = TypeVar("E", bound=StrEnum)
+
+
+class MergeEngine(StrEnum):
+    DEDUPLICATE = "deduplicate"
+    PARTIAL_UPDATE = "partial-update"
+    AGGREGATION = "aggregation"
+    FIRST_ROW = "first-row"
+
+
+class ChangelogProducer(StrEnum):
+    NONE = "none"
+    INPUT = "input"
+    FULL_COMPACTION = "full-compaction"
+    LOOKUP = "lookup"
+
+
+class SortOrder(StrEnum):
+    ASCENDING = "ascending"
+    DESCENDING = "descending"
 
 _MEMORY_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
                  "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
@@ -55,38 +76,70 @@ def _parse_int(text: str) -> int:
         raise InvalidInputError(f"bad integer {text!r}") from None
 
 
+def _enum(kind: type[E], key: str) -> Callable[[str], E]:
+    """Parser of an option whose values are the members of `kind`."""
+    def parse(text: str) -> E:
+        try:
+            return kind(text.strip().lower())
+        except ValueError:
+            raise InvalidInputError(f"{key} must be one of {', '.join(kind)}, not {text!r}") from None
+    return parse
+
+
 @dataclass(frozen=True)
 class Option(Generic[T]):
-    """One table option: key, parser, default and what it means."""
+    """One table option with a default: key, parser, default and what it means. Reading it gives a T."""
 
     key: str
     parse: Callable[[str], T]
-    default: T | None
+    default: T
     description: str
     default_text: str | None = None  # for derived defaults, how the default is computed
 
     def doc_default(self) -> str:
-        if self.default_text is not None:
-            return self.default_text
-        return "(none)" if self.default is None else str(self.default)
+        return self.default_text if self.default_text is not None else str(self.default)
 
 
-REGISTRY: dict[str, Option[Any]] = {}
+@dataclass(frozen=True)
+class OptionalOption(Generic[T]):
+    """One table option without a default: reading it gives a T, or None when the table does not set it."""
+
+    key: str
+    parse: Callable[[str], T]
+    description: str
+    default_text: str | None = None  # for derived defaults, how the default is computed
+
+    @property
+    def default(self) -> None:
+        return None
+
+    def doc_default(self) -> str:
+        return self.default_text if self.default_text is not None else "(none)"
+
+
+REGISTRY: dict[str, Option[Any] | OptionalOption[Any]] = {}
 PREFIX_OPTIONS: dict[str, str] = {}  # regex -> description, for per-field options
 
 
-def _opt(key: str, parse: Callable[[str], T], default: T | None, description: str,
+def _opt(key: str, parse: Callable[[str], T], default: T, description: str,
          default_text: str | None = None) -> Option[T]:
     o = Option(key, parse, default, description, default_text)
     REGISTRY[key] = o
     return o
 
 
-BUCKET = _opt("bucket", _parse_int, None,
+def _optional(key: str, parse: Callable[[str], T], description: str,
+              default_text: str | None = None) -> OptionalOption[T]:
+    o = OptionalOption(key, parse, description, default_text)
+    REGISTRY[key] = o
+    return o
+
+
+BUCKET = _optional("bucket", _parse_int,
               "Number of buckets. N > 0 fixes the bucket count; -1 means unaware (append tables) "
               "or dynamic (primary-key tables, not supported yet).",
               "-1 for append tables; required for primary-key tables")
-BUCKET_KEY = _opt("bucket-key", str, None,
+BUCKET_KEY = _optional("bucket-key", str,
                   "Comma-separated columns hashed to pick a bucket; defaults to the primary key "
                   "without partition columns. Required for fixed-bucket append tables.")
 FILE_FORMAT = _opt("file.format", str, "parquet", "Data file format; lsmlake writes parquet.")
@@ -94,7 +147,7 @@ FILE_COMPRESSION = _opt("file.compression", str, "zstd",
                         "Compression codec of data files (a fixed-width column that does not compress is "
                         "written uncompressed).")
 FILE_COMPRESSION_ZSTD_LEVEL = _opt("file.compression.zstd-level", _parse_int, 1, "zstd level of data files.")
-TARGET_FILE_SIZE = _opt("target-file-size", parse_memory, None,
+TARGET_FILE_SIZE = _optional("target-file-size", parse_memory,
                         "Data files roll over at this size (Arrow in-memory bytes).",
                         "128 mb for primary-key tables, 256 mb for append tables")
 PARTITION_DEFAULT_NAME = _opt("partition.default-name", str, "__DEFAULT_PARTITION__",
@@ -112,20 +165,21 @@ SNAPSHOT_TIME_RETAINED = _opt("snapshot.time-retained", parse_duration_ms, 3_600
                               "Snapshots younger than this are kept (milliseconds; '1 h').", "1 h")
 SNAPSHOT_EXPIRE_LIMIT = _opt("snapshot.expire.limit", _parse_int, 50,
                              "Snapshots expired at most in one run.")
-CONSUMER_EXPIRATION_TIME = _opt("consumer.expiration-time", parse_duration_ms, None,
+CONSUMER_EXPIRATION_TIME = _optional("consumer.expiration-time", parse_duration_ms,
                                 "A consumer (`consumer/consumer-<id>`) whose file was last modified longer ago "
                                 "than this no longer holds snapshots back, and expiration deletes it; unset: "
                                 "consumers never expire.")
 COMMIT_MAX_RETRIES = _opt("commit.max-retries", _parse_int, 10,
                           "Attempts of a commit that keeps losing the snapshot-id race.")
-MERGE_ENGINE = _opt("merge-engine", str, "deduplicate",
+MERGE_ENGINE = _opt("merge-engine", _enum(MergeEngine, "merge-engine"), MergeEngine.DEDUPLICATE,
                     "How rows of one key merge: deduplicate, partial-update, aggregation or first-row.")
 IGNORE_DELETE = _opt("ignore-delete", _parse_bool, False, "Drop -D and -U rows on write.")
-SEQUENCE_FIELD = _opt("sequence.field", str, None,
+SEQUENCE_FIELD = _optional("sequence.field", str,
                       "Field(s) (comma-separated) that order the rows of a key before the sequence number.")
-ROWKIND_FIELD = _opt("rowkind.field", str, None,
+ROWKIND_FIELD = _optional("rowkind.field", str,
                      "A STRING column whose values (+I, -U, +U, -D) give each row's kind.")
-SEQUENCE_FIELD_SORT_ORDER = _opt("sequence.field.sort-order", str, "ascending",
+SEQUENCE_FIELD_SORT_ORDER = _opt("sequence.field.sort-order", _enum(SortOrder, "sequence.field.sort-order"),
+                                 SortOrder.ASCENDING,
                                  "ascending: the largest sequence.field wins; descending: the smallest.")
 FIRST_ROW_IGNORE_DELETE = _opt("first-row.ignore-delete", _parse_bool, False, "first-row: drop -U/-D rows.")
 DEDUPLICATE_IGNORE_DELETE = _opt("deduplicate.ignore-delete", _parse_bool, False,
@@ -135,27 +189,27 @@ PARTIAL_UPDATE_IGNORE_DELETE = _opt("partial-update.ignore-delete", _parse_bool,
 PARTIAL_UPDATE_REMOVE_RECORD_ON_DELETE = _opt(
     "partial-update.remove-record-on-delete", _parse_bool, False,
     "partial-update: a -D row removes the whole row (later rows start afresh).")
-PARTIAL_UPDATE_REMOVE_RECORD_ON_SEQUENCE_GROUP = _opt(
-    "partial-update.remove-record-on-sequence-group", str, None,
+PARTIAL_UPDATE_REMOVE_RECORD_ON_SEQUENCE_GROUP = _optional(
+    "partial-update.remove-record-on-sequence-group", str,
     "partial-update: sequence fields whose group's winning retraction removes the whole row.")
 AGGREGATION_REMOVE_RECORD_ON_DELETE = _opt("aggregation.remove-record-on-delete", _parse_bool, False,
                                            "aggregation: a -D row removes the whole row.")
-FIELDS_DEFAULT_AGGREGATE_FUNCTION = _opt("fields.default-aggregate-function", str, None,
+FIELDS_DEFAULT_AGGREGATE_FUNCTION = _optional("fields.default-aggregate-function", str,
                                          "Aggregate function of fields that name none.",
                                          "last_non_null_value for the aggregation engine")
 DELETION_VECTORS_ENABLED = _opt("deletion-vectors.enabled", _parse_bool, False,
                                 "Deletion vectors: readers skip older row versions without merging; level-0 "
                                 "files become visible once compacted (writes compact unless write-only).")
-CHANGELOG_PRODUCERS = ("none", "input", "full-compaction", "lookup")
-CHANGELOG_PRODUCER = _opt("changelog-producer", str, "none",
+CHANGELOG_PRODUCERS = tuple(ChangelogProducer)
+CHANGELOG_PRODUCER = _opt("changelog-producer", _enum(ChangelogProducer, "changelog-producer"), ChangelogProducer.NONE,
                           "Changelog files for streaming readers: none, input (the written rows), "
                           "full-compaction (the change made by each full compaction) or lookup (the change "
                           "made when level-0 files are compacted up).")
 NUM_SORTED_RUN_COMPACTION_TRIGGER = _opt("num-sorted-run.compaction-trigger", _parse_int, 5,
                                          "Sorted runs that trigger a compaction.")
-NUM_LEVELS = _opt("num-levels", _parse_int, None, "LSM levels.",
+NUM_LEVELS = _optional("num-levels", _parse_int, "LSM levels.",
                   "num-sorted-run.compaction-trigger + 1")
-NUM_SORTED_RUN_STOP_TRIGGER = _opt("num-sorted-run.stop-trigger", _parse_int, None,
+NUM_SORTED_RUN_STOP_TRIGGER = _optional("num-sorted-run.stop-trigger", _parse_int,
                                    "Sorted runs at which writes stall until compaction catches up.",
                                    "num-sorted-run.compaction-trigger + 3")
 COMPACTION_MAX_SIZE_AMPLIFICATION_PERCENT = _opt(
@@ -163,9 +217,9 @@ COMPACTION_MAX_SIZE_AMPLIFICATION_PERCENT = _opt(
     "Universal compaction: full compaction when newer runs exceed this percentage of the oldest run.")
 COMPACTION_SIZE_RATIO = _opt("compaction.size-ratio", _parse_int, 1,
                              "Universal compaction: percentage flexibility when comparing run sizes.")
-COMPACTION_OPTIMIZATION_INTERVAL = _opt("compaction.optimization-interval", parse_duration_ms, None,
+COMPACTION_OPTIMIZATION_INTERVAL = _optional("compaction.optimization-interval", parse_duration_ms,
                                         "Run a full compaction at least this often (milliseconds; '1 h').")
-FULL_COMPACTION_DELTA_COMMITS = _opt("full-compaction.delta-commits", _parse_int, None,
+FULL_COMPACTION_DELTA_COMMITS = _optional("full-compaction.delta-commits", _parse_int,
                                      "Run a full compaction after this many commits.")
 COMPACTION_MIN_FILE_NUM = _opt("compaction.min.file-num", _parse_int, 5,
                                "Append tables: small files needed before they are compacted.")
@@ -176,11 +230,11 @@ LOOKUP_CACHE_MAX_MEMORY_SIZE = _opt("lookup.cache-max-memory-size", parse_memory
                                     "evicted entries spill to local disk.")
 WRITE_ONLY = _opt("write-only", _parse_bool, False, "Writers never compact (a dedicated compactor does).")
 WRITE_BUFFER_SIZE = _opt("write-buffer-size", parse_memory, 256 << 20, "Memory of a write buffer.")
-WRITE_BUFFER_SPILLABLE = _opt("write-buffer-spillable", _parse_bool, None,
+WRITE_BUFFER_SPILLABLE = _optional("write-buffer-spillable", _parse_bool,
                               "Whether a full write buffer spills sorted runs to local disk instead of being "
                               "flushed to level-0 files.",
                               "true on object storage or for batch writes, else false")
-WRITE_BUFFER_SPILL_MAX_DISK_SIZE = _opt("write-buffer-spill.max-disk-size", parse_memory, None,
+WRITE_BUFFER_SPILL_MAX_DISK_SIZE = _optional("write-buffer-spill.max-disk-size", parse_memory,
                                         "Local disk a writer's spilled write-buffer runs may use; beyond it the "
                                         "buffer must be flushed.", "infinite")
 LOCAL_SORT_MAX_NUM_FILE_HANDLES = _opt("local-sort.max-num-file-handles", _parse_int, 128,
@@ -191,15 +245,15 @@ SPILL_COMPRESSION = _opt("spill-compression", str, "zstd",
 SPILL_COMPRESSION_ZSTD_LEVEL = _opt("spill-compression.zstd-level", _parse_int, 1, "zstd level of spilled runs.")
 METADATA_STATS_MODE = _opt("metadata.stats-mode", str, "full",
                            "Value statistics in manifests: none or full (lsmlake writes full).")
-DATA_FILE_EXTERNAL_PATHS = _opt("data-file.external-paths", str, None,
+DATA_FILE_EXTERNAL_PATHS = _optional("data-file.external-paths", str,
                                 "Comma-separated roots outside the table folder where data files may live "
                                 "(a commit naming an external path elsewhere is refused; expiration deletes "
                                 "nothing outside the table folder and these roots).")
-PRIMARY_KEY_OPT = _opt("primary-key", str, None, "Primary key given as an option (comma-separated).")
-PARTITION_OPT = _opt("partition", str, None, "Partition keys given as an option (comma-separated).")
-PATH = _opt("path", str, None, "Table location (set by the catalog).")
+PRIMARY_KEY_OPT = _optional("primary-key", str, "Primary key given as an option (comma-separated).")
+PARTITION_OPT = _optional("partition", str, "Partition keys given as an option (comma-separated).")
+PATH = _optional("path", str, "Table location (set by the catalog).")
 TYPE = _opt("type", str, "table", "Table type.")
-COMMENT = _opt("comment", str, None, "Table comment.")
+COMMENT = _optional("comment", str, "Table comment.")
 
 _FIELD_OPTIONS = "aggregate-function|sequence-group|ignore-retract|list-agg-delimiter|distinct|nested-key"
 PREFIX_OPTIONS[rf"fields\.[^.]+\.({_FIELD_OPTIONS})"] = (
@@ -231,12 +285,16 @@ class TableOptions:
     def __init__(self, raw: Mapping[str, str]) -> None:
         self.raw: dict[str, str] = dict(raw)
 
-    def get(self, option: Option[T]) -> T | None:
+    @overload
+    def get(self, option: Option[T]) -> T: ...
+    @overload
+    def get(self, option: OptionalOption[T]) -> T | None: ...
+    def get(self, option: Option[T] | OptionalOption[T]) -> T | None:
         if option.key in self.raw:
             return option.parse(self.raw[option.key])
         return option.default
 
-    def require(self, option: Option[T]) -> T:
+    def require(self, option: Option[T] | OptionalOption[T]) -> T:
         v = self.get(option)
         if v is None:
             raise InvalidInputError(f"option {option.key!r} is not set")

@@ -1,7 +1,7 @@
 """Storage faults on demand: a FileIO that fails writes like a full disk and adds latency like slow storage.
 
 A test facility, never for production. It is on only when the environment variable `LSMLAKE_FAULT_FS`
-is set when a FileIO is created (`FileIO.for_path` checks it once; without it nothing here is imported),
+is set when a FileIO is created (`lsmlake.fs.open_path` checks it once; without it nothing here is imported),
 so service processes started with it inject faults too. Its value is a fault spec, or `@<file>`: a control
 file holding the spec, re-read whenever it changes (so a test can fill the "disk" of running services and
 free it again; an absent or empty control file means no faults).

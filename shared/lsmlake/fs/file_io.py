@@ -25,9 +25,6 @@ import pyarrow.fs as pafs
 
 from lsmlake.errors import NotFoundError, StorageError
 
-#: environment variable that turns on fault injection (a test facility: see `fault_fs`)
-FAULT_FS_ENV = "LSMLAKE_FAULT_FS"
-
 # Object stores have no write-if-absent through pyarrow.fs: within one process this lock makes the
 # check-and-move atomic; across processes the catalog service is the single committer.
 _PUBLISH_LOCK = threading.Lock()
@@ -52,25 +49,10 @@ class FileIO:
         self.local = local
 
     @staticmethod
-    def for_path(uri: str, fs: pafs.FileSystem | None = None) -> tuple[FileIO, str]:
-        """The FileIO for a warehouse URI or plain path (or a path in the given filesystem).
+    def for_path(uri: str, fs: pafs.FileSystem | None = None) -> tuple[FileIO, str]:  # TEMP-MIGRATION
+        from lsmlake.fs import open_path
 
-        With `LSMLAKE_FAULT_FS` set (a test facility, see `fault_fs`) the FileIO injects storage faults;
-        the check happens here, once per FileIO, so a normal FileIO pays nothing for it.
-        """
-        if fs is not None:
-            fs, path, local = fs, uri.rstrip("/"), isinstance(fs, pafs.LocalFileSystem)
-        elif "://" not in uri:
-            fs, path, local = pafs.LocalFileSystem(), os.path.abspath(uri), True
-        else:
-            fs, path = pafs.FileSystem.from_uri(uri)
-            local = isinstance(fs, pafs.LocalFileSystem)
-        spec = os.environ.get(FAULT_FS_ENV)
-        if spec:
-            from lsmlake.fs.faults import FaultyFileIO, injector_for
-
-            return FaultyFileIO(fs, local, injector_for(spec)), path
-        return FileIO(fs, local), path
+        return open_path(uri, fs)
 
     # -- queries -------------------------------------------------------------------------------
 

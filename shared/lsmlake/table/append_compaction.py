@@ -24,7 +24,7 @@ from lsmlake.table.read import load_vectors
 from lsmlake.table.scan import Split
 
 if TYPE_CHECKING:
-    from lsmlake.table.file_store_table import FileStoreTable
+    from lsmlake.table.file_store import FileStore
 
 
 def _order(f: DataFileMeta) -> tuple[int, int, int, str]:
@@ -34,7 +34,7 @@ def _order(f: DataFileMeta) -> tuple[int, int, int, str]:
 class AppendCompactManager:
     """Picks and concatenates the small files of one append-only bucket."""
 
-    def __init__(self, table: FileStoreTable, split: Split, bucket_dir: str, file_prefix: str = DATA_PREFIX) -> None:
+    def __init__(self, table: FileStore, split: Split, bucket_dir: str, file_prefix: str = DATA_PREFIX) -> None:
         """Deleted rows (the split's deletion vectors) are dropped by the rewrite; new files start with
         `file_prefix`."""
         o = table.options

@@ -29,7 +29,7 @@ from lsmlake.mergetree.merge.factory import dv_enabled, skips_level0
 from lsmlake.table import features
 from lsmlake.table.append_compaction import AppendCompactManager
 from lsmlake.table.commit import CommitResult
-from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.file_store import FileStore
 from lsmlake.table.read import load_vectors
 from lsmlake.table.scan import Split
 from lsmlake.table.write import CommitMessage
@@ -51,12 +51,12 @@ class TableCompactResult:
         return sum(len(m.new_files) for m in self.messages)
 
 
-def split_dir(table: FileStoreTable, split: Split) -> str:
+def split_dir(table: FileStore, split: Split) -> str:
     """The directory of a split's bucket."""
     return bucket_dir(table.path, table.schema.partition_dir(split.partition_values), split.bucket)
 
 
-def restore_levels(table: FileStoreTable, split: Split) -> Levels:
+def restore_levels(table: FileStore, split: Split) -> Levels:
     """The levels of a bucket as a snapshot left them."""
     keys = FileKeys(table.schema.types_of(table.schema.trimmed_primary_keys))
     return Levels(keys, split.files, table.options.num_levels())
@@ -73,7 +73,7 @@ class CompactionHistory:
     last_full_ms: float | None
 
 
-def compaction_history(table: FileStoreTable, lookback: int = 1000) -> CompactionHistory:
+def compaction_history(table: FileStore, lookback: int = 1000) -> CompactionHistory:
     """Walk back from the latest snapshot to the last full compaction (at most `lookback` snapshots).
 
     The early-full-compaction counter and the optimisation-interval clock live in the table's history,
@@ -96,7 +96,7 @@ def compaction_history(table: FileStoreTable, lookback: int = 1000) -> Compactio
     return CompactionHistory(commits, None)
 
 
-def merge_tree_manager(table: FileStoreTable, split: Split, clock: Callable[[], float] = time.time,
+def merge_tree_manager(table: FileStore, split: Split, clock: Callable[[], float] = time.time,
                        history: CompactionHistory | None = None, *,
                        with_vectors: bool = True) -> MergeTreeCompactManager:
     """The compaction manager of a primary-key bucket, restored from a split and the table's history.
@@ -118,7 +118,7 @@ def merge_tree_manager(table: FileStoreTable, split: Split, clock: Callable[[], 
     return bucket_manager(table, split, strategy, early, with_vectors=with_vectors)
 
 
-def bucket_manager(table: FileStoreTable, split: Split, strategy: CompactStrategy,
+def bucket_manager(table: FileStore, split: Split, strategy: CompactStrategy,
                    early_full: EarlyFullCompaction | None = None, file_prefix: str = DATA_PREFIX,
                    with_vectors: bool = True) -> MergeTreeCompactManager:
     """The compaction manager of a primary-key bucket with a given strategy; its new data files start with
@@ -132,7 +132,7 @@ def bucket_manager(table: FileStoreTable, split: Split, strategy: CompactStrateg
         changelog_producer=o.get(opts.CHANGELOG_PRODUCER) or "none", vectors=vectors)
 
 
-def full_compaction_required(table: FileStoreTable) -> bool:
+def full_compaction_required(table: FileStore) -> bool:
     """Whether every compaction of the table must be full.
 
     First-row keeps the oldest row of a key and reads raw from levels >= 1; without deletion vectors
@@ -141,7 +141,7 @@ def full_compaction_required(table: FileStoreTable) -> bool:
     return skips_level0(table.schema) and not dv_enabled(table.schema)
 
 
-def plan_bucket(table: FileStoreTable, split: Split, full: bool = False,
+def plan_bucket(table: FileStore, split: Split, full: bool = False,
                 history: CompactionHistory | None = None) -> CompactUnit | None:
     """The unit `compact_split` would run for a bucket now (None when nothing is due); reads no data file.
 
@@ -171,7 +171,7 @@ def _unit_of(split: Split, unit_file_names: Sequence[str], output_level: int, fu
     return CompactUnit(output_level, files, file_rewrite=full and all(f.level == output_level for f in files))
 
 
-def run_planned(table: FileStoreTable, split: Split, unit_file_names: Sequence[str], output_level: int,
+def run_planned(table: FileStore, split: Split, unit_file_names: Sequence[str], output_level: int,
                 full: bool, file_prefix: str = DATA_PREFIX) -> CommitMessage | None:
     """Run one planned unit of a bucket; the changes still have to be committed. None when nothing changed.
 
@@ -212,7 +212,7 @@ def run_planned(table: FileStoreTable, split: Split, unit_file_names: Sequence[s
     return msg
 
 
-def compact_split(table: FileStoreTable, split: Split, full: bool = False,
+def compact_split(table: FileStore, split: Split, full: bool = False,
                   history: CompactionHistory | None = None) -> CommitMessage | None:
     """Compact one bucket (one unit); None when nothing is due."""
     unit = plan_bucket(table, split, full, history)
@@ -222,7 +222,7 @@ def compact_split(table: FileStoreTable, split: Split, full: bool = False,
                        full or unit.file_rewrite)
 
 
-def compact_buckets(table: FileStoreTable, full: bool = False,
+def compact_buckets(table: FileStore, full: bool = False,
                     partition: Predicate | Mapping[str, Any] | Sequence[Any] | None = None,
                     snapshot_id: int | None = None) -> tuple[int | None, list[CommitMessage]]:
     """Run the due compaction of every bucket (of the matching partitions); nothing is committed."""
@@ -245,7 +245,7 @@ def compact_buckets(table: FileStoreTable, full: bool = False,
     return snapshot.id, messages
 
 
-def written_files(table: FileStoreTable, messages: Sequence[CommitMessage]) -> list[str]:
+def written_files(table: FileStore, messages: Sequence[CommitMessage]) -> list[str]:
     """Paths of the files compaction wrote (not the upgraded ones, which existed before)."""
     paths = []
     for m in messages:
@@ -258,7 +258,7 @@ def written_files(table: FileStoreTable, messages: Sequence[CommitMessage]) -> l
     return paths
 
 
-def commit_compaction(table: FileStoreTable, messages: Sequence[CommitMessage],
+def commit_compaction(table: FileStore, messages: Sequence[CommitMessage],
                       commit_user: str | None = None, identifier: int | None = None,
                       properties: dict[str, str] | None = None) -> CommitResult:
     """Commit compaction changes as one COMPACT snapshot; on a definite failure its new files are deleted."""
@@ -275,7 +275,7 @@ def commit_compaction(table: FileStoreTable, messages: Sequence[CommitMessage],
         raise
 
 
-def compact_table(table: FileStoreTable, full: bool = False,
+def compact_table(table: FileStore, full: bool = False,
                   partition: Predicate | Mapping[str, Any] | Sequence[Any] | None = None) -> TableCompactResult:
     """Compact every bucket that is due (or all, with `full`) and commit the result."""
     full = full or full_compaction_due(table, compaction_history(table))
@@ -288,7 +288,7 @@ def compact_table(table: FileStoreTable, full: bool = False,
     return TableCompactResult(result.snapshot_id, messages)
 
 
-def full_compaction_due(table: FileStoreTable, history: CompactionHistory, now_ms: float | None = None) -> bool:
+def full_compaction_due(table: FileStore, history: CompactionHistory, now_ms: float | None = None) -> bool:
     """Whether `full-compaction.delta-commits` or `compaction.optimization-interval` asks for a full compaction."""
     o = table.options
     delta = o.get(opts.FULL_COMPACTION_DELTA_COMMITS)

@@ -35,8 +35,10 @@ def unsupported(schema: TableSchema, for_write: bool) -> list[str]:
     if for_write:
         if schema.is_primary_key_table and bucket == -1:
             reasons.append("bucket=-1 on a primary-key table (dynamic buckets are not supported yet for writes)")
-        producer = o.get(opts.CHANGELOG_PRODUCER) or "none"
-        if producer not in opts.CHANGELOG_PRODUCERS:
+        try:
+            o.get(opts.CHANGELOG_PRODUCER)
+        except InvalidInputError:
+            producer = o.raw[opts.CHANGELOG_PRODUCER.key]
             reasons.append(f"changelog-producer={producer} (use one of {', '.join(opts.CHANGELOG_PRODUCERS)})")
         for key in ("row-tracking.enabled", "data-evolution.enabled"):
             if _truthy(schema, key):

@@ -24,7 +24,7 @@ from lsmlake.format.types import AnyType, ArrayType, DataField, MapType, RowType
 from lsmlake.table import features
 
 if TYPE_CHECKING:
-    from lsmlake.table.file_store_table import FileStoreTable
+    from lsmlake.table.file_store import FileStore
 
 
 @dataclass(frozen=True)
@@ -212,7 +212,7 @@ def _validate(old: TableSchema, new: TableSchema, renamed: bool) -> None:
         raise InvalidInputError("the table after the changes cannot be written by lsmlake: " + "; ".join(added))
 
 
-def alter_table(table: FileStoreTable, changes: Sequence[SchemaChange]) -> TableSchema:
+def alter_table(table: FileStore, changes: Sequence[SchemaChange]) -> TableSchema:
     """Apply `changes` to the table's latest schema and publish the result as the next schema file.
 
     1. re-read the latest schema (the table object may be stale);

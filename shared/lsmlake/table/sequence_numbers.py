@@ -23,7 +23,7 @@ from lsmlake.errors import NotFoundError
 from lsmlake.format.manifest import ADD
 
 if TYPE_CHECKING:
-    from lsmlake.table.file_store_table import FileStoreTable
+    from lsmlake.table.file_store import FileStore
 
 BucketKey = tuple[bytes, int]  # (serialized partition, bucket)
 
@@ -53,7 +53,7 @@ class RestoredSequences:
         return first
 
 
-def committed_floors(table: FileStoreTable, synced_to: int | None) -> tuple[dict[BucketKey, int], int | None]:
+def committed_floors(table: FileStore, synced_to: int | None) -> tuple[dict[BucketKey, int], int | None]:
     """One above the largest sequence number each bucket's data files hold, from the snapshots after `synced_to`.
 
     Returns the floors and the latest snapshot id they account for. Only the delta manifests of the newer

@@ -13,7 +13,7 @@ from lsmlake.mergetree.merge.first_row import FirstRow
 from lsmlake.mergetree.merge.merge_function import MergeFunction, Ordering
 from lsmlake.mergetree.merge.partial_update import FieldAggregation, PartialUpdate, SequenceGroup
 
-ENGINES = ("deduplicate", "partial-update", "aggregation", "first-row")
+ENGINES = tuple(opts.MergeEngine)
 
 
 def _truthy(raw: dict[str, str], key: str) -> bool:
@@ -31,10 +31,8 @@ def ordering_of(schema: TableSchema) -> Ordering:
         schema.field(f)  # raises on an unknown column
         if f in schema.primary_keys:
             raise InvalidInputError(f"sequence.field {f!r} cannot be a primary-key column")
-    order = (o.get(opts.SEQUENCE_FIELD_SORT_ORDER) or "ascending").lower()
-    if order not in ("ascending", "descending"):
-        raise InvalidInputError(f"sequence.field.sort-order must be ascending or descending, not {order!r}")
-    return Ordering(fields, order == "descending")
+    order = o.get(opts.SEQUENCE_FIELD_SORT_ORDER)  # raises naming the allowed values
+    return Ordering(fields, order == opts.SortOrder.DESCENDING)
 
 
 def _ignore_delete(schema: TableSchema, engine: str) -> bool:
@@ -104,9 +102,7 @@ def _sequence_groups(schema: TableSchema) -> list[SequenceGroup]:
 def merge_function_for(schema: TableSchema) -> MergeFunction:
     """The table's merge function; raises InvalidInputError naming a bad option."""
     o = schema.table_options
-    engine = o.get(opts.MERGE_ENGINE) or "deduplicate"
-    if engine not in ENGINES:
-        raise InvalidInputError(f"unknown merge-engine {engine!r}; use one of {', '.join(ENGINES)}")
+    engine = o.get(opts.MERGE_ENGINE)  # raises naming the allowed values
     keys = list(schema.primary_keys)
     ordering = ordering_of(schema)
     if engine == "deduplicate":

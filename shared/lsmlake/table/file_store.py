@@ -1,0 +1,239 @@
+"""`FileStore`: one table's schema, snapshots and files, and the primitives to scan, read, write and commit them.
+
+`FileStoreTable` (file_store_table.py) adds the one-call batch writes, which also compact where the table needs it."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyroaring import BitMap
+
+from lsmlake.errors import CommitStateUnknownError, InvalidInputError, NotFoundError
+from lsmlake.format import options as opts
+from lsmlake.format.binary_row import deserialize_row
+from lsmlake.format.data_file_writer import bucket_dir
+from lsmlake.format.index_manifest import IndexManifestStore
+from lsmlake.format.manifest import ManifestStore
+from lsmlake.format.predicate import Predicate
+from lsmlake.format.schema import SchemaHistory, SchemaManager, TableSchema
+from lsmlake.format.snapshot import OVERWRITE, Snapshot, SnapshotManager
+from lsmlake.fs.file_io import FileIO
+from lsmlake.table import features
+from lsmlake.table.commit import CommitResult, FileStoreCommit
+from lsmlake.table.read import TableRead
+from lsmlake.table.scan import Split, TableScan
+from lsmlake.table.sequence_numbers import RestoredSequences, SequenceAllocator
+from lsmlake.table.write import CommitMessage, TableWrite
+
+_log = logging.getLogger(__name__)
+
+
+def table_identity(fio: FileIO, schemas: SchemaManager) -> str:
+    """The identity of the table whose schema files `schemas` reads, now (see `FileStore.table_uuid`)."""
+    ids = schemas.ids()
+    if not ids:
+        raise NotFoundError(f"no schema in {schemas.dir}")
+    digest = hashlib.sha256(fio.read_bytes(schemas.path(ids[0]))).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=5))
+
+
+class FileStore:
+    """A Paimon table in a warehouse folder: its files and the primitives over them."""
+
+    def __init__(self, fio: FileIO, path: str, identifier: str, schema: TableSchema) -> None:
+        self.io = fio
+        self.path = path
+        self.identifier = identifier
+        self.schemas = SchemaManager(fio, path)
+        self.snapshots = SnapshotManager(fio, path)
+        self.history = SchemaHistory(self.schemas, self._live_file_schema_ids)
+        self._use_schema(schema)
+
+    def _use_schema(self, schema: TableSchema) -> None:
+        self.schema = replace(schema, history=self.history)
+        self.options = schema.table_options
+        self.manifests = ManifestStore(self.io, self.path, schema.types_of(schema.partition_keys),
+                                       self.options.get(opts.MANIFEST_COMPRESSION) or "zstd")
+        self.indexes = IndexManifestStore(self.io, self.path, self.options.get(opts.MANIFEST_COMPRESSION) or "zstd")
+
+    def refresh_schema(self) -> bool:
+        """Switch to the table's latest schema if it was altered since it was loaded; True when it was."""
+        if not self.io.exists(self.schemas.path(self.schema.id + 1)):
+            return False  # one existence check: the common case stays cheap
+        latest = self.schemas.latest()
+        if latest is None or latest.id <= self.schema.id:
+            return False
+        self._use_schema(latest)
+        return True
+
+    @functools.cached_property
+    def table_uuid(self) -> str:
+        """The table's identity: a digest of its first schema file (its creation time and definition).
+
+        A table dropped and created again under the same name gets another, so a writer that cached the old
+        table's schema can be told apart from one that writes the current table. Paimon's schema JSON has no
+        id of its own; the first schema file is immutable and exists for every Paimon table.
+        """
+        return table_identity(self.io, self.schemas)
+
+    def _live_file_schema_ids(self) -> list[tuple[str, int]]:
+        """(file name, schema id) of every live data file of the latest snapshot."""
+        latest = self.snapshots.latest()
+        if latest is None:
+            return []
+        live = self.manifests.live(latest.base_manifest_list, latest.delta_manifest_list).values()
+        return [(e.file.file_name, e.file.schema_id) for e in live]
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    def latest_snapshot(self) -> Snapshot | None:
+        return self.snapshots.latest()
+
+    def snapshot(self, snapshot_id: int | None = None) -> Snapshot | None:
+        """Snapshot `snapshot_id`, or the latest when None (None for an empty table)."""
+        if snapshot_id is None:
+            return self.snapshots.latest()
+        return self.snapshots.snapshot(snapshot_id)
+
+    def schema_of(self, snapshot: Snapshot | None) -> TableSchema:
+        """The schema to read a snapshot with: the current one (readers of old files see the new schema)."""
+        return self.schema
+
+    # -- write ---------------------------------------------------------------------------------
+
+    def new_write(self, sequences: SequenceAllocator | None = None) -> TableWrite:
+        """A writer of the latest schema (re-read here, so that rows written after an alter carry it).
+
+        Without `sequences` the writer numbers rows above each bucket's maximum in the latest snapshot,
+        which is right when it is the only writer of its buckets (see `sequence_numbers`).
+        """
+        self.refresh_schema()
+        features.check(self.schema, self.identifier, for_write=True)
+        return TableWrite(self.io, self.path, self.schema, sequences or RestoredSequences(self.max_sequence_restorer()))
+
+    def max_sequence_restorer(self) -> Callable[[bytes, int], int]:
+        """The largest sequence number of a bucket in the latest snapshot (-1 when empty), read on the first call."""
+        latest = self.snapshots.latest()
+        max_seq: dict[tuple[bytes, int], int] | None = None
+
+        def restore(partition: bytes, bucket: int) -> int:
+            nonlocal max_seq
+            if max_seq is None:
+                max_seq = {}
+                if latest is not None:
+                    for e in self.manifests.live(latest.base_manifest_list, latest.delta_manifest_list).values():
+                        k = (e.partition, e.bucket)
+                        max_seq[k] = max(max_seq.get(k, -1), e.file.max_sequence_number)
+            return max_seq.get((partition, bucket), -1)
+
+        return restore
+
+    def new_commit(self, commit_user: str | None = None) -> FileStoreCommit:
+        return FileStoreCommit(self.snapshots, self.manifests, self.schema.id, commit_user or str(uuid.uuid4()),
+                               indexes=self.indexes,
+                               max_retries=self.options.require(opts.COMMIT_MAX_RETRIES),
+                               merge_min_count=self.options.require(opts.MANIFEST_MERGE_MIN_COUNT))
+
+    def commit_messages(self, messages: Sequence[CommitMessage], commit_user: str | None = None,
+                        properties: dict[str, str] | None = None) -> CommitResult:
+        return self.new_commit(commit_user).commit(messages, properties=properties)
+
+    def delete_where(self, predicate: Predicate | Mapping[str, Any] | Sequence[Any],
+                     commit_user: str | None = None) -> CommitResult | None:
+        """Delete the rows of an append table matching `predicate` by deletion vectors (no file is rewritten).
+
+        1. find, file by file, the positions of the matching rows still live;
+        2. add them to the bucket's deletion vectors and write a new deletion-vector index file;
+        3. commit the index change as an OVERWRITE snapshot (as Paimon does), which conflicts cleanly if
+           another commit changed the same bucket's vectors meanwhile.
+        Returns None when no row matched.
+        """
+        from lsmlake.format.data_file_read import ROW_POSITION, read_data_file
+        from lsmlake.format.index_manifest import dv_index_change
+        from lsmlake.table.read import load_vectors
+
+        if self.schema.is_primary_key_table:
+            raise InvalidInputError("delete_where is for append tables; write -D rows to a primary-key table")
+        if not self.options.get(opts.DELETION_VECTORS_ENABLED):
+            raise InvalidInputError(f"table {self.identifier} needs 'deletion-vectors.enabled' = 'true' "
+                                    "for deletes")
+        features.check(self.schema, self.identifier, for_write=True)
+        pred = Predicate.of(predicate)
+        if not pred.terms:
+            raise InvalidInputError("delete_where needs a predicate (to empty a table, overwrite it)")
+        expr = pred.expression()
+        columns = sorted(pred.columns())
+        for c in columns:
+            self.schema.field(c)
+        messages = []
+        for split in self.new_scan(pred, all_levels=True).plan():
+            vectors = load_vectors(self.io, self.path, split.dv_index)
+            directory = bucket_dir(self.path, self.schema.partition_dir(split.partition_values), split.bucket)
+            changed = False
+            for f in split.files:
+                rows = read_data_file(self.io, f.path_in(directory), self.schema, columns, [],
+                                      vectors.get(f.file_name), positions=True,
+                                      file_schema=self.history.file_schema(f.schema_id, self.schema))
+                hit = rows.filter(expr).column(ROW_POSITION).to_numpy()
+                if len(hit):
+                    vectors.setdefault(f.file_name, BitMap()).update(hit.astype(np.uint32))
+                    changed = True
+            if changed:
+                added, removed = dv_index_change(self.indexes, split, vectors)
+                messages.append(CommitMessage(split.partition, split.bucket, split.total_buckets,
+                                              new_index_files=added, deleted_index_files=removed))
+        if not messages:
+            return None
+        try:
+            return self.new_commit(commit_user).commit(messages, kind=OVERWRITE)
+        except CommitStateUnknownError:
+            raise
+        except BaseException:
+            for m in messages:
+                for e in m.new_index_files:
+                    self.io.delete_quietly(self.indexes.index_path(e.file_name))
+            raise
+
+    # -- read ----------------------------------------------------------------------------------
+
+    def new_scan(self, predicate: Predicate | Mapping[str, Any] | Sequence[Any] | None = None,
+                 snapshot: Snapshot | int | None = None, all_levels: bool = False) -> TableScan:
+        """Plan a snapshot (latest by default) with the table's latest schema (re-read if it was altered)."""
+        self.refresh_schema()
+        snap = snapshot if isinstance(snapshot, Snapshot) or snapshot is None else self.snapshots.snapshot(snapshot)
+        if snapshot is None:
+            snap = self.snapshots.latest()
+        return TableScan(self.schema, self.manifests, snap, Predicate.of(predicate), all_levels, self.indexes)
+
+    def new_read(self, projection: Sequence[str] | None = None,
+                 predicate: Predicate | Mapping[str, Any] | Sequence[Any] | None = None) -> TableRead:
+        features.check(self.schema, self.identifier, for_write=False)
+        return TableRead(self.io, self.path, self.schema, projection, Predicate.of(predicate))
+
+    def to_arrow(self, snapshot_id: int | None = None, projection: Sequence[str] | None = None,
+                 predicate: Predicate | Mapping[str, Any] | Sequence[Any] | None = None) -> pa.Table:
+        """The table's rows at a snapshot (latest by default), merged."""
+        pred = Predicate.of(predicate)
+        splits = self.new_scan(pred, snapshot_id).plan()
+        return self.new_read(projection, pred).read(splits)
+
+    def plan(self, snapshot_id: int | None = None, all_levels: bool = True) -> list[Split]:
+        """Every live file of a snapshot, by (partition, bucket) (level 0 included unless asked otherwise)."""
+        return self.new_scan(None, snapshot_id, all_levels).plan()
+
+    def partition_values(self, partition: bytes) -> list[Any]:
+        return deserialize_row(partition, self.schema.types_of(self.schema.partition_keys))
+
+    def require_snapshot(self, snapshot_id: int | None) -> Snapshot:
+        s = self.snapshot(snapshot_id)
+        if s is None:
+            raise NotFoundError(f"table {self.identifier} has no snapshot yet")
+        return s
