@@ -17,15 +17,9 @@ from hypothesis import strategies as st
 
 from lsmlake.errors import CorruptMetadataError, InvalidInputError
 from lsmlake.format import types as T
-from lsmlake.format.binary_row import (
-    EMPTY_ROW,
-    decode_row,
-    deserialize_row,
-    encode_row,
-    encode_rows,
-    null_bits_width,
-    serialize_row,
-)
+from lsmlake.format.binary_row import EMPTY_ROW, decode_row, deserialize_row, encode_row, serialize_row
+from lsmlake.format.binary_row_columns import encode_rows
+from lsmlake.format.binary_row_layout import null_bits_width
 from lsmlake.format.types import DataType
 
 from .golden import GOLDEN_WAREHOUSE

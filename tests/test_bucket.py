@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from lsmlake.errors import InvalidInputError
 from lsmlake.format import types as T
-from lsmlake.format.binary_row import encode_row, encode_rows
+from lsmlake.format.binary_row import encode_row
+from lsmlake.format.binary_row_columns import encode_rows
 from lsmlake.format.bucket import bucket_ids, hash_bytes, murmur3_rows
 from lsmlake.format.types import DataType
 

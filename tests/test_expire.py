@@ -6,8 +6,9 @@ import os
 
 import pyarrow as pa
 
-from lsmlake.catalog.expire import expire_snapshots, referenced_files, remove_orphan_files
+from lsmlake.catalog.expire import expire_snapshots, remove_orphan_files
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.reachability import referenced_files
 
 
 def _table(tmp_path, **options):

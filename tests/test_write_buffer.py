@@ -20,9 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import InvalidInputError
 from lsmlake.format import options as opts
+from lsmlake.table.bucket_buffer import WriteBuffer, WriteBufferOptions
 from lsmlake.table.compact import compact_table
 from lsmlake.table.write import TableWrite
-from lsmlake.table.write_buffer import BufferedTableWrite, WriteBuffer, WriteBufferOptions
+from lsmlake.table.write_buffer import BufferedTableWrite
 
 from .merge.test_engines import model_aggregation, model_dedupe, model_first_row, model_partial_update
 

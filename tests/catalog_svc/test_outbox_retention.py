@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,7 +28,6 @@ from lsmlake.kafka.broker import free_port
 from lsmlake.metastore import MetaStore, now_ms, open_store
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2_grpc
 
-from ..metastore.test_store import PG_URL, _pg_available
 from .local_server import Local
 
 T = "db.t"
@@ -37,33 +35,6 @@ HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 RELAY_LOG = "catalog_svc.relay"
 DEADLINE_S = 30.0  # for the purge thread's first pass, which runs at once
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh metastore URL: a SQLite file, or a PostgreSQL schema of its own dropped afterwards."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/meta/catalog.db"
-        return
-    reason = _pg_available()
-    if reason:
-        pytest.skip(reason)
-    import psycopg
-    schema = f"lsmlake_test_{uuid.uuid4().hex[:12]}"
-    try:
-        yield f"{PG_URL}?schema={schema}"
-    finally:
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
-@pytest.fixture
-def store(url: str) -> Iterator[MetaStore]:
-    s = open_store(url)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def _add(store: MetaStore, n: int) -> list[int]:
@@ -269,11 +240,11 @@ def _catalog(warehouse: Path, metastore: str, **settings: Any) -> Iterator[Local
         server.stop()
 
 
-def test_a_catalog_without_kafka_keeps_its_outbox_bounded(url: str, tmp_path: Path,
+def test_a_catalog_without_kafka_keeps_its_outbox_bounded(store_url: str, tmp_path: Path,
                                                           caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, RELAY_LOG)
     rounds, per_round = 10, 20
-    with _catalog(tmp_path / "wh", url) as cat:  # no Kafka
+    with _catalog(tmp_path / "wh", store_url) as cat:  # no Kafka
         ident = cat.create_table("db", "t", [("id", "BIGINT")])
         store = cat.server._store
         assert store is not None
@@ -298,14 +269,14 @@ def test_a_catalog_without_kafka_keeps_its_outbox_bounded(url: str, tmp_path: Pa
         assert _dropped_in_log(caplog) == rounds * per_round
 
 
-def test_a_catalog_started_on_a_grown_outbox_purges_it(url: str, tmp_path: Path) -> None:
+def test_a_catalog_started_on_a_grown_outbox_purges_it(store_url: str, tmp_path: Path) -> None:
     """A store that grew before retention existed (or while the catalog was down) is purged at start-up."""
-    with open_store(url) as store:
+    with open_store(store_url) as store:
         ids = _add(store, 30)
         store.mark_delivered(ids[:20])
         _age(store, ids[:15], delivered_ms=now_ms() - 2 * HOUR_MS)  # delivered two hours ago
         _age(store, ids[20:25], created_ms=now_ms() - 2 * DAY_MS)  # never delivered, two days old
-    with _catalog(tmp_path / "wh", url) as cat:  # no Kafka
+    with _catalog(tmp_path / "wh", store_url) as cat:  # no Kafka
         store = cat.server._store
         assert store is not None
         want = (ids[25:], ids[15:20])  # recent events stay: pending ones for a relay, delivered ones for a look

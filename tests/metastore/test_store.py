@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 import threading
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -31,45 +27,7 @@ from lsmlake.metastore import (
 )
 from lsmlake.metastore.request_ids import MAX_STORED_REQUEST_ID
 
-PG_URL = os.environ.get("LSMLAKE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 T = "db.t"
-
-
-def _pg_available() -> str | None:
-    """None when the test PostgreSQL answers, else why not."""
-    try:
-        import psycopg
-        with psycopg.connect(PG_URL, connect_timeout=3):
-            return None
-    except Exception as e:  # not installed, not running, no such database
-        return f"PostgreSQL at {PG_URL} is not available: {e}"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh store URL: a SQLite file in tmp_path, or a PostgreSQL schema of its own dropped afterwards."""
-    if request.param == "sqlite":
-        yield f"sqlite://{tmp_path}/meta/catalog.db"
-        return
-    reason = _pg_available()
-    if reason:
-        pytest.skip(reason)
-    import psycopg
-    schema = f"lsmlake_test_{uuid.uuid4().hex[:12]}"
-    try:
-        yield f"{PG_URL}?schema={schema}"
-    finally:
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[MetaStore]:
-    s = open_store(store_url)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 # -- schema ------------------------------------------------------------------------------------------

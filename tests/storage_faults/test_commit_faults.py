@@ -24,8 +24,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from lsmlake.catalog.expire import referenced_files, remove_orphan_files
+from lsmlake.catalog.expire import remove_orphan_files
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.reachability import referenced_files
 from lsmlake.errors import StorageError
 from lsmlake.fs.faults import RENAME, FaultInjector, FaultyFileIO, injector_for
 from lsmlake.table.compact import compact_table

@@ -28,8 +28,8 @@ import pyarrow as pa
 import pytest
 from pyarrow.fs import _MockFileSystem
 
-from lsmlake.catalog.expire import referenced_files
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.reachability import referenced_files
 from lsmlake.errors import CommitStateUnknownError, StorageError
 from lsmlake.table.compact import compact_table
 from lsmlake.table.file_store_table import FileStoreTable

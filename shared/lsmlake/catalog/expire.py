@@ -8,24 +8,21 @@ deleted, and nothing outside the table folder and its external roots (`data-file
 Paimon's layout, kept here: a tag is `tag/tag-<name>` holding the tagged snapshot's JSON, so the
 snapshot file itself expires like any other while the tag keeps its manifests and data files; a consumer
 is `consumer/consumer-<id>` holding `{"nextSnapshot": N}`, and no snapshot at or after N expires.
+What snapshots and tags reach is worked out in `reachability`.
 """
 
 from __future__ import annotations
 
-import io as _io
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
-import fastavro
-
+from lsmlake.catalog.reachability import TablePaths, metadata_files, referenced_files, tag_reach, tagged_snapshots
 from lsmlake.errors import CorruptMetadataError, NotFoundError
 from lsmlake.format import options as opts
-from lsmlake.format.binary_row import deserialize_row
-from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.format.external_paths import is_under, may_delete
 from lsmlake.format.manifest import ADD, DELETE, ManifestEntry
 from lsmlake.format.snapshot import Snapshot
@@ -33,7 +30,6 @@ from lsmlake.table.file_store_table import FileStoreTable
 
 _log = logging.getLogger(__name__)
 
-TAG_PREFIX = "tag-"
 CONSUMER_PREFIX = "consumer-"
 
 #: A scheduled pass stops after this long on one table, so one table far behind cannot starve the others.
@@ -68,32 +64,6 @@ class OrphanResult:
 
     deleted: list[str] = field(default_factory=list)
     refused_deletions: int = 0
-
-
-class _Paths:
-    """Locations of a table's files, derived from manifest entries."""
-
-    def __init__(self, table: FileStoreTable) -> None:
-        self.table = table
-        schema = table.schema
-        self.part_types = schema.types_of(schema.partition_keys)
-        self._dirs: dict[tuple[bytes, int], str] = {}
-
-    def data_files(self, e: ManifestEntry) -> list[str]:
-        key = (e.partition, e.bucket)
-        if key not in self._dirs:
-            values = deserialize_row(e.partition, self.part_types)
-            self._dirs[key] = bucket_dir(self.table.path, self.table.schema.partition_dir(values), e.bucket)
-        d = self._dirs[key]
-        if e.file.external_path:
-            return [e.file.external_path]
-        return [f"{d}/{e.file.file_name}"] + [f"{d}/{x}" for x in e.file.extra_files]
-
-    def manifest(self, name: str) -> str:
-        return f"{self.table.path}/manifest/{name}"
-
-    def index(self, name: str) -> str:
-        return f"{self.table.path}/index/{name}"
 
 
 class _DeleteGuard:
@@ -136,79 +106,7 @@ class _DeleteGuard:
                          what, self.table.identifier, self.refused, self.example)
 
 
-def _index_files(table: FileStoreTable, index_manifest: str | None) -> list[str]:
-    """Index file names listed in an index manifest."""
-    if not index_manifest:
-        return []
-    try:
-        data = table.io.read_bytes(f"{table.path}/manifest/{index_manifest}")
-    except NotFoundError:
-        return []
-    return [r["_FILE_NAME"] for r in fastavro.reader(_io.BytesIO(data))]
-
-
-def _metadata_files(table: FileStoreTable, s: Snapshot) -> tuple[set[str], set[str]]:
-    """(manifest-folder names, index-folder names) a snapshot references."""
-    names = {s.base_manifest_list, s.delta_manifest_list}
-    if s.changelog_manifest_list:
-        names.add(s.changelog_manifest_list)
-    for lst in (s.base_manifest_list, s.delta_manifest_list, s.changelog_manifest_list):
-        if lst:
-            try:
-                names.update(m.file_name for m in table.manifests.read_list(lst))
-            except NotFoundError:
-                pass
-    index = set()
-    if s.index_manifest:
-        names.add(s.index_manifest)
-        index.update(_index_files(table, s.index_manifest))
-    return names, index
-
-
-def _reached_by(table: FileStoreTable, paths: _Paths, s: Snapshot) -> set[str]:
-    """Every path a snapshot reaches: its file, manifests, index files, live data files and changelog."""
-    out = {table.snapshots.path(s.id)}
-    meta, index = _metadata_files(table, s)
-    out.update(paths.manifest(n) for n in meta)
-    out.update(paths.index(n) for n in index)
-    for e in table.manifests.live(s.base_manifest_list, s.delta_manifest_list).values():
-        out.update(paths.data_files(e))
-    if s.changelog_manifest_list:
-        for m in table.manifests.read_list(s.changelog_manifest_list):
-            for e in table.manifests.read_manifest(m.file_name):
-                out.update(paths.data_files(e))
-    return out
-
-
-# -- tags and consumers (Paimon's files) ---------------------------------------------------------
-
-
-def tagged_snapshots(table: FileStoreTable) -> list[tuple[str, Snapshot]]:
-    """(name, snapshot) of every tag of the table: `tag/tag-<name>` holds the tagged snapshot's JSON."""
-    out = []
-    for info in table.io.list(f"{table.path}/tag"):
-        if info.is_dir or not info.name.startswith(TAG_PREFIX):
-            continue
-        try:
-            out.append((info.name[len(TAG_PREFIX):], Snapshot.from_json(table.io.read_bytes(info.path))))
-        except NotFoundError:
-            continue  # deleted while we listed: it keeps nothing any more
-        except CorruptMetadataError as e:
-            raise CorruptMetadataError(f"tag file {info.path}: {e}; nothing is deleted while a tag cannot "
-                                       "be read, since what it keeps is unknown") from None
-    return out
-
-
-def _tag_reach(table: FileStoreTable, paths: _Paths, name: str, s: Snapshot) -> set[str]:
-    """What a tag keeps: everything its snapshot reaches (the snapshot file aside: the tag holds that)."""
-    try:
-        return _reached_by(table, paths, s) - {table.snapshots.path(s.id)}
-    except NotFoundError as e:
-        if table.io.exists(f"{table.path}/tag/{TAG_PREFIX}{name}"):
-            raise NotFoundError(f"tag {name!r} (snapshot {s.id}) of {table.identifier} is broken: {e}; nothing "
-                                "is deleted until the file is restored or the tag, unreadable now, is deleted"
-                                ) from None
-        return set()  # the tag was deleted while we read it
+# -- consumers (Paimon's files) ------------------------------------------------------------------
 
 
 def _consumer_floor(table: FileStoreTable, now_ms: int, guard: _DeleteGuard,
@@ -253,7 +151,7 @@ class _Reach:
 
     def __init__(self, table: FileStoreTable) -> None:
         self.table = table
-        self.paths = _Paths(table)
+        self.paths = TablePaths(table)
         self.guard = _DeleteGuard(table)
         self._snapshots: dict[int, Snapshot] = {}
         self._metadata: dict[int, set[str]] = {}
@@ -267,7 +165,7 @@ class _Reach:
     def metadata(self, sid: int) -> set[str]:
         """Paths of the manifest- and index-folder files snapshot `sid` references."""
         if sid not in self._metadata:
-            meta, index = _metadata_files(self.table, self.snapshot(sid))
+            meta, index = metadata_files(self.table, self.snapshot(sid))
             self._metadata[sid] = {self.paths.manifest(n) for n in meta} | {self.paths.index(n) for n in index}
         return self._metadata[sid]
 
@@ -277,7 +175,7 @@ class _Reach:
         for name, s in tagged_snapshots(self.table):
             key = (name, s.id, s.base_manifest_list, s.delta_manifest_list)
             if key not in self._tags:
-                self._tags[key] = _tag_reach(self.table, self.paths, name, s)
+                self._tags[key] = tag_reach(self.table, self.paths, name, s)
             out |= self._tags[key]
         return out
 
@@ -444,32 +342,6 @@ class ExpirePass:
 
 
 # -- orphan cleanup ------------------------------------------------------------------------------
-
-
-def referenced_files(table: FileStoreTable, snapshots: Iterable[Snapshot], tags: bool = True) -> set[str]:
-    """Every path that one of the snapshots, or (with `tags`) one of the table's tags, can reach.
-
-    Expiration may run beside us (another catalog replica, or the ExpireSnapshots call beside the
-    scheduled cleanup) and delete a snapshot's manifests while we read them. Such a snapshot is
-    skipped: what only it reached is expiration's to delete, and what a newer snapshot also reaches
-    is found through that one. A file missing from a snapshot that still exists is a broken table;
-    that raises, so cleanup stops rather than deleting on an incomplete picture. So does a tag that
-    still exists and cannot be read.
-    """
-    paths = _Paths(table)
-    out: set[str] = set()
-    for s in snapshots:
-        try:
-            reached = _reached_by(table, paths, s)
-        except NotFoundError:
-            if table.io.exists(table.snapshots.path(s.id)):
-                raise
-            continue
-        out.update(reached)
-    if tags:
-        for name, s in tagged_snapshots(table):
-            out |= _tag_reach(table, paths, name, s)
-    return out
 
 
 def remove_orphan_files(table: FileStoreTable, older_than_ms: int = 86_400_000,

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from lsmlake.errors import InvalidInputError
-from lsmlake.format.binary_row import encode_rows
+from lsmlake.format.binary_row_columns import encode_rows
 from lsmlake.format.types import AnyType
 
 _SEED = 42

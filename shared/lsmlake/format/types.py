@@ -333,7 +333,7 @@ def _parse(t: _Tokens, ids: _IdCounter | None) -> AnyType:
         result = MapType(key, value)
     elif word == "ROW":
         t.expect("<")
-        fields = []
+        fields: list[DataField] = []
         while True:
             name = t.take()
             if name.startswith("`"):

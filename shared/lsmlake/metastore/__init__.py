@@ -1,5 +1,6 @@
 """The catalog's metadata store (SQLite embedded, PostgreSQL shared): commit locks and records, outbox, timeline."""
 
+from lsmlake.metastore.base import MetaStore
 from lsmlake.metastore.errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError, SchemaVersionError
 from lsmlake.metastore.model import (
     ABANDONED,
@@ -12,7 +13,8 @@ from lsmlake.metastore.model import (
     CompactionPlan,
     OutboxEvent,
 )
-from lsmlake.metastore.store import SCHEMA_VERSION, MetaStore, Transaction, now_ms, open_store
+from lsmlake.metastore.store import open_store
+from lsmlake.metastore.transactions import SCHEMA_VERSION, Transaction, now_ms
 
 __all__ = [
     "ABANDONED", "COMPLETED", "INFLIGHT", "PENDING_STATES", "PLAN_STATES", "REQUESTED", "ROLLED_BACK", "SCHEMA_VERSION",

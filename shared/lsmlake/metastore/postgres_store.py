@@ -11,8 +11,8 @@ import psycopg
 from psycopg import pq
 
 from lsmlake.errors import InvalidInputError
+from lsmlake.metastore.base import MetaStore
 from lsmlake.metastore.schema import schema_ddl
-from lsmlake.metastore.store import MetaStore
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _BOOTSTRAP_LOCK = -0x6C736D6C616B65  # advisory key serialising schema creation ("lsmlake")

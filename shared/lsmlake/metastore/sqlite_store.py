@@ -7,8 +7,8 @@ import sqlite3
 from typing import Any
 
 from lsmlake.errors import InvalidInputError
+from lsmlake.metastore.base import MetaStore
 from lsmlake.metastore.schema import schema_ddl
-from lsmlake.metastore.store import MetaStore
 
 
 def sqlite_path(url: str) -> str:

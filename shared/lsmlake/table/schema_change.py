@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 
 from lsmlake.errors import AlreadyExistsError, CommitConflictError, InvalidInputError, NotFoundError
 from lsmlake.format import options as opts
-from lsmlake.format.schema import TableSchema, new_table_schema
+from lsmlake.format.schema import TableSchema
 from lsmlake.format.types import AnyType, ArrayType, DataField, MapType, RowType, max_field_id, parse_type
 from lsmlake.table import features
+from lsmlake.table.definition import define_table
 
 if TYPE_CHECKING:
     from lsmlake.table.file_store import FileStore
@@ -203,7 +204,7 @@ def _validate(old: TableSchema, new: TableSchema, renamed: bool) -> None:
     """Check the altered definition as a new table's, skipping what the old one already broke."""
     known = {k: v for k, v in new.options.items() if opts.is_known(k)}  # foreign options pass through
     try:
-        new_table_schema(new.fields, new.partition_keys, new.primary_keys, known, new.comment)
+        define_table(new.fields, new.partition_keys, new.primary_keys, known, new.comment)
     except InvalidInputError as e:
         raise InvalidInputError(f"the table after the changes is not valid: {e}") from None
     before = set(features.unsupported(old, for_write=True))

@@ -17,13 +17,11 @@ the order in which their changes win. Two numbering schemes live here:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from lsmlake.errors import NotFoundError
-from lsmlake.format.manifest import ADD
-
-if TYPE_CHECKING:
-    from lsmlake.table.file_store import FileStore
+from lsmlake.format.manifest import ADD, ManifestStore
+from lsmlake.format.snapshot import SnapshotManager
 
 BucketKey = tuple[bytes, int]  # (serialized partition, bucket)
 
@@ -53,7 +51,16 @@ class RestoredSequences:
         return first
 
 
-def committed_floors(table: FileStore, synced_to: int | None) -> tuple[dict[BucketKey, int], int | None]:
+class TableFiles(Protocol):
+    """The snapshots and manifests of a table (a `FileStore`)."""
+
+    @property
+    def snapshots(self) -> SnapshotManager: ...
+    @property
+    def manifests(self) -> ManifestStore: ...
+
+
+def committed_floors(table: TableFiles, synced_to: int | None) -> tuple[dict[BucketKey, int], int | None]:
     """One above the largest sequence number each bucket's data files hold, from the snapshots after `synced_to`.
 
     Returns the floors and the latest snapshot id they account for. Only the delta manifests of the newer
