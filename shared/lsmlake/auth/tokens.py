@@ -80,7 +80,8 @@ def _entry(entry: Any, where: str) -> tuple[bytes, Principal]:
         raise InvalidInputError(f"{where}: 'principal' must be a non-empty string of at most {MAX_PRINCIPAL_CHARS} "
                                 "characters without '/' (it namespaces the commit users and request ids it owns)")
     try:
-        role = Role.parse(entry.get("role") if isinstance(entry.get("role"), str) else "")
+        role_text = entry.get("role")
+        role = Role.parse(role_text if isinstance(role_text, str) else "")
     except ValueError as e:
         raise InvalidInputError(f"{where}: 'role': {e}") from None
     token, hexdigest = entry.get("token"), entry.get("sha256")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import io
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import fastavro
 from pyroaring import BitMap
@@ -92,7 +92,8 @@ class IndexManifestStore:
         if not name:
             return []
         data = self.io.read_bytes(self.manifest_path(name))
-        return [IndexEntry.from_avro(r) for r in fastavro.reader(io.BytesIO(data)) if r["_KIND"] == 0]
+        records = cast(Iterable[dict[str, Any]], fastavro.reader(io.BytesIO(data)))
+        return [IndexEntry.from_avro(r) for r in records if r["_KIND"] == 0]
 
     def write(self, entries: Sequence[IndexEntry]) -> str:
         """Write an index manifest; the commit syncs the `manifest/` directory with its other manifests."""

@@ -6,7 +6,7 @@ import io
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 
@@ -92,7 +92,7 @@ def _write_avro(fio: FileIO, path: str, schema: Any, records: Iterable[dict[str,
 def _read_avro(fio: FileIO, path: str) -> list[dict[str, Any]]:
     data = fio.read_bytes(path)
     try:
-        return list(fastavro.reader(io.BytesIO(data)))
+        return list(cast(Iterable[dict[str, Any]], fastavro.reader(io.BytesIO(data))))
     except Exception as e:  # fastavro raises several unrelated types on a broken file
         raise CorruptMetadataError(f"cannot read Avro file {path}: {e}") from None
 

@@ -64,11 +64,11 @@ class AuthInterceptor(grpc.ServerInterceptor):
 
     def intercept_service(self, continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
                           details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
-        method: str = details.method  # type: ignore[attr-defined]
+        method: str = details.method
         handler = continuation(details)
         if handler is None or is_open(method):
             return handler
-        token = bearer_token(details.invocation_metadata)  # type: ignore[attr-defined]
+        token = bearer_token(details.invocation_metadata)
         if not token:
             return _refusal(handler, grpc.StatusCode.UNAUTHENTICATED,
                             "no bearer token: send the metadata 'authorization: Bearer <token>'", method)
@@ -104,8 +104,8 @@ class BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterc
         self._entry = (AUTHORIZATION, f"Bearer {token}")
 
     def _with_token(self, d: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
-        metadata = [*(d.metadata or ()), self._entry]  # type: ignore[attr-defined]
-        return _CallDetails(d.method, d.timeout, metadata, d.credentials,  # type: ignore[attr-defined]
+        metadata = [*(d.metadata or ()), self._entry]
+        return _CallDetails(d.method, d.timeout, metadata, d.credentials,
                             getattr(d, "wait_for_ready", None), getattr(d, "compression", None))
 
     def intercept_unary_unary(self, continuation: Any, details: grpc.ClientCallDetails, request: Any) -> Any:

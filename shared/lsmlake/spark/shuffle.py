@@ -8,7 +8,7 @@ bucket column is dropped again. Each task then writes one set of level-0 files p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -43,7 +43,7 @@ def by_bucket(df: DataFrame, table: str, *, catalog: str | None = None, warehous
     keys = list(schema.bucket_keys)
     types = schema.types_of(keys)
 
-    def tag(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def tag(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
         for b in batches:
             rows, _ = conform(schema, b)
             ids = bucket_ids([rows.column(k) for k in keys], types, buckets)

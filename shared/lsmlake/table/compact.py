@@ -106,7 +106,7 @@ def merge_tree_manager(table: FileStore, split: Split, clock: Callable[[], float
     o = table.options
     history = history or compaction_history(table)
     strategy = strategy_from_options(o, clock)
-    universal = getattr(strategy, "universal", strategy)
+    universal: Any = getattr(strategy, "universal", strategy)  # force-up-level-0 wraps the universal strategy
     # without a full compaction on record, the interval counts from the table's first snapshot
     first = table.snapshots.earliest_id()
     start_ms = history.last_full_ms
@@ -247,7 +247,7 @@ def compact_buckets(table: FileStore, full: bool = False,
 
 def written_files(table: FileStore, messages: Sequence[CommitMessage]) -> list[str]:
     """Paths of the files compaction wrote (not the upgraded ones, which existed before)."""
-    paths = []
+    paths: list[str] = []
     for m in messages:
         old = {f.file_name for f in m.deleted_files}
         split = Split(m.partition, tuple(table.partition_values(m.partition)), m.bucket, m.total_buckets, (), 0)

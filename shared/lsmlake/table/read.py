@@ -104,6 +104,7 @@ class TableRead:
         wanted = list(dict.fromkeys(self.projection + sorted(self.predicate.columns())))
         merge = schema.is_primary_key_table and not split.raw_convertible
         if merge:
+            assert self.merge_function is not None  # primary-key tables have one
             needed = self.merge_function.required_columns(wanted)
             system = [SEQUENCE_NUMBER, VALUE_KIND]
         else:
@@ -125,6 +126,7 @@ class TableRead:
         tables = read_files(pool or decode_pool())
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         if merge:
+            assert self.merge_function is not None
             table = self.merge_function.merge(table)
             table = without_retractions(table)
         expr = self.predicate.expression()

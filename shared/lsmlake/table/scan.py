@@ -98,9 +98,9 @@ class TableScan:
         splits = []
         for (partition, bucket), entries in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
             files = tuple(sorted((e.file for e in entries), key=lambda f: (f.level, f.min_sequence_number)))
-            values = part_values[partition]
-            assert values is not None
-            splits.append(Split(partition, values, bucket, entries[0].total_buckets, files, self.snapshot.id,
+            kept = part_values[partition]
+            assert kept is not None
+            splits.append(Split(partition, kept, bucket, entries[0].total_buckets, files, self.snapshot.id,
                                 is_raw_convertible(schema, files), dvs.get((partition, bucket))))
         return splits
 
