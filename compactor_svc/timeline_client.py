@@ -1,8 +1,10 @@
 """The compactor's calls to the catalog's compaction timeline, with retries that never apply twice.
 
-Every call is retried on UNAVAILABLE and DEADLINE_EXCEEDED for `retry_for_s`: the timeline transitions are
-checked by state (a repeated start or rollback is refused, not applied twice) and a repeated completion
-carries the same commit user and identifier, which the catalog answers with the first attempt's snapshot.
+Every call is retried while it gets no answer (`lsmlake.rpc.errors.NO_ANSWER`: UNAVAILABLE, DEADLINE_EXCEEDED)
+for `retry_for_s`: the timeline transitions are checked by state (a repeated start or rollback is refused,
+not applied twice) and a repeated completion carries the same commit user and identifier, which the catalog
+answers with the first attempt's snapshot. Other failures, and the last one, are raised as they came
+(grpc.RpcError): the scheduler reads their status and details.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ from typing import Any, TypeVar
 import grpc
 
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
+from lsmlake.rpc.errors import NO_ANSWER
 from lsmlake.rpc.security import ChannelSecurity
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
-_RETRY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 def ident(table_id: str) -> common_pb2.TableIdentifier:
@@ -47,7 +49,7 @@ class TimelineClient:
             try:
                 return fn(request, timeout=self.timeout_s)
             except grpc.RpcError as e:
-                if e.code() not in _RETRY or time.monotonic() + backoff > deadline:
+                if e.code() not in NO_ANSWER or time.monotonic() + backoff > deadline:
                     raise
                 _log.warning("catalog %s: %s; retrying", type(request).__name__, e.code().name)
                 time.sleep(backoff)  # bounded by retry_for_s

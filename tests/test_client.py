@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import threading
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
@@ -13,9 +14,11 @@ import pyarrow as pa
 import pytest
 
 from lsmlake import Client
-from lsmlake.client.client import CHUNK_BYTES, BucketCompaction, NotCompacted, TableInfo, WriteResult, _ipc_chunks
-from lsmlake.errors import InvalidInputError, NotFoundError
-from lsmlake.proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
+from lsmlake.client.compaction import BucketCompaction, NotCompacted
+from lsmlake.client.tables import TableInfo
+from lsmlake.client.writes import CHUNK_BYTES, WriteResult, _ipc_chunks
+from lsmlake.errors import CommitStateUnknownError, InvalidInputError, NotFoundError, ServiceUnavailableError
+from lsmlake.proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc, writer_pb2_grpc
 from writer_svc.server import Settings, WriterServer
 
 from .catalog_svc.local_server import local_server
@@ -233,7 +236,7 @@ class _Compactor(compactor_pb2_grpc.CompactorServiceServicer):
 
 
 def test_compact_triggers_the_compactor_service(catalog_address: tuple[str, str]) -> None:
-    fake = _Compactor()
+    fake = _Compactor()  # type: ignore[abstract]  # serves TriggerCompaction only
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     compactor_pb2_grpc.add_CompactorServiceServicer_to_server(fake, server)
     port = server.add_insecure_port("127.0.0.1:0")
@@ -256,3 +259,50 @@ def test_compact_triggers_the_compactor_service(catalog_address: tuple[str, str]
                 c.compact("db.missing")
     finally:
         server.stop(None)
+
+
+class _SilentWriter(writer_pb2_grpc.WriterServiceServicer):
+    """A writer whose answer never reaches the client: UNAVAILABLE, or nothing before the call's deadline."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+
+    def Write(self, request_iterator: Any, context: grpc.ServicerContext) -> Any:
+        header = next(request_iterator).header
+        for _ in request_iterator:
+            pass
+        if header.table.table == "silent":
+            self.released.wait(10)  # past the client's deadline
+        context.abort(grpc.StatusCode.UNAVAILABLE, "the writer went away")
+
+    def WriteRows(self, request: Any, context: grpc.ServicerContext) -> Any:
+        context.abort(grpc.StatusCode.UNAVAILABLE, "the writer went away")
+
+
+def test_a_write_without_an_answer_has_an_unknown_outcome(catalog_address: tuple[str, str]) -> None:
+    """UNAVAILABLE or a passed deadline on a write does not mean nothing was written: resend with the request id."""
+    fake = _SilentWriter()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    writer_pb2_grpc.add_WriterServiceServicer_to_server(fake, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with Client(catalog_address[0], writer=f"127.0.0.1:{port}", timeout_s=1) as c:
+            rows = pa.table({"id": pa.array([1], pa.int64())})
+            for call in (lambda: c.write("db.gone", rows, request_id="w-1"),
+                         lambda: c.write_rows("db.gone", [{"id": 1}], request_id="w-1"),
+                         lambda: c.write("db.silent", rows, request_id="w-1")):
+                with pytest.raises(CommitStateUnknownError, match="same request id") as e:
+                    call()
+                assert not isinstance(e.value, ServiceUnavailableError)
+            fake.released.set()
+    finally:
+        server.stop(None)
+
+
+def test_no_answer_to_a_read_is_unavailable_and_to_a_change_unknown() -> None:
+    with Client("127.0.0.1:1", timeout_s=2) as c:  # nothing listens there
+        with pytest.raises(ServiceUnavailableError):
+            c.list_databases()
+        with pytest.raises(CommitStateUnknownError):
+            c.create_database("db")

@@ -1,8 +1,9 @@
 """The writer's view of the catalog service: commits with retries that never apply twice, and run counts.
 
-A commit whose reply is lost (UNAVAILABLE, DEADLINE_EXCEEDED) is retried with the same commit user and
-identifier: the catalog answers `already_committed` with the first attempt's snapshot, so a retry never
-applies the files twice. Only a definite refusal (a bad request, a conflict) lets the caller delete files.
+A commit without a definite answer (a status in `lsmlake.rpc.errors.UNDECIDED`: UNAVAILABLE, DEADLINE_EXCEEDED,
+INTERNAL...) is retried with the same commit user and identifier: the catalog answers `already_committed` with
+the first attempt's snapshot, so a retry never applies the files twice. Only a definite refusal (a bad
+request, a conflict) lets the caller delete files.
 """
 
 from __future__ import annotations
@@ -17,18 +18,17 @@ import grpc
 from lsmlake.errors import CommitStateUnknownError, LakeError, ServiceUnavailableError
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 from lsmlake.rpc.convert import changes_to_proto
+from lsmlake.rpc.errors import UNDECIDED
 from lsmlake.rpc.security import ChannelSecurity
 from lsmlake.table.write import CommitMessage
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_UNKNOWN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
-            grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
-
 
 class CommitRefusedError(LakeError):
-    """The catalog definitely did not commit (the files may be deleted); carries the catalog's status."""
+    """The catalog definitely did not commit (the files may be deleted); carries the catalog's status, which
+    the writer answers its own client with (`lsmlake.rpc.errors.status_for`)."""
 
     def __init__(self, code: grpc.StatusCode, message: str) -> None:
         super().__init__(message)
@@ -116,7 +116,7 @@ class CatalogClient:
                 return call()
             except grpc.RpcError as e:
                 code = e.code()
-                if code not in _UNKNOWN:
+                if code not in UNDECIDED:
                     raise CommitRefusedError(code, f"the catalog refused {refused}: {e.details()}") from e
                 if time.monotonic() + backoff > deadline:
                     raise unknown(e) from e
@@ -131,7 +131,7 @@ class CatalogClient:
         try:
             return dict(self.stub.FindWrites(request, timeout=self.timeout_s).snapshot_ids)
         except grpc.RpcError as e:
-            if e.code() in _UNKNOWN:
+            if e.code() in UNDECIDED:
                 raise ServiceUnavailableError(f"the catalog at {self.target} cannot say whether write "
                                               f"{request_ids[0]!r} was committed ({e.code().name}); resend it "
                                               "with the same request id") from e

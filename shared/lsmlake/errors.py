@@ -44,7 +44,10 @@ class CommitRetryExhaustedError(CommitConflictError):
 
 
 class CommitStateUnknownError(LakeError):
-    """The outcome of a commit is unknown: the caller must not delete the files it wrote."""
+    """The outcome of a commit is unknown: it may be in the table. The caller must not delete the files it
+    wrote; sending the commit again as it was (the same request id, or commit user and identifier) applies it
+    at most once. A client raises it for any call that changes state (a write, a commit, a table change) whose
+    service gave no definite answer (UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL...)."""
 
 
 class StaleTableError(LakeError):

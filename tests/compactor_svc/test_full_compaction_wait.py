@@ -30,7 +30,7 @@ import pytest
 from compactor_svc.event_feed import GROUP_ID
 from lsmlake import Client
 from lsmlake.catalog.filesystem import FileSystemCatalog
-from lsmlake.client.client import CompactResult
+from lsmlake.client.compaction import CompactResult
 from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.kafka.broker import EmbeddedBroker
 from lsmlake.kafka.client import consumer

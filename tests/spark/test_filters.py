@@ -8,10 +8,11 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
+from lsmlake.client.scans import _term_to_proto
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.predicate import Term
-from lsmlake.spark.access import _term_to_proto, parse_timestamp
+from lsmlake.spark.access import parse_timestamp
 from lsmlake.spark.batch_read import pack
 from lsmlake.spark.filters import parse_filter
 from lsmlake.table.scan import Split

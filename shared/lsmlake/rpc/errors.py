@@ -1,8 +1,12 @@
-"""The one place where lsmlake errors become gRPC status codes.
+"""The one place where lsmlake errors become gRPC status codes, and status codes errors again.
 
 Every RPC of every lsmlake service is wrapped by `guarded`: a `LakeError` becomes the status its
 subclass calls for with its (human-readable) message; anything else is logged and answered INTERNAL
 with a generic message, so no stack detail leaks to clients.
+
+A caller of a service turns a failed call back into an lsmlake error with `error_for`, or decides by
+`NO_ANSWER` and `UNDECIDED` whether to ask again: a call that changes state and got no definite answer
+may have been applied, so it is never reported as "nothing was applied".
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from lsmlake.runtime.log_limit import LogLimiter, peer_host
 _log = logging.getLogger(__name__)
 _undecodable_log = LogLimiter(_log, "refused undecodable requests")
 
+
 class UnimplementedError(LakeError):
     """An RPC this version of the service does not implement yet."""
 
@@ -58,8 +63,6 @@ _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (MetaStoreUnavailableError, grpc.StatusCode.UNAVAILABLE),
 )
 
-
-
 INTERNAL_MESSAGE = "internal error in the service; see its log"
 #: a status message travels in a gRPC trailer (8 KiB by default): a reason that echoes a huge input is cut
 MAX_MESSAGE_CHARS = 2_000
@@ -83,6 +86,52 @@ def status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
         if isinstance(error, cls):
             return code, _short(str(error) or cls.__name__)
     return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
+
+
+#: the call got no answer: the service was not reached, or its reply did not come back in time. Asking again
+#: may succeed; a call that changes state may have been applied all the same.
+NO_ANSWER: frozenset[grpc.StatusCode] = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+#: every status that is not a definite refusal: besides no answer, a call cut short (CANCELLED) or failing
+#: inside the service (INTERNAL, UNKNOWN) may have got as far as applying its change
+UNDECIDED: frozenset[grpc.StatusCode] = NO_ANSWER | {
+    grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
+
+# The refusals a caller handles, by the error a service raised for them (the inverse of `_CODES`).
+_ERRORS: dict[grpc.StatusCode, type[LakeError]] = {
+    grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidInputError,
+    grpc.StatusCode.OUT_OF_RANGE: InvalidInputError,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: BackPressureError,
+    grpc.StatusCode.FAILED_PRECONDITION: CommitConflictError,
+    grpc.StatusCode.ABORTED: CommitRetryExhaustedError,
+    grpc.StatusCode.UNAVAILABLE: ServiceUnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: ServiceUnavailableError,
+}
+
+
+def error_for(e: grpc.RpcError, *, changes_state: bool = True) -> LakeError:
+    """The lsmlake error for a failed call, carrying the server's message.
+
+    `changes_state`: the call writes, commits or changes a table. Unless the service definitely refused it
+    (a status outside `UNDECIDED`), its outcome is then unknown: CommitStateUnknownError, whose message says
+    to send it again as it was (a write with the same request id). A read without an answer is plainly
+    ServiceUnavailableError: nothing to undo, ask again. Statuses with no error of their own (UNAUTHENTICATED,
+    UNIMPLEMENTED, ...) are a LakeError naming the status, as are refusals by PERMISSION_DENIED
+    (docs/security.md).
+    """
+    code = e.code() if hasattr(e, "code") else None
+    details = (e.details() if hasattr(e, "details") else None) or str(e)
+    if not isinstance(code, grpc.StatusCode):
+        return LakeError(details)
+    if changes_state and code in UNDECIDED:
+        return CommitStateUnknownError(f"{code.name}: {details}; the outcome is unknown, the change may have been "
+                                       "applied: send it again as it was (a write with the same request id)")
+    cls = _ERRORS.get(code, LakeError)
+    if cls in (LakeError, PermissionDeniedError):
+        return cls(f"{code.name}: {details}")
+    return cls(details)
 
 
 F = TypeVar("F", bound=Callable[..., Any])

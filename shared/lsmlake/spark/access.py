@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lsmlake.catalog.filesystem import FileSystemCatalog, split_identifier
-from lsmlake.errors import CommitStateUnknownError, InvalidInputError, NotFoundError, ServiceUnavailableError
-from lsmlake.format.predicate import Predicate, Term
+from lsmlake.errors import CommitStateUnknownError, InvalidInputError, NotFoundError
+from lsmlake.format.predicate import Predicate
 from lsmlake.format.schema import SchemaManager
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.fs.file_io import FileIO
@@ -25,7 +25,7 @@ from lsmlake.table.scan import Split
 from lsmlake.table.write import CommitMessage
 
 _log = logging.getLogger(__name__)
-_COMMIT_ATTEMPTS = 5  # a commit RPC that found the catalog unavailable is retried, idempotently
+_COMMIT_ATTEMPTS = 5  # a commit RPC whose outcome is unknown is sent again, idempotently
 _RETRY_PAUSE_S = 1.0
 
 
@@ -131,7 +131,7 @@ class WarehouseAccess(TableAccess):
 
 
 class CatalogAccess(TableAccess):
-    """A table of the catalog service: planned by PlanScan, committed by Commit."""
+    """A table of the catalog service: planned by PlanScan, committed by Commit (through `Client`)."""
 
     def __init__(self, target: str, identifier: str, warehouse: str | None = None) -> None:
         """`warehouse`: the warehouse as this process (and the executors) see it, when not at the reported location."""
@@ -141,70 +141,42 @@ class CatalogAccess(TableAccess):
         self.client = Client(target, warehouse=warehouse)
         try:
             self.info = self.client.table(identifier)
-            self.table = self.client._open(self.info)
+            self.table = self.client.open_table(self.info)
         except BaseException:
             self.client.close()
             raise
         self.location = (table_location(warehouse, identifier, self.table.path) if warehouse is not None
                          else self.info.location)
 
-    def _stub(self):  # type: ignore[no-untyped-def]
-        return self.client._catalog
-
     def latest_snapshot_id(self) -> int | None:
         s = self.client.latest_snapshot(self.identifier)
         return s.id if s is not None else None
 
     def snapshot_at(self, time_millis: int) -> int:
-        from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
-
-        req = catalog_pb2.SnapshotAtTimeRequest(table=_ident(self.identifier), time_millis=time_millis)
-        reply = self.client._call(self._stub().SnapshotAtTime, req)
-        if not reply.HasField("snapshot"):
+        s = self.client.snapshot_at(self.identifier, time_millis)
+        if s is None:
             raise NotFoundError(f"table {self.identifier} has no snapshot at or before {time_millis} ms")
-        return int(reply.snapshot.id)
+        return s.id
 
     def plan(self, snapshot_id: int | None, predicate: Predicate) -> list[Split]:
         """The catalog's plan; terms whose literal cannot travel as text only filter rows (they prune less)."""
-        from lsmlake.client.client import _split_from_proto
-        from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
-
-        schema = self.table.schema
-        req = catalog_pb2.PlanScanRequest(table=_ident(self.identifier))
-        for t in predicate.terms:
-            p = _term_to_proto(t)
-            if p is None:
-                continue
-            (req.partition_filter if t.column in schema.partition_keys else req.key_filter).append(p)
-        if snapshot_id is not None:
-            req.snapshot_id = snapshot_id
-        reply = self.client._call(self._stub().PlanScan, req)
-        return [_split_from_proto(s, self.table) for s in reply.splits]
+        return self.client.plan_splits(self.table, snapshot_id=snapshot_id, predicate=predicate)
 
     def commit(self, messages: Sequence[CommitMessage], overwrite: bool) -> CommitResult:
-        """One Commit RPC; retried while the catalog is unavailable, with the same (user, identifier).
+        """One Commit RPC; sent again while its outcome is unknown, with the same (user, identifier), which the
+        catalog applies once.
 
         Raises CommitStateUnknownError when the last attempt's outcome is unknown (files must stay).
         """
-        from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
-        from lsmlake.rpc.convert import changes_to_proto
-
-        req = catalog_pb2.CommitRequest(
-            table=_ident(self.identifier), commit_user=f"spark-{uuid.uuid4()}", commit_identifier=1,
-            kind=common_pb2.COMMIT_KIND_OVERWRITE if overwrite else common_pb2.COMMIT_KIND_APPEND,
-            changes=[changes_to_proto(m) for m in messages])
-        if overwrite:
-            if self.table.schema.partition_keys:
-                req.overwrite_partitions.extend(sorted({m.partition for m in messages}))
-            else:
-                req.overwrite_all_partitions = True
+        partitions = sorted({m.partition for m in messages}) if self.table.schema.partition_keys else None
+        user = f"spark-{uuid.uuid4()}"
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             try:
-                reply = self.client._call(self._stub().Commit, req)
-                return CommitResult(int(reply.snapshot_id), bool(reply.already_committed))
-            except ServiceUnavailableError as e:
+                return self.client.commit(self.identifier, messages, commit_user=user, commit_identifier=1,
+                                          overwrite=overwrite, partitions=partitions)
+            except CommitStateUnknownError as e:
                 if attempt == _COMMIT_ATTEMPTS:
-                    raise CommitStateUnknownError(f"commit to {self.identifier}: catalog unavailable: {e}") from e
+                    raise CommitStateUnknownError(f"commit to {self.identifier}, {attempt} attempts: {e}") from e
                 time.sleep(_RETRY_PAUSE_S * attempt)
         raise AssertionError("unreachable")
 
@@ -218,37 +190,6 @@ def table_location(warehouse: str, identifier: str, local_path: str) -> str:
         return local_path
     db, name = split_identifier(identifier)
     return f"{warehouse.rstrip('/')}/{db}.db/{name}"
-
-
-def _ident(identifier: str):  # type: ignore[no-untyped-def]
-    from lsmlake.proto_gen.lsmlake.v1 import common_pb2
-
-    db, name = split_identifier(identifier)
-    return common_pb2.TableIdentifier(database=db, table=name)
-
-
-def _term_to_proto(t: Term):  # type: ignore[no-untyped-def]
-    """The PlanScan form of a term, or None when a literal has no exact text form for the catalog."""
-    from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
-
-    ops = {"=": catalog_pb2.PREDICATE_OP_EQ, "!=": catalog_pb2.PREDICATE_OP_NOT_EQ, "<": catalog_pb2.PREDICATE_OP_LT,
-           "<=": catalog_pb2.PREDICATE_OP_LE, ">": catalog_pb2.PREDICATE_OP_GT, ">=": catalog_pb2.PREDICATE_OP_GE,
-           "in": catalog_pb2.PREDICATE_OP_IN, "is_null": catalog_pb2.PREDICATE_OP_IS_NULL,
-           "is_not_null": catalog_pb2.PREDICATE_OP_IS_NOT_NULL}
-    out = catalog_pb2.PredicateTerm(column=t.column, op=ops[t.op])
-    if t.op in ("is_null", "is_not_null"):
-        return out
-    values = list(t.value) if t.op == "in" else [t.value]
-    texts = []
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, str, dt.date)) or isinstance(v, dt.datetime):
-            return None  # floats, decimals, timestamps: only filter rows after the read
-        texts.append(v.isoformat() if isinstance(v, dt.date) else str(v))
-    if t.op == "in":
-        out.values.extend(texts)
-    else:
-        out.value = texts[0]
-    return out
 
 
 def open_access(options: dict[str, str], identifier: str) -> TableAccess:

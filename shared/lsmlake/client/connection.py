@@ -1,0 +1,78 @@
+"""The client's connection: a channel to each service, and the one way to call them.
+
+Every call goes through `Connection._call`, which turns a failed call into an lsmlake error
+(`lsmlake.rpc.errors.error_for`): a read that got no answer is ServiceUnavailableError, a call that
+changes state and got no definite answer is CommitStateUnknownError (send it again as it was).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import grpc
+
+from lsmlake.errors import InvalidInputError
+from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2_grpc, compactor_pb2_grpc, writer_pb2_grpc
+from lsmlake.rpc.errors import error_for
+from lsmlake.rpc.security import ChannelSecurity
+
+MAX_MESSAGE_BYTES = 64 << 20  # what the services accept per message
+
+R = TypeVar("R")
+
+
+class Connection:
+    """Channels to lsmlake's catalog, and optionally its writer and compactor services (see `Client`)."""
+
+    def __init__(self, catalog: str = "127.0.0.1:50051", writer: str | None = None, compactor: str | None = None,
+                 warehouse: str | None = None, timeout_s: float = 60, *, token: str | None = None,
+                 tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
+                 tls: bool = False) -> None:
+        security = ChannelSecurity(tls_ca, tls_cert, tls_key, token, tls)
+        options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                   ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+        self.timeout_s = timeout_s
+        self.warehouse = warehouse
+        self._channels: list[grpc.Channel] = []
+
+        def channel(target: str) -> grpc.Channel:
+            ch = security.open_channel(target, options=options)
+            self._channels.append(ch)
+            return ch
+
+        self._catalog = catalog_pb2_grpc.CatalogServiceStub(channel(catalog))
+        self._writer = writer_pb2_grpc.WriterServiceStub(channel(writer)) if writer else None
+        self._compactor = compactor_pb2_grpc.CompactorServiceStub(channel(compactor)) if compactor else None
+
+    def close(self) -> None:
+        for ch in self._channels:
+            ch.close()
+        self._channels.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def _call(self, method: Callable[..., R], request: Any, timeout_s: float | None = None, *,
+              changes_state: bool) -> R:
+        """`method(request)` within the deadline; `changes_state` says whether a lost answer leaves the
+        outcome unknown (see `error_for`)."""
+        try:
+            return method(request, timeout=timeout_s or self.timeout_s)
+        except grpc.RpcError as e:
+            raise error_for(e, changes_state=changes_state) from e
+
+    def _writer_stub(self) -> writer_pb2_grpc.WriterServiceStub:
+        if self._writer is None:
+            raise InvalidInputError("this Client has no writer service: pass writer='host:port'")
+        return self._writer
+
+    def _compactor_stub(self) -> compactor_pb2_grpc.CompactorServiceStub:
+        if self._compactor is None:
+            raise InvalidInputError("this Client has no compactor service: pass compactor='host:port'")
+        return self._compactor
