@@ -116,7 +116,7 @@ class WarehouseAccess(TableAccess):
         """One APPEND snapshot, or an OVERWRITE one replacing the partitions the messages touch."""
         t = self.table
         if overwrite:
-            return t.new_commit().overwrite(messages, t._overwritten_partitions(messages, None))
+            return t.new_commit().overwrite(messages, t.overwritten_partitions(messages, None))
         return t.commit_messages(messages)
 
     def after_write(self) -> None:
@@ -125,7 +125,7 @@ class WarehouseAccess(TableAccess):
         Through the catalog this is the compactor service's job: nothing commits around the catalog.
         """
         try:
-            self.table._compact_after_write()
+            self.table.compact_after_write()
         except Exception as e:  # noqa: BLE001 - the write is committed; a compactor can catch up
             _log.warning("compaction after the spark write to %s failed: %s", self.identifier, e)
 

@@ -46,10 +46,10 @@ class FileStoreTable(FileStore):
         except BaseException:
             w.abort()
             raise
-        self._compact_after_write()
+        self.compact_after_write()
         return result
 
-    def _compact_after_write(self) -> None:
+    def compact_after_write(self) -> None:
         """Deletion-vector tables hide level 0 from readers: move it up now, unless a compactor owns that."""
         if (self.schema.is_primary_key_table and self.options.get(opts.DELETION_VECTORS_ENABLED)
                 and not self.options.get(opts.WRITE_ONLY)):
@@ -69,17 +69,18 @@ class FileStoreTable(FileStore):
         try:
             w.write(data)
             messages = w.prepare_commit()
-            result = self.new_commit().overwrite(messages, self._overwritten_partitions(messages, partition))
+            result = self.new_commit().overwrite(messages, self.overwritten_partitions(messages, partition))
         except CommitStateUnknownError:
             raise
         except BaseException:
             w.abort()
             raise
-        self._compact_after_write()
+        self.compact_after_write()
         return result
 
-    def _overwritten_partitions(self, messages: Sequence[CommitMessage],
-                                partition: Mapping[str, Any] | None) -> list[bytes] | None:
+    def overwritten_partitions(self, messages: Sequence[CommitMessage],
+                               partition: Mapping[str, Any] | None) -> list[bytes] | None:
+        """The partitions an overwrite of `messages` replaces (None: the whole table), for `partition` or the rows'."""
         if partition is None and self.schema.partition_keys:
             parts: list[bytes] | None = sorted({m.partition for m in messages})
         elif partition is not None:
