@@ -1,185 +1,48 @@
-"""`CatalogService`: translates gRPC requests into calls on lsmlake's catalog, commit and scan, and back.
+"""`CatalogService`: translates gRPC requests into calls on lsmlake's catalog, commits, timeline and scan, and back.
 
 Every method is wrapped by `rpc_errors.guarded`, so methods raise lsmlake errors and never set statuses.
+The rules (the idempotent commit, its checks, the compaction timeline) are the library's
+(`lsmlake.catalog`); this module reads requests, calls them, and counts what happened.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import grpc
 
 from catalog_svc.metrics import CatalogMetrics
+from catalog_svc.requests import bucket_numbers, expire_options, schema_change, sequence_counts, table_fields
+from catalog_svc.watch import follow_snapshots
 from lsmlake.auth.principal import current_principal
-from lsmlake.catalog.commit_checks import check_changes
-from lsmlake.catalog.commit_identity import (
-    DIGEST_PROPERTY,
-    CommitIdentity,
-    check_rights,
-    request_id_limit,
-    request_ids_of,
-)
+from lsmlake.catalog.commit_identity import request_id_limit, request_ids_of
+from lsmlake.catalog.commit_request import CommitRequest
+from lsmlake.catalog.commits import AFTER_COMMIT, AFTER_SNAPSHOT, CatalogCommits, CommitOutcome, check_table_identity
 from lsmlake.catalog.expire import expire_snapshots, remove_orphan_files
 from lsmlake.catalog.filesystem import FileSystemCatalog, check_name
-from lsmlake.catalog.reconcile import WRITES_PROPERTY, reconcile_table
-from lsmlake.catalog.timeline import Timeline, parse_plan_id, plan_to_proto
-from lsmlake.errors import (
-    AlreadyExistsError,
-    CommitConflictError,
-    InvalidInputError,
-    LakeError,
-    NotFoundError,
-    StaleTableError,
-)
+from lsmlake.catalog.timeline import Timeline, parse_plan_id
+from lsmlake.errors import CommitConflictError, InvalidInputError, LakeError, NotFoundError
 from lsmlake.format.predicate import Predicate
-from lsmlake.format.snapshot import APPEND, COMPACT, OVERWRITE
-from lsmlake.format.types import parse_schema_fields
-from lsmlake.metastore import CompactionPlan as StoredPlan
-from lsmlake.metastore import MetaStore, now_ms
-from lsmlake.metastore.errors import PlanStateError
+from lsmlake.metastore import CompactionPlan, MetaStore, now_ms
 from lsmlake.metastore.request_ids import check_request_ids
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 from lsmlake.rpc import convert
 from lsmlake.rpc.errors import guarded, guarded_stream
 from lsmlake.rpc.events import snapshot_events
-from lsmlake.table.commit import CommitResult
 from lsmlake.table.file_store_table import FileStoreTable
-from lsmlake.table.schema_change import AddColumn, RemoveOption, RenameColumn, SchemaChange, SetOption
 from lsmlake.table.sequence_numbers import committed_floors
-from lsmlake.table.write import CommitMessage
 
 _log = logging.getLogger(__name__)
 
-# Bounds on one commit request (gRPC's message size limit bounds the bytes; these bound the work).
-MAX_CHANGES_PER_COMMIT = 10_000
-MAX_FILES_PER_COMMIT = 100_000
-MAX_PROPERTIES = 1_000
-MAX_PROPERTY_CHARS = 64 * 1024
-_COMMIT_KINDS = (APPEND, COMPACT, OVERWRITE)
-POSTPONE_BUCKET = -2  # Paimon's bucket of files written in postpone-bucket mode
-# Bounds on a column definition: the type parser recurses per nesting level, and names are quoted in `...`
-MAX_COLUMNS = 10_000
-MAX_COLUMN_NAME_CHARS = 255
-MAX_TYPE_CHARS = 4_096
-MAX_TYPE_NESTING = 32
-
-
 _ident = convert.table_id
 FAULTS = (None, "exit-after-snapshot", "exit-after-commit")
-MAX_REQUEST_IDS = 100_000  # client writes in one commit
-MAX_SEQUENCES_PER_RANGE = 1 << 40  # far above any flush; keeps 2^62 (the commit checks' bound) out of reach
+_FAULT_POINTS = {AFTER_SNAPSHOT: "exit-after-snapshot", AFTER_COMMIT: "exit-after-commit"}
 KEEP_WRITES_MS = 24 * 3_600_000  # default of how long a committed client write id answers a resend
 FORGET_WRITES_EVERY_S = 60.0
-
-
-def _check_commit(request: catalog_pb2.CommitRequest) -> str:
-    """The lsmlake commit kind of a request whose shape is valid; InvalidInputError naming the field otherwise."""
-    kind = convert.KIND_FROM_PROTO.get(request.kind)
-    if kind not in _COMMIT_KINDS:
-        name = common_pb2.CommitKind.Name(request.kind) if request.kind in common_pb2.CommitKind.values() \
-            else str(request.kind)
-        raise InvalidInputError(f"kind {name} "
-                                "is not accepted: use COMMIT_KIND_APPEND, COMMIT_KIND_COMPACT or COMMIT_KIND_OVERWRITE")
-    if not request.commit_user:
-        raise InvalidInputError("commit_user must not be empty")
-    if len(request.changes) > MAX_CHANGES_PER_COMMIT:
-        raise InvalidInputError(f"changes has {len(request.changes)} entries; at most {MAX_CHANGES_PER_COMMIT}")
-    files = sum(len(c.new_files) + len(c.deleted_files) + len(c.changelog_files) for c in request.changes)
-    if files > MAX_FILES_PER_COMMIT:
-        raise InvalidInputError(f"the commit names {files} files; at most {MAX_FILES_PER_COMMIT}")
-    if len(request.properties) > MAX_PROPERTIES or any(
-            len(k) + len(v) > MAX_PROPERTY_CHARS for k, v in request.properties.items()):
-        raise InvalidInputError(f"properties: at most {MAX_PROPERTIES} entries of at most {MAX_PROPERTY_CHARS} chars")
-    for i, c in enumerate(request.changes):
-        if c.bucket < -2 or c.total_buckets < -2:  # -1 / -2: Paimon's dynamic and postpone bucket modes
-            raise InvalidInputError(f"changes[{i}]: bucket {c.bucket} / total_buckets {c.total_buckets} is invalid")
-        if kind == APPEND and (c.deleted_files or c.deleted_index_files):
-            raise InvalidInputError(f"changes[{i}]: an APPEND commit cannot delete files; use COMPACT or OVERWRITE")
-    if kind != OVERWRITE and (request.overwrite_all_partitions or request.overwrite_partitions):
-        raise InvalidInputError("overwrite_all_partitions and overwrite_partitions are for OVERWRITE commits only")
-    if request.request_ids:
-        if kind != APPEND:
-            raise InvalidInputError("request_ids are for APPEND commits only")
-        if WRITES_PROPERTY in request.properties:
-            raise InvalidInputError(f"property {WRITES_PROPERTY!r} is the catalog's: pass request_ids instead")
-        if len(request.request_ids) > MAX_REQUEST_IDS:
-            raise InvalidInputError(f"request_ids has {len(request.request_ids)} entries; at most {MAX_REQUEST_IDS}")
-        check_request_ids(request.request_ids, request_id_limit(current_principal()))
-    return kind
-
-
-def _check_identity(table: FileStoreTable, table_uuid: str) -> None:
-    """StaleTableError when the caller names another table than the one now under this name (none named: fine)."""
-    if table_uuid and table_uuid != table.table_uuid:
-        raise StaleTableError(f"table {table.identifier} was dropped and created again (it is {table.table_uuid}, "
-                              f"the request was for {table_uuid}): reload the table; nothing was applied")
-
-
-def _check_ranges(ranges: Sequence[catalog_pb2.SequenceRange]) -> dict[tuple[bytes, int], int]:
-    """The count per (partition, bucket) of an AllocateSequences request; InvalidInputError naming the entry."""
-    if not ranges:
-        raise InvalidInputError("ranges must not be empty")
-    if len(ranges) > MAX_CHANGES_PER_COMMIT:
-        raise InvalidInputError(f"ranges has {len(ranges)} entries; at most {MAX_CHANGES_PER_COMMIT}")
-    counts: dict[tuple[bytes, int], int] = {}
-    for i, r in enumerate(ranges):
-        if r.bucket < 0:
-            raise InvalidInputError(f"ranges[{i}]: bucket {r.bucket} is invalid (numbers are for real buckets)")
-        if not 1 <= r.count <= MAX_SEQUENCES_PER_RANGE:
-            raise InvalidInputError(f"ranges[{i}]: count {r.count} must be 1 to {MAX_SEQUENCES_PER_RANGE}")
-        key = (bytes(r.partition), r.bucket)
-        if key in counts:
-            raise InvalidInputError(f"ranges[{i}]: bucket {r.bucket} of that partition is named twice")
-        counts[key] = r.count
-    return counts
-
-
-def _check_column(where: str, name: str, type_text: str) -> None:
-    """InvalidInputError naming `where` for a column name or type text the schema parser must not see."""
-    if not name or len(name) > MAX_COLUMN_NAME_CHARS or "`" in name or "\x00" in name:
-        shown = name if len(name) <= 60 else f"{name[:40]}... ({len(name)} chars)"
-        raise InvalidInputError(f"{where}: column name {shown!r} is invalid: 1 to {MAX_COLUMN_NAME_CHARS} characters, "
-                                "no backtick or NUL")
-    if len(type_text) > MAX_TYPE_CHARS:
-        raise InvalidInputError(f"{where}: the type of column {name!r} is {len(type_text)} characters long; "
-                                f"at most {MAX_TYPE_CHARS}")
-    depth = deepest = 0
-    for ch in type_text:
-        depth += (ch in "<(") - (ch in ">)")
-        deepest = max(deepest, depth)
-    if deepest > MAX_TYPE_NESTING:
-        raise InvalidInputError(f"{where}: the type of column {name!r} is nested {deepest} levels deep; "
-                                f"at most {MAX_TYPE_NESTING}")
-
-
-def _check_columns(columns: Sequence[Any]) -> None:
-    if not columns:
-        raise InvalidInputError("columns must not be empty")
-    if len(columns) > MAX_COLUMNS:
-        raise InvalidInputError(f"columns has {len(columns)} entries; at most {MAX_COLUMNS}")
-    for i, c in enumerate(columns):
-        _check_column(f"columns[{i}]", c.name, c.type)
-
-
-def _schema_change(i: int, c: Any) -> SchemaChange:
-    which = c.WhichOneof("change")
-    if which == "add_column":
-        _check_column(f"changes[{i}].add_column", c.add_column.name, c.add_column.type)
-        return AddColumn(c.add_column.name, c.add_column.type, c.add_column.comment or None)
-    if which == "rename_column":
-        return RenameColumn(c.rename_column.old_name, c.rename_column.new_name)
-    if which == "set_option":
-        return SetOption(c.set_option.key, c.set_option.value)
-    if which == "remove_option":
-        return RemoveOption(c.remove_option.key)
-    raise InvalidInputError(f"changes[{i}] names no change")
 
 
 class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
@@ -198,7 +61,9 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         self.catalog = catalog
         self.store = store
         self.metrics = metrics or CatalogMetrics()
-        self.timeline = Timeline(catalog, store)
+        self.commits = CatalogCommits(catalog, store, snapshot_events, on_reconciled=self._count_reconciled,
+                                      fault_point=self._crash_if)
+        self.timeline = Timeline(catalog, store, convert.ProtoPlanCodec())
         self.stopping = threading.Event()  # set at shutdown: open WatchSnapshots streams end
         self._on_commit = on_commit or (lambda: None)
         self._fault = fault
@@ -215,17 +80,20 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     # -- databases -----------------------------------------------------------------------------
 
     @guarded
-    def CreateDatabase(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def CreateDatabase(self, request: catalog_pb2.CreateDatabaseRequest,
+                       context: grpc.ServicerContext) -> catalog_pb2.CreateDatabaseResponse:
         existed = self.catalog.io.exists(self.catalog.database_path(request.name))
         self.catalog.create_database(request.name, ignore_if_exists=request.ignore_if_exists)
         return catalog_pb2.CreateDatabaseResponse(created=not existed)
 
     @guarded
-    def ListDatabases(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def ListDatabases(self, request: catalog_pb2.ListDatabasesRequest,
+                      context: grpc.ServicerContext) -> catalog_pb2.ListDatabasesResponse:
         return catalog_pb2.ListDatabasesResponse(databases=self.catalog.list_databases())
 
     @guarded
-    def DropDatabase(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def DropDatabase(self, request: catalog_pb2.DropDatabaseRequest,
+                     context: grpc.ServicerContext) -> catalog_pb2.DropDatabaseResponse:
         name = check_name(request.name, "database")
         try:
             tables = self.catalog.list_tables(name) if request.cascade else []
@@ -242,12 +110,10 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     # -- tables --------------------------------------------------------------------------------
 
     @guarded
-    def CreateTable(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def CreateTable(self, request: catalog_pb2.CreateTableRequest,
+                    context: grpc.ServicerContext) -> catalog_pb2.CreateTableResponse:
         tid = _ident(request.table)
-        _check_columns(request.columns)
-        fields = parse_schema_fields(", ".join(f"`{c.name}` {c.type}" for c in request.columns))
-        fields = tuple(dataclasses.replace(f, description=c.comment or None)
-                       for f, c in zip(fields, request.columns, strict=True))
+        fields = table_fields(request.columns)
         existed = self.catalog.table_exists(tid)
         table = self.catalog.create_table(tid, fields, list(request.partition_keys), list(request.primary_keys),
                                           dict(request.options), request.comment or None,
@@ -256,17 +122,20 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
             table=convert.table_to_proto(table, request.table.database, request.table.table), created=not existed)
 
     @guarded
-    def GetTable(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def GetTable(self, request: catalog_pb2.GetTableRequest,
+                 context: grpc.ServicerContext) -> catalog_pb2.GetTableResponse:
         table = self._table(request.table)
         return catalog_pb2.GetTableResponse(
             table=convert.table_to_proto(table, request.table.database, request.table.table))
 
     @guarded
-    def ListTables(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def ListTables(self, request: catalog_pb2.ListTablesRequest,
+                   context: grpc.ServicerContext) -> catalog_pb2.ListTablesResponse:
         return catalog_pb2.ListTablesResponse(tables=self.catalog.list_tables(request.database))
 
     @guarded
-    def DropTable(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def DropTable(self, request: catalog_pb2.DropTableRequest,
+                  context: grpc.ServicerContext) -> catalog_pb2.DropTableResponse:
         tid = _ident(request.table)
         try:
             with self.store.commit_lock(tid):  # not in the middle of a commit of that table
@@ -279,12 +148,13 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         return catalog_pb2.DropTableResponse(dropped=True)
 
     @guarded
-    def AlterTable(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def AlterTable(self, request: catalog_pb2.AlterTableRequest,
+                   context: grpc.ServicerContext) -> catalog_pb2.AlterTableResponse:
         """Apply the changes as the table's next schema, all or none, serialized with the table's commits."""
         tid = _ident(request.table)
         if not request.changes:
             raise InvalidInputError("changes must not be empty")
-        changes = [_schema_change(i, c) for i, c in enumerate(request.changes)]
+        changes = [schema_change(i, c) for i, c in enumerate(request.changes)]
         with self.store.commit_lock(tid):
             table = self.catalog.alter_table(tid, changes)
         _log.info("altered %s: schema %d", tid, table.schema.id)
@@ -294,79 +164,29 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     # -- commits -------------------------------------------------------------------------------
 
     @guarded
-    def Commit(self, request: Any, context: grpc.ServicerContext) -> Any:
-        """Commit file changes as one snapshot (see `_commit`)."""
-        kind = _check_commit(request)
-        check_rights(kind, request.properties, current_principal())
-        tid = _ident(request.table)
-        snapshot_id, again, _ = self._commit(tid, request.table, kind, request, request.changes)
-        return catalog_pb2.CommitResponse(snapshot_id=snapshot_id, already_committed=again)
+    def Commit(self, request: catalog_pb2.CommitRequest,
+               context: grpc.ServicerContext) -> catalog_pb2.CommitResponse:
+        """Commit file changes as one snapshot (see `lsmlake.catalog.commits`)."""
+        outcome = self._run_commit(convert.commit_from_proto(request))
+        return catalog_pb2.CommitResponse(snapshot_id=outcome.snapshot_id,
+                                          already_committed=outcome.already_committed)
 
-    def _commit(self, tid: str, ident: common_pb2.TableIdentifier, kind: str, request: Any,
-                changes: Sequence[common_pb2.FileChanges],
-                plan_check: Callable[[], StoredPlan] | None = None) -> tuple[int, bool, StoredPlan | None]:
-        """Commit under the table's lock, in one metadata-store transaction; (snapshot id, already committed, plan).
-
-        1. snapshots published without a record (a crash, an outside writer) are recorded first, with events;
-        2. a recorded (user, identifier, kind) of the caller's namespace answers `already_committed` with its
-           snapshot, when the resend carries the same files (`commit_identity`);
-        2b. the file changes are checked against the table as it is under the lock (a drop, a rollback or a
-           compaction cannot remove a checked file before the snapshot names it);
-        3. `plan_check` (a timeline completion) checks the plan, then lsmlake's FileStoreCommit publishes the
-           snapshot in the warehouse; the commit record, one outbox event per changed bucket and the plan's
-           completion are recorded; any failure rolls the transaction back;
-        4. wake the outbox relay and the snapshot watchers.
-        """
-        overwrite_partitions = list(getattr(request, "overwrite_partitions", ()))
-        me = CommitIdentity.of(kind, request.commit_user, list(getattr(request, "request_ids", ())), changes,
-                               bool(getattr(request, "overwrite_all_partitions", False)), overwrite_partitions)
-        user, number, writes = me.user, request.commit_identifier, me.request_ids
+    def _run_commit(self, commit: CommitRequest,
+                    plan_check: Callable[[], CompactionPlan] | None = None) -> CommitOutcome:
+        """Run a commit, counting its outcome; after a success, wake the relay and the snapshot watchers."""
+        kind = commit.kind
         started = time.perf_counter()
         outcome = "error"
         try:
-            with self.store.commit_lock(tid):
-                table = self.catalog.get_table(tid)  # the current schema, read under the lock
-                _check_identity(table, getattr(request, "table_uuid", ""))
-                self._reconcile(tid, table)
-                done = self.store.find_commit(tid, user, number, kind)
-                if done is not None:  # a resend: its files may be compacted away by now, so not checked again
-                    me.check_same_files(table, done, number)
-                    outcome = "already_committed"
-                    return done, True, None
-                check_changes(table, changes, overwrite_partitions)
-                messages = [convert.changes_from_proto(c) for c in changes]
-                found = self.store.find_writes(tid, writes) if writes else {}
-                if found:
-                    shown = ", ".join(f"{r!r} (snapshot {s})" for r, s in sorted(found.items())[:5])
-                    raise AlreadyExistsError(f"the table committed these writes before: {shown}"
-                                             f"{' and more' if len(found) > 5 else ''}; nothing was committed")
-                plan = plan_check() if plan_check is not None else None
-                result = self._apply(table, kind, messages, request, me)
-                if result.already_committed:  # published before, without a record (a crash): same files?
-                    me.check_same_files(table, result.snapshot_id, number)
-                self._crash_if("exit-after-snapshot")
-                # also when lsmlake found the snapshot already published (a crash before the record): record it now
-                self.store.record_commit(tid, user, number, kind, result.snapshot_id)
-                self.store.record_writes(tid, writes, result.snapshot_id)
-                commit_time = table.snapshots.snapshot(result.snapshot_id).time_millis
-                plan_id = str(plan.plan_id) if plan is not None else ""
-                for e in snapshot_events(tid, ident, convert.KIND_TO_PROTO[kind], result.snapshot_id, commit_time,
-                                         changes, plan_id):
-                    self.store.add_event(tid, result.snapshot_id, e.topic, e.key, e.payload)
-                if plan is not None:
-                    plan = self.store.complete_plan(plan.plan_id, result.snapshot_id)
-            self._crash_if("exit-after-commit")
+            result = self.commits.commit(commit, plan_check)
             outcome = "already_committed" if result.already_committed else "committed"
-            _log.info("committed %s snapshot %d of %s", kind, result.snapshot_id, tid,
-                      extra={"table": tid, "snapshot_id": result.snapshot_id, "commit_kind": kind,
-                             "commit_user": user, "files": sum(len(m.new_files) for m in messages)})
-            return result.snapshot_id, result.already_committed, plan
+            return result
         except CommitConflictError:
             outcome = "conflict"
             self.metrics.conflicts.labels(kind).inc()
             raise
         except LakeError:
-            outcome = "rejected" if outcome == "error" else outcome
+            outcome = "rejected"
             raise
         finally:
             self.metrics.commits.labels(kind, outcome).inc()
@@ -387,8 +207,18 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         except LakeError as e:  # retried a minute later; until then old ids only answer resends a little longer
             _log.warning("forgetting old write ids failed: %s", e)
 
+    def _count_reconciled(self, found: list[int]) -> None:
+        self.metrics.reconciled.inc(len(found))
+
+    def _crash_if(self, point: str) -> None:
+        if self._fault is not None and self._fault == _FAULT_POINTS.get(point):
+            _log.error("fault injection: exiting at %s", self._fault)
+            logging.shutdown()
+            os._exit(137)
+
     @guarded
-    def FindWrites(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def FindWrites(self, request: catalog_pb2.FindWritesRequest,
+                   context: grpc.ServicerContext) -> catalog_pb2.FindWritesResponse:
         """The snapshot of each client write (by request id) the table committed."""
         tid = _ident(request.table)
         self.catalog.get_table(tid)  # NotFoundError for an unknown table
@@ -399,7 +229,8 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
                                                             if s in found})
 
     @guarded
-    def AllocateSequences(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def AllocateSequences(self, request: catalog_pb2.AllocateSequencesRequest,
+                          context: grpc.ServicerContext) -> catalog_pb2.AllocateSequencesResponse:
         """Ranges of sequence numbers per bucket, monotone and above every number the table holds.
 
         Under the table's commit lock (shared by catalog replicas): the counters are raised to the floors
@@ -407,51 +238,26 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         ranges are taken, in one metadata-store transaction.
         """
         tid = _ident(request.table)
-        counts = _check_ranges(request.ranges)
+        counts = sequence_counts(request.ranges)
         with self.store.commit_lock(tid):
             table = self.catalog.get_table(tid)
-            _check_identity(table, request.table_uuid)
+            check_table_identity(table, request.table_uuid)
             floors, latest = committed_floors(table, self.store.sequences_synced_to(tid))
             first = self.store.allocate_sequences(tid, counts, floors, latest)
         self.metrics.sequences.inc(sum(counts.values()))
         return catalog_pb2.AllocateSequencesResponse(first=[first[k] for k in counts])
 
-    def _reconcile(self, tid: str, table: FileStoreTable) -> None:
-        found = reconcile_table(self.store, table, tid)
-        if found:
-            self.metrics.reconciled.inc(len(found))
-
-    def _crash_if(self, point: str) -> None:
-        if self._fault == point:
-            _log.error("fault injection: exiting at %s", point)
-            logging.shutdown()
-            os._exit(137)
-
-    @staticmethod
-    def _apply(table: FileStoreTable, kind: str, messages: list[CommitMessage], request: Any,
-               me: CommitIdentity) -> CommitResult:
-        commit = table.new_commit(me.user)
-        props = dict(request.properties)
-        if me.request_ids:  # kept with the snapshot, so that reconcile finds them
-            props[WRITES_PROPERTY] = json.dumps(me.request_ids)
-        props[DIGEST_PROPERTY] = me.digest
-        number = request.commit_identifier
-        if kind == OVERWRITE and request.overwrite_all_partitions:
-            return commit.overwrite(messages, None, identifier=number, properties=props or None)
-        if kind == OVERWRITE and request.overwrite_partitions:
-            return commit.overwrite(messages, list(request.overwrite_partitions), identifier=number,
-                                    properties=props or None)
-        return commit.commit(messages, kind=kind, identifier=number, properties=props or None)
-
     # -- snapshots -----------------------------------------------------------------------------
 
     @guarded
-    def GetSnapshot(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def GetSnapshot(self, request: catalog_pb2.GetSnapshotRequest,
+                    context: grpc.ServicerContext) -> catalog_pb2.GetSnapshotResponse:
         snap = self._table(request.table).snapshots.snapshot(request.snapshot_id)
         return catalog_pb2.GetSnapshotResponse(snapshot=convert.snapshot_to_proto(snap))
 
     @guarded
-    def ListSnapshots(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def ListSnapshots(self, request: catalog_pb2.ListSnapshotsRequest,
+                      context: grpc.ServicerContext) -> catalog_pb2.ListSnapshotsResponse:
         if request.limit < 0:
             raise InvalidInputError(f"limit {request.limit} must not be negative")
         snaps = self._table(request.table).snapshots.snapshots()
@@ -462,7 +268,8 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         return catalog_pb2.ListSnapshotsResponse(snapshots=[convert.snapshot_to_proto(s) for s in snaps])
 
     @guarded
-    def LatestSnapshot(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def LatestSnapshot(self, request: catalog_pb2.LatestSnapshotRequest,
+                       context: grpc.ServicerContext) -> catalog_pb2.LatestSnapshotResponse:
         snap = self._table(request.table).snapshots.latest()
         out = catalog_pb2.LatestSnapshotResponse()
         if snap is not None:
@@ -470,7 +277,8 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         return out
 
     @guarded
-    def SnapshotAtTime(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def SnapshotAtTime(self, request: catalog_pb2.SnapshotAtTimeRequest,
+                       context: grpc.ServicerContext) -> catalog_pb2.SnapshotAtTimeResponse:
         snaps = self._table(request.table).snapshots.snapshots()
         out = catalog_pb2.SnapshotAtTimeResponse()
         older = [s for s in snaps if s.time_millis <= request.time_millis]
@@ -479,42 +287,33 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         return out
 
     @guarded_stream
-    def WatchSnapshots(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def WatchSnapshots(self, request: catalog_pb2.WatchSnapshotsRequest,
+                       context: grpc.ServicerContext) -> Iterator[catalog_pb2.WatchSnapshotsResponse]:
         """Send each kept snapshot after `after_snapshot_id`, then each new one, until the client or server stops.
 
         Commits through this replica wake the stream at once; those through other replicas (or outside
         writers) are found by polling the warehouse every `watch_poll_s`.
         """
         tid = _ident(request.table)
-        table = self.catalog.get_table(tid)
-        after = request.after_snapshot_id if request.HasField("after_snapshot_id") else \
-            (table.snapshots.latest_id() or 0)
+        after = request.after_snapshot_id if request.HasField("after_snapshot_id") else None
+        snapshots = follow_snapshots(self.catalog, tid, after,
+                                     lambda: context.is_active() and not self.stopping.is_set(), self._wait_commit)
         self.metrics.watchers.inc()
         try:
-            while context.is_active() and not self.stopping.is_set():
-                if not self.catalog.table_exists(tid):
-                    raise NotFoundError(f"table {tid} was dropped")
-                latest = table.snapshots.latest_id() or 0
-                if latest > after:
-                    earliest = table.snapshots.earliest_id() or 1
-                    for sid in range(max(after + 1, earliest), latest + 1):
-                        try:
-                            snap = table.snapshots.snapshot(sid)
-                        except NotFoundError:  # expired meanwhile
-                            continue
-                        yield catalog_pb2.WatchSnapshotsResponse(table=request.table,
-                                                                 snapshot=convert.snapshot_to_proto(snap))
-                    after = latest
-                    continue
-                with self._changed:
-                    self._changed.wait(self._watch_poll_s)
+            for snap in snapshots:
+                yield catalog_pb2.WatchSnapshotsResponse(table=request.table, snapshot=convert.snapshot_to_proto(snap))
         finally:
             self.metrics.watchers.dec()
+
+    def _wait_commit(self) -> None:
+        with self._changed:
+            self._changed.wait(self._watch_poll_s)
 
     # -- scans ---------------------------------------------------------------------------------
 
     @guarded
-    def PlanScan(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def PlanScan(self, request: catalog_pb2.PlanScanRequest,
+                 context: grpc.ServicerContext) -> catalog_pb2.PlanScanResponse:
         table = self._table(request.table)
         part_terms = convert.terms_from_proto(table, request.partition_filter)
         for t in part_terms:
@@ -527,11 +326,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
             return catalog_pb2.PlanScanResponse(snapshot_id=0, schema_id=table.schema.id)
         splits = table.new_scan(Predicate(tuple(terms)), snap, all_levels=request.all_levels).plan()
         if request.buckets:
-            wanted = set(request.buckets)
-            bad = sorted(b for b in wanted if b < 0 and b != POSTPONE_BUCKET)
-            if bad:
-                raise InvalidInputError(f"buckets {bad} are not bucket numbers (0 and up, or {POSTPONE_BUCKET} for "
-                                        "postponed files)")
+            wanted = bucket_numbers(request.buckets)
             splits = [s for s in splits if s.bucket in wanted]
         return catalog_pb2.PlanScanResponse(snapshot_id=snap.id, schema_id=snap.schema_id,
                                             splits=[convert.split_to_proto(table, s) for s in splits])
@@ -539,13 +334,10 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     # -- maintenance ---------------------------------------------------------------------------
 
     @guarded
-    def ExpireSnapshots(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def ExpireSnapshots(self, request: catalog_pb2.ExpireSnapshotsRequest,
+                        context: grpc.ServicerContext) -> catalog_pb2.ExpireSnapshotsResponse:
         tid = _ident(request.table)
-        opt = {name: getattr(request, name) if request.HasField(name) else None
-               for name in ("retain_min", "retain_max", "time_retained_ms", "max_deletes")}
-        for name, value in opt.items():
-            if value is not None and value < 0:
-                raise InvalidInputError(f"{name} {value} must not be negative")
+        opt = expire_options(request)
         with self.store.commit_lock(tid):  # serialized with commits of the table
             table = self.catalog.get_table(tid)
             result = expire_snapshots(table, retain_min=opt["retain_min"], retain_max=opt["retain_max"],
@@ -555,7 +347,8 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
                                                    deleted_metadata_files=result.deleted_metadata_files)
 
     @guarded
-    def RemoveOrphanFiles(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def RemoveOrphanFiles(self, request: catalog_pb2.RemoveOrphanFilesRequest,
+                          context: grpc.ServicerContext) -> catalog_pb2.RemoveOrphanFilesResponse:
         if request.older_than_ms < 0:
             raise InvalidInputError(f"older_than_ms {request.older_than_ms} must not be negative")
         table = self._table(request.table)
@@ -567,46 +360,48 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     # -- compaction timeline -------------------------------------------------------------------
 
     @guarded
-    def RequestCompaction(self, request: Any, context: grpc.ServicerContext) -> Any:
-        plan = self.timeline.request(request)
-        self.metrics.plans.labels("REQUESTED").inc()
-        return catalog_pb2.RequestCompactionResponse(plan=plan)
-
-    @guarded
-    def StartCompaction(self, request: Any, context: grpc.ServicerContext) -> Any:
-        plan = self.timeline.start(request)
-        self.metrics.plans.labels("INFLIGHT").inc()
-        return catalog_pb2.StartCompactionResponse(plan=plan)
-
-    @guarded
-    def CompleteCompaction(self, request: Any, context: grpc.ServicerContext) -> Any:
-        """Commit a plan's result as a COMPACT snapshot and mark the plan COMPLETED in the same transaction."""
+    def RequestCompaction(self, request: catalog_pb2.RequestCompactionRequest,
+                          context: grpc.ServicerContext) -> catalog_pb2.RequestCompactionResponse:
         tid = _ident(request.table)
+        plan = self.timeline.request(tid, [convert.unit_from_proto(u) for u in request.units], request.full)
+        self.metrics.plans.labels("REQUESTED").inc()
+        return catalog_pb2.RequestCompactionResponse(plan=convert.plan_to_proto(plan, request.table))
+
+    @guarded
+    def StartCompaction(self, request: catalog_pb2.StartCompactionRequest,
+                        context: grpc.ServicerContext) -> catalog_pb2.StartCompactionResponse:
+        tid = _ident(request.table)
+        plan = self.timeline.start(tid, parse_plan_id(request.plan_id), request.owner)
+        self.metrics.plans.labels("INFLIGHT").inc()
+        return catalog_pb2.StartCompactionResponse(plan=convert.plan_to_proto(plan, request.table))
+
+    @guarded
+    def CompleteCompaction(self, request: catalog_pb2.CompleteCompactionRequest,
+                           context: grpc.ServicerContext) -> catalog_pb2.CompleteCompactionResponse:
+        """Commit a plan's result as a COMPACT snapshot and mark the plan COMPLETED in the same transaction."""
+        _ident(request.table)
         plan_id = parse_plan_id(request.plan_id)
-        commit = catalog_pb2.CommitRequest(table=request.table, commit_user=request.commit_user,
-                                           commit_identifier=request.commit_identifier,
-                                           kind=common_pb2.COMMIT_KIND_COMPACT, changes=request.changes,
-                                           properties=request.properties)
-        _check_commit(commit)
-        check_rights(COMPACT, request.properties, current_principal(), planned=True)
-        snapshot_id, again, _ = self._commit(tid, request.table, COMPACT, commit, request.changes,
-                                             plan_check=lambda: self.timeline.check_completion(tid, request))
-        plan = self.store.get_plan(plan_id)
-        if again and plan.snapshot_id != snapshot_id:
-            raise PlanStateError(f"commit ({request.commit_user!r}, {request.commit_identifier}) was already "
-                                 f"committed as snapshot {snapshot_id}, which did not complete plan {plan_id}",
-                                 plan_id, plan.state)
+        outcome, plan = self.timeline.complete(self._run_commit, convert.completion_from_proto(request), plan_id,
+                                               request.owner)
         self.metrics.plans.labels("COMPLETED").inc()
-        return catalog_pb2.CompleteCompactionResponse(snapshot_id=snapshot_id, already_committed=again,
-                                                      plan=plan_to_proto(plan, request.table))
+        return catalog_pb2.CompleteCompactionResponse(snapshot_id=outcome.snapshot_id,
+                                                      already_committed=outcome.already_committed,
+                                                      plan=convert.plan_to_proto(plan, request.table))
 
     @guarded
-    def RollbackCompaction(self, request: Any, context: grpc.ServicerContext) -> Any:
-        plan, deleted = self.timeline.rollback(request)
-        self.metrics.plans.labels(catalog_pb2.CompactionPlanState.Name(plan.state).removeprefix(
-            "COMPACTION_PLAN_STATE_")).inc()
-        return catalog_pb2.RollbackCompactionResponse(plan=plan, deleted_paths=deleted)
+    def RollbackCompaction(self, request: catalog_pb2.RollbackCompactionRequest,
+                           context: grpc.ServicerContext) -> catalog_pb2.RollbackCompactionResponse:
+        tid = _ident(request.table)
+        plan, deleted = self.timeline.rollback(tid, parse_plan_id(request.plan_id), request.reason, request.requeue,
+                                               list(request.output_files))
+        self.metrics.plans.labels(plan.state).inc()
+        return catalog_pb2.RollbackCompactionResponse(plan=convert.plan_to_proto(plan, request.table),
+                                                      deleted_paths=deleted)
 
     @guarded
-    def ListCompactionPlans(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return catalog_pb2.ListCompactionPlansResponse(plans=self.timeline.list(request))
+    def ListCompactionPlans(self, request: catalog_pb2.ListCompactionPlansRequest,
+                            context: grpc.ServicerContext) -> catalog_pb2.ListCompactionPlansResponse:
+        tid = _ident(request.table)
+        states = [convert.state_from_proto(s) for s in request.states]
+        return catalog_pb2.ListCompactionPlansResponse(
+            plans=[convert.plan_to_proto(p, request.table) for p in self.timeline.list(tid, states)])

@@ -8,6 +8,9 @@ in a table of fixed buckets, a new data file that is not in its bucket folder wi
 says (one stat per new file: an accepted commit of a file that is not there breaks every reader), or an
 `external_path` that is not a normal path under one of the table's external roots (expiration deletes
 it once unreachable, so it must never name a file the table does not own).
+
+None of these depends on who commits: the catalog service runs them under the table's commit lock, and
+`FileSystemCatalog.commit` runs them for writers that commit straight into the warehouse (Spark).
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lsmlake.errors import CorruptMetadataError, InvalidInputError, NotFoundError
+from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.format.external_paths import check_external_path
-from lsmlake.proto_gen.lsmlake.v1 import common_pb2
+from lsmlake.format.index_manifest import IndexEntry
 from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.write import CommitMessage
 
 MAX_FILE_NAME_CHARS = 255
 #: creation times a manifest can hold (Paimon stores them as a timestamp: years 1 to 9999)
@@ -45,25 +50,22 @@ def check_partition(table: FileStoreTable, partition: bytes, where: str) -> list
                                 f"columns of {table.identifier} ({names}): {e}") from None
 
 
-def _check_file(f: common_pb2.DataFileMeta, where: str, max_level: int, max_schema: int) -> None:
+def _check_file(f: DataFileMeta, where: str, max_level: int, max_schema: int) -> None:
     check_file_name(f.file_name, where)
     for extra in f.extra_files:
         check_file_name(extra, f"{where}.extra_files")
-    for name in ("file_size", "row_count", "delete_row_count"):
-        value = getattr(f, name)
+    for name, value in (("file_size", f.file_size), ("row_count", f.row_count),
+                        ("delete_row_count", f.delete_row_count or 0)):
         if value < 0:
             raise InvalidInputError(f"{where}: {name} {value} must not be negative")
-    if f.HasField("delete_row_count") and f.delete_row_count > f.row_count:
+    if f.delete_row_count is not None and f.delete_row_count > f.row_count:
         raise InvalidInputError(f"{where}: delete_row_count {f.delete_row_count} exceeds row_count {f.row_count}")
     if not 0 <= f.level <= max_level:
         raise InvalidInputError(f"{where}: level {f.level} is outside 0..{max_level}")
     if not 0 <= f.min_sequence_number <= f.max_sequence_number < MAX_SEQUENCE:
         raise InvalidInputError(f"{where}: sequence numbers {f.min_sequence_number}..{f.max_sequence_number} are "
                                 f"not an ascending range inside 0..2^62")
-    if f.min_sequence_number > f.max_sequence_number:
-        raise InvalidInputError(f"{where}: min_sequence_number {f.min_sequence_number} is above "
-                                f"max_sequence_number {f.max_sequence_number}")
-    if f.HasField("creation_time_ms") and not MIN_TIME_MS <= f.creation_time_ms <= MAX_TIME_MS:
+    if f.creation_time_ms is not None and not MIN_TIME_MS <= f.creation_time_ms <= MAX_TIME_MS:
         raise InvalidInputError(f"{where}: creation_time_ms {f.creation_time_ms} is not a time of years 1 to 9999")
     if not 0 <= f.schema_id <= max_schema:
         raise InvalidInputError(f"{where}: schema_id {f.schema_id} is not a schema of the table (0..{max_schema})")
@@ -80,18 +82,18 @@ def _check_written(table: FileStoreTable, path: str, size: int, where: str) -> N
         raise InvalidInputError(f"{where}: {path} has {found} bytes, not the {size} the commit says")
 
 
-def _check_index(e: common_pb2.IndexFile, where: str) -> None:
+def _check_index(e: IndexEntry, where: str) -> None:
     check_file_name(e.file_name, where)
     if e.file_size < 0 or e.row_count < 0:
         raise InvalidInputError(f"{where}: file_size {e.file_size} and row_count {e.row_count} must not be negative")
-    for j, r in enumerate(e.deletion_vector_ranges.ranges):
-        check_file_name(r.data_file_name, f"{where}.deletion_vector_ranges[{j}]")
+    for j, r in enumerate(e.dv_ranges or ()):
+        check_file_name(r.file_name, f"{where}.deletion_vector_ranges[{j}]")
         if r.offset < 0 or r.length < 0:
             raise InvalidInputError(f"{where}.deletion_vector_ranges[{j}]: offset {r.offset} and length {r.length} "
                                     "must not be negative")
 
 
-def check_changes(table: FileStoreTable, changes: Sequence[common_pb2.FileChanges],
+def check_changes(table: FileStoreTable, changes: Sequence[CommitMessage],
                   overwrite_partitions: Sequence[bytes] = ()) -> None:
     """InvalidInputError naming the first file change that cannot belong to `table`."""
     max_level = table.options.num_levels() - 1
@@ -104,23 +106,24 @@ def check_changes(table: FileStoreTable, changes: Sequence[common_pb2.FileChange
         if fixed and (c.bucket < 0 or c.total_buckets <= 0):
             raise InvalidInputError(f"changes[{i}]: bucket {c.bucket} of {c.total_buckets} is not a bucket of "
                                     f"{table.identifier}, which has {table.options.bucket()} fixed buckets")
-        for kind in ("new_files", "deleted_files", "changelog_files"):
-            for j, f in enumerate(getattr(c, kind)):
+        for kind, files in (("new_files", c.new_files), ("deleted_files", c.deleted_files),
+                            ("changelog_files", c.changelog_files)):
+            for j, f in enumerate(files):
                 _check_file(f, f"changes[{i}].{kind}[{j}]", max_level, max_schema)
         folder = bucket_dir(table.path, table.schema.partition_dir(values), c.bucket)
-        for kind in ("new_files", "changelog_files"):
-            for j, f in enumerate(getattr(c, kind)):
+        for kind, files in (("new_files", c.new_files), ("changelog_files", c.changelog_files)):
+            for j, f in enumerate(files):
                 where = f"changes[{i}].{kind}[{j}]"
-                if f.HasField("external_path"):
+                if f.external_path is not None:
                     check_external_path(f.external_path, table.options, where)
                     _check_written(table, f.external_path, f.file_size, where)
                 else:
                     _check_written(table, f"{folder}/{f.file_name}", f.file_size, where)
         for j, f in enumerate(c.deleted_files):
-            if f.HasField("external_path"):
+            if f.external_path is not None:
                 check_external_path(f.external_path, table.options, f"changes[{i}].deleted_files[{j}]")
-        for kind in ("new_index_files", "deleted_index_files"):
-            for j, e in enumerate(getattr(c, kind)):
+        for kind, entries in (("new_index_files", c.new_index_files), ("deleted_index_files", c.deleted_index_files)):
+            for j, e in enumerate(entries):
                 _check_index(e, f"changes[{i}].{kind}[{j}]")
     for i, p in enumerate(overwrite_partitions):
         check_partition(table, p, f"overwrite_partitions[{i}]")

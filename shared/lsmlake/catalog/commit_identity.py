@@ -11,11 +11,18 @@ service commits are already in its clients' namespaces and are taken as they are
 What a commit does decides the role it needs beyond the method's writer: OVERWRITE and a COMPACT
 without a plan remove data (admin); `lsmlake.*` snapshot properties steer the services (Kafka offsets,
 client writes), so only they set them.
+
+The digest is taken of the commit's file changes as lsmlake's value types (what the manifests will
+hold), in a canonical JSON form; it is versioned, as catalogs before it digested the protobuf bytes of
+the request: a recorded digest of that older form cannot be recomputed here and answers as a snapshot
+expired since does (the record alone decides).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,12 +32,14 @@ from lsmlake.auth.tokens import Principal
 from lsmlake.errors import AlreadyExistsError, NotFoundError, PermissionDeniedError
 from lsmlake.format.snapshot import COMPACT, OVERWRITE
 from lsmlake.metastore.request_ids import MAX_REQUEST_ID, MAX_STORED_REQUEST_ID
-from lsmlake.proto_gen.lsmlake.v1 import common_pb2
 from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.write import CommitMessage
 
 #: the snapshot property holding the digest of the files a commit carried
 DIGEST_PROPERTY = "lsmlake.table.commit-digest"
 RESERVED_PREFIX = "lsmlake."
+#: the form of the digests this module writes (older catalogs wrote a bare hex digest of protobuf bytes)
+DIGEST_VERSION = "v2:"
 
 
 def require(principal: Principal | None, role: Role, what: str) -> None:
@@ -53,16 +62,32 @@ def check_rights(kind: str, properties: Mapping[str, str], principal: Principal 
                                          f"'{RESERVED_PREFIX}*' properties belong to lsmlake's services)")
 
 
-def files_digest(kind: str, changes: Sequence[common_pb2.FileChanges], overwrite_all: bool = False,
+def _canonical(value: object) -> object:
+    """`value` as plain JSON values: dataclasses by field name (unset optional fields left out), bytes as hex."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _canonical(v) for f in dataclasses.fields(value)
+                if (v := getattr(value, f.name)) is not None}
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    return value
+
+
+def files_digest(kind: str, changes: Sequence[CommitMessage], overwrite_all: bool = False,
                  overwrite_partitions: Sequence[bytes] = ()) -> str:
     """A digest of what a commit changes, the same for every resend of it (the order of changes aside)."""
     h = hashlib.sha256(kind.encode())
     h.update(b"all" if overwrite_all else b"some")
     for p in sorted(bytes(p) for p in overwrite_partitions):
         h.update(len(p).to_bytes(4, "big") + p)
-    for blob in sorted(c.SerializeToString(deterministic=True) for c in changes):
+    blobs = (json.dumps(_canonical(c), sort_keys=True, separators=(",", ":"), default=repr).encode()
+             for c in changes)
+    for blob in sorted(blobs):
         h.update(len(blob).to_bytes(8, "big") + blob)
-    return h.hexdigest()
+    return DIGEST_VERSION + h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -74,7 +99,7 @@ class CommitIdentity:
     digest: str
 
     @staticmethod
-    def of(kind: str, commit_user: str, request_ids: Sequence[str], changes: Sequence[common_pb2.FileChanges],
+    def of(kind: str, commit_user: str, request_ids: Sequence[str], changes: Sequence[CommitMessage],
            overwrite_all: bool = False, overwrite_partitions: Sequence[bytes] = ()) -> CommitIdentity:
         principal = current_principal()
         return CommitIdentity(owned(commit_user, principal), request_ids_of(request_ids, principal),
@@ -83,14 +108,15 @@ class CommitIdentity:
     def check_same_files(self, table: FileStoreTable, snapshot_id: int, identifier: int) -> None:
         """AlreadyExistsError when the recorded commit carried other files than this resend.
 
-        A snapshot expired since (hours later) can no longer be compared; the record answers then.
+        A snapshot expired since (hours later), or one recorded with an older form of digest, can no longer
+        be compared; the record answers then.
         """
         try:
             snap = table.snapshots.snapshot(snapshot_id)
         except NotFoundError:
             return
         recorded = (snap.properties or {}).get(DIGEST_PROPERTY)
-        if recorded is not None and recorded != self.digest:
+        if recorded is not None and recorded.startswith(DIGEST_VERSION) and recorded != self.digest:
             raise AlreadyExistsError(
                 f"commit ({self.user!r}, {identifier}) was committed before as snapshot {snapshot_id} with "
                 "other files; nothing was applied: a resend carries the same files, a new commit a new identifier")
@@ -108,5 +134,5 @@ def request_ids_of(request_ids: Sequence[str], principal: Principal | None) -> l
     return [owned(r, principal) for r in request_ids]
 
 
-__all__ = ["DIGEST_PROPERTY", "CommitIdentity", "check_rights", "files_digest", "request_id_limit",
+__all__ = ["DIGEST_PROPERTY", "DIGEST_VERSION", "CommitIdentity", "check_rights", "files_digest", "request_id_limit",
            "request_ids_of", "require"]

@@ -1,4 +1,9 @@
-"""The filesystem catalog: databases are `<name>.db` folders, tables are folders inside them."""
+"""The filesystem catalog: databases are `<name>.db` folders, tables are folders inside them.
+
+`FileSystemCatalog.commit` is how a writer without the catalog service (a Spark job on a warehouse folder)
+commits: with the file-change checks the service runs (`commit_checks`), so that neither path can publish
+a manifest entry for a file that is not there or that the table does not own.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,15 @@ from collections.abc import Sequence
 
 import pyarrow.fs as pafs
 
+from lsmlake.catalog.commit_checks import check_changes
 from lsmlake.errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from lsmlake.format.schema import SchemaManager, new_table_schema
 from lsmlake.format.types import DataField, parse_schema_fields
 from lsmlake.fs.file_io import FileIO
+from lsmlake.table.commit import CommitResult
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.schema_change import SchemaChange, alter_table
+from lsmlake.table.write import CommitMessage
 
 #: a database folder is `<name>.db` and file systems cap a path element at 255 bytes
 MAX_NAME_CHARS = 200
@@ -122,6 +130,20 @@ class FileSystemCatalog:
         table = self.get_table(identifier)
         alter_table(table, changes)
         return table
+
+    def commit(self, table: FileStoreTable, messages: Sequence[CommitMessage], overwrite: bool = False,
+               partitions: Sequence[bytes] | None = None, commit_user: str | None = None) -> CommitResult:
+        """Commit written files to a table of this catalog as one snapshot, after checking every file change.
+
+        An APPEND snapshot (COMPACT when the messages delete files), or with `overwrite` an OVERWRITE one
+        replacing `partitions` (every partition when None). InvalidInputError naming the first file change
+        the table cannot hold (see `commit_checks`); nothing is written then.
+        """
+        check_changes(table, messages, partitions or ())
+        commit = table.new_commit(commit_user)
+        if overwrite:
+            return commit.overwrite(messages, partitions)
+        return commit.commit(messages)
 
     def table_exists(self, identifier: str) -> bool:
         return bool(SchemaManager(self.io, self.table_path(identifier)).ids())

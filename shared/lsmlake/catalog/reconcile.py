@@ -6,7 +6,8 @@ Paimon engine writing straight into the warehouse (Spark, Flink, pypaimon) leave
 `reconcile_table` finds them (every snapshot id above the last one recorded) and records each with its
 events, rebuilt from the snapshot's delta and changelog manifests, and the client writes it holds (from
 its properties). It runs under the table's commit lock: at start-up for every table, and before each
-commit, so that events keep snapshot order.
+commit, so that events keep snapshot order. The events are encoded by the caller's `EventEncoder`
+(see `outbox`).
 """
 
 from __future__ import annotations
@@ -14,41 +15,38 @@ from __future__ import annotations
 import json
 import logging
 
-from lsmlake.catalog.filesystem import split_identifier
+from lsmlake.catalog.outbox import EventEncoder, SnapshotEvent, record_events
 from lsmlake.errors import LakeError
 from lsmlake.format.manifest import ADD
 from lsmlake.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot
 from lsmlake.metastore import MetaStore
 from lsmlake.metastore.request_ids import MAX_STORED_REQUEST_ID, check_request_ids
-from lsmlake.proto_gen.lsmlake.v1 import common_pb2
-from lsmlake.rpc import convert
-from lsmlake.rpc.events import snapshot_events
 from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.write import CommitMessage
 
 _log = logging.getLogger(__name__)
 
 WRITES_PROPERTY = "lsmlake.request-ids"  # the snapshot property listing the client writes it holds (JSON list)
 
 
-def snapshot_changes(table: FileStoreTable, snap: Snapshot) -> list[common_pb2.FileChanges]:
+def snapshot_changes(table: FileStoreTable, snap: Snapshot) -> list[CommitMessage]:
     """The per-bucket file changes a snapshot made, read back from its delta and changelog manifests."""
-    by_bucket: dict[tuple[bytes, int], common_pb2.FileChanges] = {}
+    by_bucket: dict[tuple[bytes, int], CommitMessage] = {}
 
-    def changes(partition: bytes, bucket: int, total: int) -> common_pb2.FileChanges:
+    def changes(partition: bytes, bucket: int, total: int) -> CommitMessage:
         c = by_bucket.get((partition, bucket))
         if c is None:
-            c = by_bucket[(partition, bucket)] = common_pb2.FileChanges(
-                partition=partition, bucket=bucket, total_buckets=total)
+            c = by_bucket[(partition, bucket)] = CommitMessage(partition, bucket, total)
         return c
 
     for meta in table.manifests.read_list(snap.delta_manifest_list):
         for e in table.manifests.read_manifest(meta.file_name):
             target = changes(e.partition, e.bucket, e.total_buckets)
-            (target.new_files if e.kind == ADD else target.deleted_files).append(convert.file_to_proto(e.file))
+            (target.new_files if e.kind == ADD else target.deleted_files).append(e.file)
     if snap.changelog_manifest_list:
         for meta in table.manifests.read_list(snap.changelog_manifest_list):
             for e in table.manifests.read_manifest(meta.file_name):
-                changes(e.partition, e.bucket, e.total_buckets).changelog_files.append(convert.file_to_proto(e.file))
+                changes(e.partition, e.bucket, e.total_buckets).changelog_files.append(e.file)
     return [by_bucket[k] for k in sorted(by_bucket)]
 
 
@@ -69,8 +67,9 @@ def snapshot_writes(snap: Snapshot) -> list[str]:
     return list(ids)
 
 
-def reconcile_table(store: MetaStore, table: FileStoreTable, table_id: str) -> list[int]:
-    """Record every published but unrecorded snapshot of a table with its events; the ids recorded.
+def reconcile_table(store: MetaStore, table: FileStoreTable, table_id: str, encode: EventEncoder) -> list[int]:
+    """Record every published but unrecorded snapshot of a table with its events (as `encode` writes them);
+    the ids recorded.
 
     Call it inside the table's `commit_lock`. Snapshots already expired cannot be announced and are skipped.
     """
@@ -81,8 +80,6 @@ def reconcile_table(store: MetaStore, table: FileStoreTable, table_id: str) -> l
     if recorded >= latest:
         return []
     earliest = table.snapshots.earliest_id() or 1
-    db, name = split_identifier(table_id)
-    ident = common_pb2.TableIdentifier(database=db, table=name)
     done = []
     for sid in range(max(recorded + 1, earliest), latest + 1):
         snap = table.snapshots.snapshot(sid)
@@ -94,9 +91,8 @@ def reconcile_table(store: MetaStore, table: FileStoreTable, table_id: str) -> l
         writes = snapshot_writes(snap)
         known = store.find_writes(table_id, writes) if writes else {}
         store.record_writes(table_id, [w for w in writes if w not in known], sid)
-        for e in snapshot_events(table_id, ident, convert.KIND_TO_PROTO[kind], sid, snap.time_millis,
-                                 snapshot_changes(table, snap)):
-            store.add_event(table_id, sid, e.topic, e.key, e.payload)
+        record_events(store, encode, SnapshotEvent(table_id, sid, kind, snap.time_millis,
+                                                   snapshot_changes(table, snap)))
         done.append(sid)
     if done:
         _log.warning("table %s: recorded %d snapshot(s) published without a record: %s", table_id, len(done),

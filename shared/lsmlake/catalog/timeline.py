@@ -1,9 +1,10 @@
-"""The compaction timeline RPCs: plans move REQUESTED -> INFLIGHT -> COMPLETED, as Hudi's compaction plans do.
+"""The compaction timeline: plans move REQUESTED -> INFLIGHT -> COMPLETED, as Hudi's compaction plans do.
 
 The metadata store keeps each plan's state, owner, times and the names of its input files (a unique key
-keeps a file out of two pending plans, across replicas); the plan's protobuf units (input file metadata,
-output level) travel with it as an opaque `detail`. Every transition that looks at the table's files
-runs under the table's commit lock, so it sees the same live files a commit would.
+keeps a file out of two pending plans, across replicas); the plan's units (input file metadata, output
+level) travel with it as an opaque `detail`, written and read by the caller's `PlanCodec` (the service
+keeps its protobuf form there). Every transition that looks at the table's files runs under the table's
+commit lock, so it sees the same live files a commit would.
 
 Rollback is Hudi's: the output files a failed run left in the bucket folders (found by the plan's file
 name prefix, plus any the caller names) are deleted, never a file a snapshot references; the plan then
@@ -15,55 +16,74 @@ from __future__ import annotations
 import logging
 import posixpath
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 from lsmlake.auth.principal import SEPARATOR, current_principal, owned
 from lsmlake.auth.roles import Role
 from lsmlake.catalog.commit_checks import check_file_name
+from lsmlake.catalog.commit_request import CommitRequest
+from lsmlake.catalog.commits import CommitOutcome
 from lsmlake.catalog.expire import referenced_files
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import InvalidInputError, NotFoundError, PermissionDeniedError
+from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.format.manifest import ManifestEntry
-from lsmlake.metastore import ABANDONED, COMPLETED, PENDING_STATES, PLAN_STATES, ROLLED_BACK, CompactionPlan, MetaStore
+from lsmlake.metastore import ABANDONED, PENDING_STATES, PLAN_STATES, CompactionPlan, MetaStore
 from lsmlake.metastore.errors import PlanStateError
-from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
-from lsmlake.rpc.convert import table_id
 from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.write import CommitMessage
 
 _log = logging.getLogger(__name__)
 
 MAX_UNITS = 10_000
-_FINAL = (COMPLETED, ROLLED_BACK, ABANDONED)
 
 
-def state_to_proto(state: str) -> catalog_pb2.CompactionPlanState.ValueType:
-    return catalog_pb2.CompactionPlanState.Value(f"COMPACTION_PLAN_STATE_{state}")
+@dataclass(frozen=True)
+class PlanUnit:
+    """One bucket of a plan: the files to merge, exactly as the manifest holds them, and where the result goes.
+
+    `drop_delete` says retraction rows may be dropped (the output goes to the highest level).
+    """
+
+    partition: bytes
+    bucket: int
+    total_buckets: int
+    input_files: Sequence[DataFileMeta]
+    output_level: int
+    drop_delete: bool = False
 
 
-def state_from_proto(value: int) -> str:
-    name = catalog_pb2.CompactionPlanState.Name(value) if value in catalog_pb2.CompactionPlanState.values() else ""
-    state = name.removeprefix("COMPACTION_PLAN_STATE_")
+@dataclass(frozen=True)
+class PlanDetail:
+    """What a plan compacts, kept with it: its units, the newest snapshot when it was made, and the name
+    prefix of the files its runs write (a rollback finds a dead run's outputs by it)."""
+
+    units: Sequence[PlanUnit]
+    full: bool
+    base_snapshot_id: int
+    output_file_prefix: str
+
+
+#: runs a commit with a plan check (see `CatalogCommits.commit`)
+CommitRunner = Callable[[CommitRequest, Callable[[], CompactionPlan]], CommitOutcome]
+
+
+class PlanCodec(Protocol):
+    """The stored form of a `PlanDetail` (the metadata store keeps it as bytes)."""
+
+    def encode(self, detail: PlanDetail) -> bytes: ...
+
+    def decode(self, data: bytes) -> PlanDetail: ...
+
+
+def check_plan_state(state: str) -> str:
+    """InvalidInputError unless `state` is a plan state."""
     if state not in PLAN_STATES:
-        raise InvalidInputError(f"plan state {value} is not one of {', '.join(PLAN_STATES)}")
+        raise InvalidInputError(f"plan state {state or '?'} is not one of {', '.join(PLAN_STATES)}")
     return state
-
-
-def plan_to_proto(plan: CompactionPlan, ident: common_pb2.TableIdentifier) -> catalog_pb2.CompactionPlan:
-    """The protobuf plan: its units from the stored detail, its life from the store's columns."""
-    out = catalog_pb2.CompactionPlan.FromString(plan.detail)
-    out.plan_id = str(plan.plan_id)
-    out.table.CopyFrom(ident)
-    out.state = state_to_proto(plan.state)
-    out.owner = plan.owner or ""
-    out.attempts = plan.attempts
-    out.reason = plan.reason or ""
-    if plan.snapshot_id is not None:
-        out.committed_snapshot_id = plan.snapshot_id
-    out.requested_at_ms = plan.created_ms
-    out.started_at_ms = plan.started_ms or 0
-    out.finished_at_ms = plan.updated_ms if plan.state in _FINAL else 0
-    return out
 
 
 def parse_plan_id(text: str) -> int:
@@ -87,7 +107,7 @@ def _live_by_bucket(table: FileStoreTable) -> dict[tuple[bytes, int], dict[str, 
     return out
 
 
-def _missing_inputs(units: Sequence[catalog_pb2.CompactionUnit],
+def _missing_inputs(units: Sequence[PlanUnit],
                     live: dict[tuple[bytes, int], dict[str, ManifestEntry]]) -> list[str]:
     return [f.file_name for u in units for f in u.input_files
             if f.file_name not in live.get((u.partition, u.bucket), {})]
@@ -107,11 +127,12 @@ def _check_owner(plan: CompactionPlan, tid: str) -> None:
 
 
 class Timeline:
-    """The timeline RPCs of one catalog service; `commit` is the service's own COMPACT commit under the lock."""
+    """The compaction timeline of one catalog: plans move under the table's commit lock; `complete` commits."""
 
-    def __init__(self, catalog: FileSystemCatalog, store: MetaStore) -> None:
+    def __init__(self, catalog: FileSystemCatalog, store: MetaStore, codec: PlanCodec) -> None:
         self.catalog = catalog
         self.store = store
+        self.codec = codec
 
     def _plan_of(self, tid: str, plan_id: int) -> CompactionPlan:
         plan = self.store.get_plan(plan_id)
@@ -119,9 +140,8 @@ class Timeline:
             raise NotFoundError(f"compaction plan {plan_id} does not exist for table {tid}")
         return plan
 
-    def request(self, request: catalog_pb2.RequestCompactionRequest) -> catalog_pb2.CompactionPlan:
-        tid = table_id(request.table)
-        units = list(request.units)
+    def request(self, tid: str, units: Sequence[PlanUnit], full: bool) -> CompactionPlan:
+        """Record a REQUESTED plan of live input files (each in one pending plan at most)."""
         if not units:
             raise InvalidInputError("units must not be empty: a plan compacts at least one bucket")
         if len(units) > MAX_UNITS:
@@ -136,7 +156,7 @@ class Timeline:
                 if not 0 <= u.output_level <= max_level:
                     raise InvalidInputError(f"units[{i}].output_level {u.output_level} is outside 0..{max_level} "
                                             f"(num-levels is {max_level + 1})")
-                if request.full and u.output_level != max_level:
+                if full and u.output_level != max_level:
                     raise InvalidInputError(f"units[{i}]: a full compaction writes to level {max_level}, "
                                             f"not {u.output_level}")
                 names += [f.file_name for f in u.input_files]
@@ -146,62 +166,79 @@ class Timeline:
             if missing:
                 raise InvalidInputError(f"{len(missing)} input file(s) are not live in the latest snapshot of "
                                         f"{tid} in the bucket the unit names: {', '.join(missing[:5])}")
-            latest = table.snapshots.latest_id() or 0
-            detail = catalog_pb2.CompactionPlan(
-                units=units, full=request.full, base_snapshot_id=latest,
-                output_file_prefix=f"data-compact-{uuid.uuid4().hex[:16]}-")
+            detail = PlanDetail(units, full, table.snapshots.latest_id() or 0,
+                                f"data-compact-{uuid.uuid4().hex[:16]}-")
             first = units[0]
             plan_id = self.store.request_plan(tid, first.partition, first.bucket, names, first.output_level,
-                                              detail=detail.SerializeToString())
+                                              detail=self.codec.encode(detail))
             plan = self.store.get_plan(plan_id)
         _log.info("table %s: compaction plan %d REQUESTED (%d unit(s), %d file(s))", tid, plan_id, len(units),
                   len(names))
-        return plan_to_proto(plan, request.table)
+        return plan
 
-    def start(self, request: catalog_pb2.StartCompactionRequest) -> catalog_pb2.CompactionPlan:
-        tid = table_id(request.table)
-        plan_id = parse_plan_id(request.plan_id)
-        if not request.owner:
+    def start(self, tid: str, plan_id: int, owner: str) -> CompactionPlan:
+        """The plan INFLIGHT, run by `owner` (in the caller's namespace); ABANDONED when its inputs are gone."""
+        if not owner:
             raise InvalidInputError("owner must name the compactor instance taking the plan")
         missing: list[str] = []
         with self.store.commit_lock(tid):
             plan = self._plan_of(tid, plan_id)
-            units = catalog_pb2.CompactionPlan.FromString(plan.detail).units
+            units = self.codec.decode(plan.detail).units
             if plan.pending:
                 missing = _missing_inputs(units, _live_by_bucket(self.catalog.get_table(tid)))
             if missing:  # the abandonment commits; the caller learns of it below
                 self.store.abandon_plan(plan_id, f"input files are gone: {', '.join(missing[:5])}")
             else:
-                started = self.store.start_plan(plan_id, owned(request.owner, current_principal()))
+                started = self.store.start_plan(plan_id, owned(owner, current_principal()))
         if missing:
             raise PlanStateError(f"compaction plan {plan_id} of {tid} was abandoned: {len(missing)} of its "
                                  f"input files are no longer live ({', '.join(missing[:5])})", plan_id, ABANDONED)
-        return plan_to_proto(started, request.table)
+        return started
 
-    def check_completion(self, tid: str, request: catalog_pb2.CompleteCompactionRequest) -> CompactionPlan:
+    def check_completion(self, tid: str, plan_id: int, owner: str,
+                         changes: Sequence[CommitMessage]) -> CompactionPlan:
         """The INFLIGHT plan a completion refers to, after checking its owner and that it only removes inputs."""
-        plan = self._plan_of(tid, parse_plan_id(request.plan_id))
+        plan = self._plan_of(tid, plan_id)
         if plan.state != "INFLIGHT":  # checked before anything is published
             raise PlanStateError(f"compaction plan {plan.plan_id} of {tid} is {plan.state}: only an INFLIGHT plan "
                                  "can be completed (it was rolled back or has ended)", plan.plan_id, plan.state)
-        owner = owned(request.owner, current_principal())
-        if plan.owner != owner:
+        runner = owned(owner, current_principal())
+        if plan.owner != runner:
             raise PlanStateError(f"compaction plan {plan.plan_id} of {tid} is run by {plan.owner!r}, "
-                                 f"not {owner!r}", plan.plan_id, plan.state)
+                                 f"not {runner!r}", plan.plan_id, plan.state)
         inputs = set(plan.input_files)
-        strays = [f.file_name for c in request.changes for f in c.deleted_files if f.file_name not in inputs]
+        strays = [f.file_name for c in changes for f in c.deleted_files if f.file_name not in inputs]
         if strays:
             raise InvalidInputError(f"the result deletes file(s) that are not inputs of plan {plan.plan_id}: "
                                     f"{', '.join(strays[:5])}")
         return plan
 
-    def rollback(self, request: catalog_pb2.RollbackCompactionRequest) -> tuple[catalog_pb2.CompactionPlan, list[str]]:
-        tid = table_id(request.table)
-        plan_id = parse_plan_id(request.plan_id)
-        for i, n in enumerate(request.output_files):  # plain file names ("data-....parquet"), never paths
+    def complete(self, commit: CommitRunner, request: CommitRequest, plan_id: int,
+                 owner: str) -> tuple[CommitOutcome, CompactionPlan]:
+        """Commit a plan's result as a COMPACT snapshot and mark the plan COMPLETED in the same transaction.
+
+        `commit` is `CatalogCommits.commit` (or a wrapper of it). A resend of a completion is answered with
+        its snapshot, unless that snapshot did not complete the plan.
+        """
+        tid = request.table_id
+        outcome = commit(request, self._completion_check(tid, plan_id, owner, request.changes))
+        plan = self.store.get_plan(plan_id)
+        if outcome.already_committed and plan.snapshot_id != outcome.snapshot_id:
+            raise PlanStateError(f"commit ({request.commit_user!r}, {request.identifier}) was already "
+                                 f"committed as snapshot {outcome.snapshot_id}, which did not complete plan "
+                                 f"{plan_id}", plan_id, plan.state)
+        return outcome, plan
+
+    def _completion_check(self, tid: str, plan_id: int, owner: str,
+                          changes: Sequence[CommitMessage]) -> Callable[[], CompactionPlan]:
+        return lambda: self.check_completion(tid, plan_id, owner, changes)
+
+    def rollback(self, tid: str, plan_id: int, reason: str, requeue: bool,
+                 output_files: Sequence[str]) -> tuple[CompactionPlan, list[str]]:
+        """Delete a dead run's outputs, then requeue the plan (ABANDONED when its inputs are gone) or end it."""
+        for i, n in enumerate(output_files):  # plain file names ("data-....parquet"), never paths
             check_file_name(n, f"output_files[{i}]")
-        extra = list(request.output_files)
-        reason = request.reason or "rolled back"
+        reason = reason or "rolled back"
         with self.store.commit_lock(tid):
             plan = self._plan_of(tid, plan_id)
             if plan.state != "INFLIGHT":
@@ -209,10 +246,10 @@ class Timeline:
                                      "and only an INFLIGHT plan can be rolled back", plan_id, plan.state)
             _check_owner(plan, tid)
             table = self.catalog.get_table(tid)
-            detail = catalog_pb2.CompactionPlan.FromString(plan.detail)
+            detail = self.codec.decode(plan.detail)
             live = _live_by_bucket(table)
-            deleted = self._delete_outputs(table, detail, live, set(extra))
-            if not request.requeue:
+            deleted = self._delete_outputs(table, detail, live, set(output_files))
+            if not requeue:
                 after = self.store.end_plan(plan_id, reason)
             else:
                 missing = _missing_inputs(detail.units, live)
@@ -223,9 +260,9 @@ class Timeline:
                     after = self.store.rollback_plan(plan_id, reason)
         _log.info("table %s: compaction plan %d rolled back to %s, %d output file(s) deleted (%s)", tid, plan_id,
                   after.state, len(deleted), reason)
-        return plan_to_proto(after, request.table), deleted
+        return after, deleted
 
-    def _delete_outputs(self, table: FileStoreTable, detail: catalog_pb2.CompactionPlan,
+    def _delete_outputs(self, table: FileStoreTable, detail: PlanDetail,
                         live: dict[tuple[bytes, int], dict[str, ManifestEntry]], extra: set[str]) -> list[str]:
         """Delete the plan's uncommitted outputs in its buckets' folders; never a file a snapshot still uses."""
         referenced = self._referenced_names(table)
@@ -248,11 +285,11 @@ class Timeline:
     def _referenced_names(table: FileStoreTable) -> set[str]:
         return {posixpath.basename(p) for p in referenced_files(table, table.snapshots.snapshots())}
 
-    def list(self, request: catalog_pb2.ListCompactionPlansRequest) -> list[catalog_pb2.CompactionPlan]:
-        tid = table_id(request.table)
+    def list(self, tid: str, states: Sequence[str] | None) -> list[CompactionPlan]:
+        """The table's plans, oldest request first; only those in `states` when given."""
         self.catalog.get_table(tid)  # NotFoundError for an unknown table
-        states = [state_from_proto(s) for s in request.states] or None
-        return [plan_to_proto(p, request.table) for p in self.store.list_plans(tid, states)]
+        return self.store.list_plans(tid, [check_plan_state(s) for s in states] if states else None)
 
 
-__all__ = ["PENDING_STATES", "Timeline", "parse_plan_id", "plan_to_proto", "state_from_proto", "state_to_proto"]
+__all__ = ["PENDING_STATES", "CommitRunner", "PlanCodec", "PlanDetail", "PlanUnit", "Timeline", "check_plan_state",
+           "parse_plan_id"]

@@ -7,7 +7,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from lsmlake.catalog.commit_request import COMMIT_KINDS, CommitRequest
 from lsmlake.catalog.filesystem import check_name
+from lsmlake.catalog.timeline import PlanDetail, PlanUnit, check_plan_state
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.data_file_meta import FILE_SOURCE_APPEND, FILE_SOURCE_COMPACT, DataFileMeta, SimpleStats
 from lsmlake.format.data_file_writer import bucket_dir
@@ -16,6 +18,7 @@ from lsmlake.format.index_manifest import IndexEntry
 from lsmlake.format.partition import partition_value_string
 from lsmlake.format.predicate import Term
 from lsmlake.format.snapshot import APPEND, COMPACT, OVERWRITE, Snapshot
+from lsmlake.metastore import ABANDONED, COMPLETED, PLAN_STATES, ROLLED_BACK, CompactionPlan
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.scan import Split
@@ -160,6 +163,96 @@ def changes_to_proto(m: CommitMessage) -> common_pb2.FileChanges:
         changelog_files=[file_to_proto(f) for f in m.changelog_files],
         new_index_files=[index_to_proto(e) for e in m.new_index_files],
         deleted_index_files=[index_to_proto(e) for e in m.deleted_index_files])
+
+
+# -- commits -----------------------------------------------------------------------------------
+
+def commit_kind(value: common_pb2.CommitKind.ValueType) -> str:
+    """The lsmlake kind of a commit's `kind`; InvalidInputError unless it is one a client may commit."""
+    kind = KIND_FROM_PROTO.get(value)
+    if kind not in COMMIT_KINDS:
+        name = common_pb2.CommitKind.Name(value) if value in common_pb2.CommitKind.values() else str(value)
+        raise InvalidInputError(f"kind {name} "
+                                "is not accepted: use COMMIT_KIND_APPEND, COMMIT_KIND_COMPACT or COMMIT_KIND_OVERWRITE")
+    return kind
+
+
+def commit_from_proto(request: catalog_pb2.CommitRequest) -> CommitRequest:
+    kind = commit_kind(request.kind)  # refused first, as no other field means anything without it
+    return CommitRequest(
+        table_id=table_id(request.table), kind=kind, commit_user=request.commit_user,
+        identifier=request.commit_identifier, changes=[changes_from_proto(c) for c in request.changes],
+        properties=dict(request.properties), request_ids=list(request.request_ids), table_uuid=request.table_uuid,
+        overwrite_all=request.overwrite_all_partitions, overwrite_partitions=list(request.overwrite_partitions))
+
+
+def completion_from_proto(request: catalog_pb2.CompleteCompactionRequest) -> CommitRequest:
+    """The COMPACT commit of a compaction plan's result."""
+    return CommitRequest(
+        table_id=table_id(request.table), kind=COMPACT, commit_user=request.commit_user,
+        identifier=request.commit_identifier, changes=[changes_from_proto(c) for c in request.changes],
+        properties=dict(request.properties))
+
+
+# -- compaction plans ----------------------------------------------------------------------------
+
+_FINAL_STATES = (COMPLETED, ROLLED_BACK, ABANDONED)
+
+
+def state_to_proto(state: str) -> catalog_pb2.CompactionPlanState.ValueType:
+    return catalog_pb2.CompactionPlanState.Value(f"COMPACTION_PLAN_STATE_{state}")
+
+
+def state_from_proto(value: catalog_pb2.CompactionPlanState.ValueType) -> str:
+    name = catalog_pb2.CompactionPlanState.Name(value) if value in catalog_pb2.CompactionPlanState.values() else ""
+    state = name.removeprefix("COMPACTION_PLAN_STATE_")
+    if state not in PLAN_STATES:
+        raise InvalidInputError(f"plan state {value} is not one of {', '.join(PLAN_STATES)}")
+    return check_plan_state(state)
+
+
+def unit_from_proto(u: catalog_pb2.CompactionUnit) -> PlanUnit:
+    return PlanUnit(u.partition, u.bucket, u.total_buckets, [file_from_proto(f) for f in u.input_files],
+                    u.output_level, u.drop_delete)
+
+
+def unit_to_proto(u: PlanUnit) -> catalog_pb2.CompactionUnit:
+    return catalog_pb2.CompactionUnit(partition=u.partition, bucket=u.bucket, total_buckets=u.total_buckets,
+                                      input_files=[file_to_proto(f) for f in u.input_files],
+                                      output_level=u.output_level, drop_delete=u.drop_delete)
+
+
+class ProtoPlanCodec:
+    """A plan's detail as the bytes of a `CompactionPlan` message holding its units (the form clients get)."""
+
+    @staticmethod
+    def encode(detail: PlanDetail) -> bytes:
+        return catalog_pb2.CompactionPlan(
+            units=[unit_to_proto(u) for u in detail.units], full=detail.full,
+            base_snapshot_id=detail.base_snapshot_id, output_file_prefix=detail.output_file_prefix,
+        ).SerializeToString()
+
+    @staticmethod
+    def decode(data: bytes) -> PlanDetail:
+        p = catalog_pb2.CompactionPlan.FromString(data)
+        return PlanDetail([unit_from_proto(u) for u in p.units], p.full, p.base_snapshot_id, p.output_file_prefix)
+
+
+def plan_to_proto(plan: CompactionPlan, ident: common_pb2.TableIdentifier) -> catalog_pb2.CompactionPlan:
+    """The protobuf plan: its units from the stored detail, its life from the store's columns."""
+    out = catalog_pb2.CompactionPlan.FromString(plan.detail)
+    out.plan_id = str(plan.plan_id)
+    out.table.CopyFrom(ident)
+    out.state = state_to_proto(plan.state)
+    out.owner = plan.owner or ""
+    out.attempts = plan.attempts
+    out.reason = plan.reason or ""
+    if plan.snapshot_id is not None:
+        out.committed_snapshot_id = plan.snapshot_id
+    out.requested_at_ms = plan.created_ms
+    out.started_at_ms = plan.started_ms or 0
+    out.finished_at_ms = plan.updated_ms if plan.state in _FINAL_STATES else 0
+    return out
 
 
 # -- snapshots, splits, tables -----------------------------------------------------------------

@@ -109,15 +109,16 @@ class WarehouseAccess(TableAccess):
 
     def __init__(self, warehouse: str, identifier: str) -> None:
         self.identifier = identifier
-        self.table = FileSystemCatalog(warehouse).get_table(identifier)
+        self.catalog = FileSystemCatalog(warehouse)
+        self.table = self.catalog.get_table(identifier)
         self.location = table_location(warehouse, identifier, self.table.path)
 
     def commit(self, messages: Sequence[CommitMessage], overwrite: bool) -> CommitResult:
-        """One APPEND snapshot, or an OVERWRITE one replacing the partitions the messages touch."""
+        """One APPEND snapshot, or an OVERWRITE one replacing the partitions the messages touch; the file
+        changes are checked as the catalog service checks them (`FileSystemCatalog.commit`)."""
         t = self.table
-        if overwrite:
-            return t.new_commit().overwrite(messages, t.overwritten_partitions(messages, None))
-        return t.commit_messages(messages)
+        partitions = t.overwritten_partitions(messages, None) if overwrite else None
+        return self.catalog.commit(t, messages, overwrite=overwrite, partitions=partitions)
 
     def after_write(self) -> None:
         """Move level 0 of a deletion-vector table up (its readers do not see level 0), as `write_arrow` does.

@@ -1,0 +1,114 @@
+"""Reading the catalog's table, scan, sequence and expiration requests into lsmlake's types, within bounds.
+
+Column names are quoted in `...` for the schema parser and its type parser recurses per nesting level,
+so both are bounded before either sees them; sequence ranges are bounded so that a request cannot take
+numbers near the end of the range the commit checks allow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from lsmlake.errors import InvalidInputError
+from lsmlake.format.types import DataField, parse_schema_fields
+from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
+from lsmlake.table.schema_change import AddColumn, RemoveOption, RenameColumn, SchemaChange, SetOption
+
+MAX_COLUMNS = 10_000
+MAX_COLUMN_NAME_CHARS = 255
+MAX_TYPE_CHARS = 4_096
+MAX_TYPE_NESTING = 32
+MAX_RANGES = 10_000
+MAX_SEQUENCES_PER_RANGE = 1 << 40  # far above any flush; keeps 2^62 (the commit checks' bound) out of reach
+POSTPONE_BUCKET = -2  # Paimon's bucket of files written in postpone-bucket mode
+
+
+def check_column(where: str, name: str, type_text: str) -> None:
+    """InvalidInputError naming `where` for a column name or type text the schema parser must not see."""
+    if not name or len(name) > MAX_COLUMN_NAME_CHARS or "`" in name or "\x00" in name:
+        shown = name if len(name) <= 60 else f"{name[:40]}... ({len(name)} chars)"
+        raise InvalidInputError(f"{where}: column name {shown!r} is invalid: 1 to {MAX_COLUMN_NAME_CHARS} characters, "
+                                "no backtick or NUL")
+    if len(type_text) > MAX_TYPE_CHARS:
+        raise InvalidInputError(f"{where}: the type of column {name!r} is {len(type_text)} characters long; "
+                                f"at most {MAX_TYPE_CHARS}")
+    depth = deepest = 0
+    for ch in type_text:
+        depth += (ch in "<(") - (ch in ">)")
+        deepest = max(deepest, depth)
+    if deepest > MAX_TYPE_NESTING:
+        raise InvalidInputError(f"{where}: the type of column {name!r} is nested {deepest} levels deep; "
+                                f"at most {MAX_TYPE_NESTING}")
+
+
+def check_columns(columns: Sequence[catalog_pb2.Column]) -> None:
+    if not columns:
+        raise InvalidInputError("columns must not be empty")
+    if len(columns) > MAX_COLUMNS:
+        raise InvalidInputError(f"columns has {len(columns)} entries; at most {MAX_COLUMNS}")
+    for i, c in enumerate(columns):
+        check_column(f"columns[{i}]", c.name, c.type)
+
+
+def table_fields(columns: Sequence[catalog_pb2.Column]) -> tuple[DataField, ...]:
+    """The fields of a CreateTable request's columns, with their comments."""
+    check_columns(columns)
+    fields = parse_schema_fields(", ".join(f"`{c.name}` {c.type}" for c in columns))
+    return tuple(dataclasses.replace(f, description=c.comment or None) for f, c in zip(fields, columns, strict=True))
+
+
+def schema_change(i: int, c: catalog_pb2.SchemaChange) -> SchemaChange:
+    """The `i`th change of an AlterTable request."""
+    which = c.WhichOneof("change")
+    if which == "add_column":
+        check_column(f"changes[{i}].add_column", c.add_column.name, c.add_column.type)
+        return AddColumn(c.add_column.name, c.add_column.type, c.add_column.comment or None)
+    if which == "rename_column":
+        return RenameColumn(c.rename_column.old_name, c.rename_column.new_name)
+    if which == "set_option":
+        return SetOption(c.set_option.key, c.set_option.value)
+    if which == "remove_option":
+        return RemoveOption(c.remove_option.key)
+    raise InvalidInputError(f"changes[{i}] names no change")
+
+
+def sequence_counts(ranges: Sequence[catalog_pb2.SequenceRange]) -> dict[tuple[bytes, int], int]:
+    """The count per (partition, bucket) of an AllocateSequences request; InvalidInputError naming the entry."""
+    if not ranges:
+        raise InvalidInputError("ranges must not be empty")
+    if len(ranges) > MAX_RANGES:
+        raise InvalidInputError(f"ranges has {len(ranges)} entries; at most {MAX_RANGES}")
+    counts: dict[tuple[bytes, int], int] = {}
+    for i, r in enumerate(ranges):
+        if r.bucket < 0:
+            raise InvalidInputError(f"ranges[{i}]: bucket {r.bucket} is invalid (numbers are for real buckets)")
+        if not 1 <= r.count <= MAX_SEQUENCES_PER_RANGE:
+            raise InvalidInputError(f"ranges[{i}]: count {r.count} must be 1 to {MAX_SEQUENCES_PER_RANGE}")
+        key = (bytes(r.partition), r.bucket)
+        if key in counts:
+            raise InvalidInputError(f"ranges[{i}]: bucket {r.bucket} of that partition is named twice")
+        counts[key] = r.count
+    return counts
+
+
+def expire_options(request: catalog_pb2.ExpireSnapshotsRequest) -> dict[str, int | None]:
+    """The retention options an ExpireSnapshots request sets (None: the table's own); none may be negative."""
+    opt = {"retain_min": request.retain_min if request.HasField("retain_min") else None,
+           "retain_max": request.retain_max if request.HasField("retain_max") else None,
+           "time_retained_ms": request.time_retained_ms if request.HasField("time_retained_ms") else None,
+           "max_deletes": request.max_deletes if request.HasField("max_deletes") else None}
+    for name, value in opt.items():
+        if value is not None and value < 0:
+            raise InvalidInputError(f"{name} {value} must not be negative")
+    return opt
+
+
+def bucket_numbers(buckets: Sequence[int]) -> set[int]:
+    """The buckets a PlanScan request asks for; InvalidInputError for a number that is no bucket."""
+    wanted = set(buckets)
+    bad = sorted(b for b in wanted if b < 0 and b != POSTPONE_BUCKET)
+    if bad:
+        raise InvalidInputError(f"buckets {bad} are not bucket numbers (0 and up, or {POSTPONE_BUCKET} for "
+                                "postponed files)")
+    return wanted
