@@ -64,7 +64,7 @@ def test_chunked_merge_of_multi_file_runs_equals_the_model(tmp_path_factory, wri
     compacted states of the model."""
     import uuid
 
-    from lsmlake.mergetree.changelog import read_changelog
+    from lsmlake.table.changelog import read_changelog
 
     aggregate = engine == "aggregation"
     options = {"aggregation": {"merge-engine": "aggregation", "fields.n.aggregate-function": "sum"},

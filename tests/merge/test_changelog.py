@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
-from lsmlake.mergetree.changelog import read_changelog
+from lsmlake.table.changelog import read_changelog
 from lsmlake.table.compact import compact_table
 
 _n = itertools.count()

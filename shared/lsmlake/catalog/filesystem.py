@@ -15,10 +15,11 @@ import pyarrow.fs as pafs
 
 from lsmlake.catalog.commit_checks import check_changes
 from lsmlake.errors import AlreadyExistsError, InvalidInputError, NotFoundError
-from lsmlake.format.schema import SchemaManager, new_table_schema
+from lsmlake.format.schema import SchemaManager
 from lsmlake.format.types import DataField, parse_schema_fields
-from lsmlake.fs.file_io import FileIO
+from lsmlake.fs import open_path
 from lsmlake.table.commit import CommitResult
+from lsmlake.table.definition import define_table
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.schema_change import SchemaChange, alter_table
 from lsmlake.table.write import CommitMessage
@@ -49,7 +50,7 @@ class FileSystemCatalog:
     """Databases and tables of one warehouse (a local folder or an object-store URI)."""
 
     def __init__(self, warehouse: str, filesystem: pafs.FileSystem | None = None) -> None:
-        self.io, self.root = FileIO.for_path(warehouse, filesystem)
+        self.io, self.root = open_path(warehouse, filesystem)
         self.warehouse = warehouse
 
     def database_path(self, db: str) -> str:
@@ -97,7 +98,7 @@ class FileSystemCatalog:
         db, _ = split_identifier(identifier)
         if isinstance(fields, str):
             fields = parse_schema_fields(fields)
-        schema = new_table_schema(tuple(fields), tuple(partition_keys), tuple(primary_keys), options, comment)
+        schema = define_table(tuple(fields), tuple(partition_keys), tuple(primary_keys), options, comment)
         if not self.io.exists(self.database_path(db)):
             raise NotFoundError(f"database {db!r} does not exist")
         path = self.table_path(identifier)

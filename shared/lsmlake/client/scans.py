@@ -17,7 +17,7 @@ from lsmlake.errors import InvalidInputError, NotFoundError
 from lsmlake.format.binary_row import deserialize_row
 from lsmlake.format.predicate import Predicate, Term
 from lsmlake.format.schema import SchemaManager
-from lsmlake.fs.file_io import FileIO
+from lsmlake.fs import open_path
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
 from lsmlake.rpc.convert import file_from_proto, index_from_proto
 from lsmlake.table.file_store_table import FileStoreTable
@@ -98,7 +98,7 @@ class Scans(Tables):
         info = self.table(table) if isinstance(table, str) else table
         if self.warehouse is not None:
             return FileSystemCatalog(self.warehouse).get_table(info.identifier)
-        fio, path = FileIO.for_path(info.location)
+        fio, path = open_path(info.location)
         schema = SchemaManager(fio, path).latest()
         if schema is None:
             raise NotFoundError(f"table {info.identifier} has no schema at {info.location}")

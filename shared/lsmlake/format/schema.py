@@ -254,11 +254,9 @@ def new_table_schema(fields: tuple[DataField, ...], partition_keys: list[str] | 
     schema = TableSchema(id=0, fields=fields, partition_keys=partition_keys, primary_keys=primary_keys,
                          options=options, comment=comment, time_millis=int(time.time() * 1000),
                          highest_field_id=max_field_id(fields))
-    if primary_keys:
-        from lsmlake.mergetree.merge.factory import merge_function_for
-
-        merge_function_for(schema)  # validates merge-engine, sequence fields, aggregate functions
-    elif table_opts.get(opts.MERGE_ENGINE) != "deduplicate":
+    # the merge engine's own options (sequence fields, aggregate functions) are checked by
+    # `lsmlake.table.definition.define_table`, above the merge tree
+    if not primary_keys and table_opts.get(opts.MERGE_ENGINE) != "deduplicate":
         raise InvalidInputError("merge-engine applies to primary-key tables only")
     return schema
 

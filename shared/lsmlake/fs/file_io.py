@@ -48,12 +48,6 @@ class FileIO:
         self.fs = fs
         self.local = local
 
-    @staticmethod
-    def for_path(uri: str, fs: pafs.FileSystem | None = None) -> tuple[FileIO, str]:  # TEMP-MIGRATION
-        from lsmlake.fs import open_path
-
-        return open_path(uri, fs)
-
     # -- queries -------------------------------------------------------------------------------
 
     def exists(self, path: str) -> bool:

@@ -18,7 +18,7 @@ from lsmlake.errors import CommitStateUnknownError, InvalidInputError, NotFoundE
 from lsmlake.format.predicate import Predicate
 from lsmlake.format.schema import SchemaManager
 from lsmlake.format.snapshot import Snapshot
-from lsmlake.fs.file_io import FileIO
+from lsmlake.fs import open_path
 from lsmlake.table.commit import CommitResult
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.scan import Split
@@ -39,7 +39,7 @@ class TableRef:
 
     def open(self) -> FileStoreTable:
         """The table at `location`, read with schema `schema_id` (files of other versions are mapped by field id)."""
-        fio, path = FileIO.for_path(self.location)
+        fio, path = open_path(self.location)
         manager = SchemaManager(fio, path)
         try:
             schema = manager.schema(self.schema_id)
