@@ -9,7 +9,7 @@ held up while a table far behind catches up. A failure on one table is logged an
 from __future__ import annotations
 
 import logging
-import threading
+import time
 from collections.abc import Iterator
 
 from catalog_svc.metrics import CatalogMetrics
@@ -17,10 +17,13 @@ from lsmlake.catalog.expire import PASS_BUDGET_S, ExpirePass, remove_orphan_file
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.catalog.reconcile import reconcile_table
 from lsmlake.metastore import MetaStore
+from lsmlake.rpc.events import snapshot_events
+from lsmlake.runtime.background import BackgroundLoop
 
 _log = logging.getLogger(__name__)
 
 ORPHAN_MIN_AGE_MS = 86_400_000  # a file younger than a day may belong to a commit in progress
+TICK_S = 0.5  # how often the thread looks whether a job is due
 
 
 def table_ids(catalog: FileSystemCatalog) -> Iterator[str]:
@@ -38,7 +41,7 @@ def reconcile_all(catalog: FileSystemCatalog, store: MetaStore, metrics: Catalog
             if latest is None or (store.last_recorded_snapshot(tid) or 0) >= latest:
                 continue  # nothing to do: no lock taken
             with store.commit_lock(tid):
-                total += len(reconcile_table(store, catalog.get_table(tid), tid))
+                total += len(reconcile_table(store, catalog.get_table(tid), tid, snapshot_events))
         except Exception:
             _log.exception("cannot reconcile table %s", tid)
     metrics.reconciled.inc(total)
@@ -61,44 +64,47 @@ class Maintenance:
         self.expire_budget_s = expire_budget_s
         self.orphan_interval_s = orphan_interval_s
         self.reconcile_interval_s = reconcile_interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop("catalog-maintenance", self._step, TICK_S, initial_delay_s=TICK_S,
+                                    what="catalog maintenance", logger=_log)
+        self._next_expire = self._next_orphans = self._next_reconcile = 0.0
 
     def start(self) -> Maintenance:
         if self.expire_interval_s > 0 or self.orphan_interval_s > 0 or self.reconcile_interval_s > 0:
-            self._thread = threading.Thread(target=self._run, name="catalog-maintenance", daemon=True)
-            self._thread.start()
+            now = time.monotonic()
+            self._next_expire = now + self.expire_interval_s
+            self._next_orphans = now + self.orphan_interval_s
+            self._next_reconcile = now + self.reconcile_interval_s
+            self._loop.start()
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        self._loop.stop(timeout_s)
 
-    def _run(self) -> None:
-        import time
-
-        next_expire = time.monotonic() + self.expire_interval_s
-        next_orphans = time.monotonic() + self.orphan_interval_s
-        next_reconcile = time.monotonic() + self.reconcile_interval_s
-        while not self._stop.wait(0.5):
-            now = time.monotonic()
-            if self.reconcile_interval_s > 0 and now >= next_reconcile:
+    def _step(self) -> None:
+        # a job that fails is due again a whole interval later, not at the next tick
+        now = time.monotonic()
+        if self.reconcile_interval_s > 0 and now >= self._next_reconcile:
+            try:
                 reconcile_all(self.catalog, self.store, self.metrics)
-                next_reconcile = time.monotonic() + self.reconcile_interval_s
-            if self.expire_interval_s > 0 and now >= next_expire:
+            finally:
+                self._next_reconcile = time.monotonic() + self.reconcile_interval_s
+        if self.expire_interval_s > 0 and now >= self._next_expire:
+            try:
                 self.expire_once()
-                next_expire = time.monotonic() + self.expire_interval_s
-            if self.orphan_interval_s > 0 and now >= next_orphans:
+            finally:
+                self._next_expire = time.monotonic() + self.expire_interval_s
+        if self.orphan_interval_s > 0 and now >= self._next_orphans:
+            try:
                 self.remove_orphans_once()
-                next_orphans = time.monotonic() + self.orphan_interval_s
+            finally:
+                self._next_orphans = time.monotonic() + self.orphan_interval_s
 
     def expire_once(self) -> int:
         """Expire snapshots of every table by its `snapshot.*` options, each until caught up (in batches of
         `snapshot.expire.limit`, within `expire_budget_s`); how many were expired."""
         total = 0
         for tid in table_ids(self.catalog):
-            if self._stop.is_set():
+            if self._loop.is_stopping():
                 break
             total += self._expire_table(tid)
         return total
@@ -109,7 +115,7 @@ class Maintenance:
         failed = False
         try:
             expire = ExpirePass(self.catalog.get_table(tid), batch_lock=lambda: self.store.commit_lock(tid),
-                                budget_s=self.expire_budget_s, should_stop=self._stop.is_set)
+                                budget_s=self.expire_budget_s, should_stop=self._loop.is_stopping)
             expire.run()
         except Exception:
             _log.exception("scheduled expiration of %s failed", tid)
@@ -120,7 +126,7 @@ class Maintenance:
         self.metrics.expired.inc(n)  # per table, as soon as its pass ends, not after every table
         if n:
             _log.info("expired %d snapshot(s) of %s in %d batch(es)", n, tid, expire.batches)
-        if not (expire.caught_up or failed or self._stop.is_set()):
+        if not (expire.caught_up or failed or self._loop.is_stopping()):
             # The pass's bound stopped it: a long backlog, or a table that gains snapshots faster than
             # one pass per interval removes them.
             _log.warning("expiration of %s is not caught up after %d snapshot(s) in %d batch(es); the next "
@@ -131,7 +137,7 @@ class Maintenance:
         """Delete files older than a day that no snapshot or tag of their table references; how many."""
         total = 0
         for tid in table_ids(self.catalog):
-            if self._stop.is_set():
+            if self._loop.is_stopping():
                 break
             try:
                 result = remove_orphan_files(self.catalog.get_table(tid), older_than_ms=ORPHAN_MIN_AGE_MS)

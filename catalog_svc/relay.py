@@ -19,7 +19,6 @@ followed by another after `busy_wait_s`, otherwise by one after `every_s`.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -29,6 +28,7 @@ from lsmlake.kafka.client import Publisher
 from lsmlake.metastore import MetaStore, now_ms
 from lsmlake.metastore.store import PURGE_BATCH
 from lsmlake.rpc.events import TOPICS
+from lsmlake.runtime.background import BackgroundLoop
 
 _log = logging.getLogger(__name__)
 
@@ -70,31 +70,23 @@ class OutboxPurger:
         self.batches = batches
         self.clock = clock  # epoch ms; tests move it forward instead of sleeping
         self._on_purged = on_purged or (lambda state, n: None)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop("outbox-purge", self._step, every_s, error_wait_s=every_s,
+                                    on_error=self._failed, what="outbox purge", logger=_log)
 
     def start(self) -> OutboxPurger:
         """Start the purge thread (the first pass runs at once)."""
-        self._thread = threading.Thread(target=self._run, name="outbox-purge", daemon=True)
-        self._thread.start()
+        self._loop.start()
         return self
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the loop and wait up to `timeout_s` for its current batch to finish."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            if self._thread.is_alive():
-                _log.warning("outbox purge did not stop within %.1f s", timeout_s)
+        self._loop.stop(timeout_s)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                wait = self.busy_wait_s if self.purge_once().more else self.every_s
-            except Exception as e:  # the store is unreachable for now: try again at the next pass
-                _log.warning("outbox purge failed: %s; retrying in %.0f s", e, self.every_s)
-                wait = self.every_s
-            self._stop.wait(wait)
+    def _step(self) -> float:
+        return self.busy_wait_s if self.purge_once().more else self.every_s
+
+    def _failed(self, e: Exception) -> None:  # the store is unreachable for now: try again at the next pass
+        _log.warning("outbox purge failed: %s; retrying in %.0f s", e, self.every_s)
 
     def purge_once(self) -> Purged:
         """One bounded pass: at most `batches` batches of each kind of event; what it deleted."""
@@ -109,7 +101,7 @@ class OutboxPurger:
         total, more = 0, True
         try:
             for _ in range(self.batches):
-                if self._stop.is_set():
+                if self._loop.is_stopping():
                     more = False
                     break
                 n = purge(before_ms, self.batch)
@@ -152,9 +144,11 @@ class OutboxRelay:
         self.idle_wait_s = idle_wait_s
         self.backoff_s = backoff_s
         self.publish_timeout_s = publish_timeout_s
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._publisher: Publisher | None = None
+        self._topics_ready = False
+        self._loop = BackgroundLoop("outbox-relay", self._step, idle_wait_s, error_wait_s=backoff_s,
+                                    on_error=self._failed, on_exit=self._close, what="outbox relay",
+                                    logger=_log)
 
     def start(self) -> OutboxRelay:
         """Start the purge thread and, with a Kafka bootstrap, the relay thread.
@@ -168,50 +162,37 @@ class OutboxRelay:
                       "their commit unless a catalog with Kafka on the same metastore publishes them",
                       self.purger.keep_undelivered_ms / 1000)
             return self
-        self._thread = threading.Thread(target=self._run, name="outbox-relay", daemon=True)
-        self._thread.start()
+        self._publisher = Publisher(self.bootstrap)
+        self._loop.start()
         return self
 
     def wake(self) -> None:
         """Look for new events now instead of at the next poll."""
-        self._wake.set()
+        self._loop.wake()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the loop and wait up to `timeout_s` for it to finish its current publish."""
-        self._stop.set()
-        self._wake.set()
+        self._loop.request_stop()
         self.purger.stop(timeout_s)
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            if self._thread.is_alive():
-                _log.warning("outbox relay did not stop within %.1f s", timeout_s)
+        self._loop.stop(timeout_s)
 
-    def _wait(self, seconds: float) -> None:
-        self._wake.wait(seconds)
-        self._wake.clear()
+    def _step(self) -> float:
+        """Make sure the topics exist (once), then publish a batch: at once again after a full one."""
+        assert self.bootstrap is not None and self._publisher is not None
+        if not self._topics_ready:
+            ensure_topics(self.bootstrap, TOPICS, self.topic_partitions, timeout_s=self.publish_timeout_s)
+            self._topics_ready = True
+        return 0.0 if self.relay_once(self._publisher) else self.idle_wait_s
 
-    def _run(self) -> None:
-        assert self.bootstrap is not None
-        publisher = Publisher(self.bootstrap)
-        try:
-            while not self._stop.is_set():
-                try:
-                    ensure_topics(self.bootstrap, TOPICS, self.topic_partitions, timeout_s=self.publish_timeout_s)
-                    break
-                except Exception as e:  # broker not up yet: retry until stopped
-                    _log.warning("cannot ensure topics on %s: %s", self.bootstrap, e)
-                    self._stop.wait(self.backoff_s)
-            while not self._stop.is_set():
-                try:
-                    sent = self.relay_once(publisher)
-                except Exception as e:
-                    _log.warning("outbox relay: %s; retrying in %.1f s", e, self.backoff_s)
-                    self._stop.wait(self.backoff_s)
-                    continue
-                if sent == 0:
-                    self._wait(self.idle_wait_s)
-        finally:
-            publisher.close(timeout_s=2.0)
+    def _failed(self, e: Exception) -> None:
+        if not self._topics_ready:  # broker not up yet: retry until stopped
+            _log.warning("cannot ensure topics on %s: %s", self.bootstrap, e)
+        else:
+            _log.warning("outbox relay: %s; retrying in %.1f s", e, self.backoff_s)
+
+    def _close(self) -> None:
+        if self._publisher is not None:
+            self._publisher.close(timeout_s=2.0)
 
     def relay_once(self, publisher: Publisher) -> int:
         """Publish one batch of pending events; how many were delivered. Raises on the first failure."""
@@ -219,7 +200,7 @@ class OutboxRelay:
         acked: list[int] = []
         try:
             for e in events:
-                if self._stop.is_set():
+                if self._loop.is_stopping():
                     break
                 publisher.publish(e.topic, e.key, e.payload, timeout_s=self.publish_timeout_s)
                 acked.append(e.event_id)

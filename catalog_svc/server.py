@@ -6,7 +6,7 @@ import argparse
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import grpc
 
@@ -15,49 +15,33 @@ from catalog_svc.metrics import CatalogMetrics
 from catalog_svc.relay import KEEP_DELIVERED_S, KEEP_UNDELIVERED_S, OutboxRelay
 from catalog_svc.servicer import FAULTS, KEEP_WRITES_MS, CatalogService
 from lsmlake.catalog.filesystem import FileSystemCatalog
-from lsmlake.errors import InvalidInputError
-from lsmlake.kafka.client import configure_security
-from lsmlake.kafka.security import KafkaSecurity
 from lsmlake.metastore import MetaStore, open_store
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc
-from lsmlake.rpc.health import HealthServicer
-from lsmlake.rpc.limits import RpcLimits
-from lsmlake.rpc.security import ServerSecurity
-from lsmlake.rpc.server import (
-    add_limit_arguments,
-    add_security_arguments,
-    int_or_none,
-    limits_from_args,
-    new_health_server,
-    new_server,
+from lsmlake.rpc.service_main import (
+    ServiceProcess,
+    ServiceSettings,
+    add_service_arguments,
     run_until_signal,
-    security_from_args,
-    set_serving,
+    service_settings,
 )
-from lsmlake.runtime.observability import MetricsEndpoint, configure_logging
+from lsmlake.runtime.observability import configure_logging
 
 _log = logging.getLogger(__name__)
 
 SERVICE_NAME = catalog_pb2.DESCRIPTOR.services_by_name["CatalogService"].full_name
-HOST = "127.0.0.1"
 METASTORE_FILE = "_lsmlake_catalog.sqlite"
 WORKERS = 16
 
 
-@dataclass(frozen=True)
-class Settings:
+@dataclass(frozen=True, kw_only=True)
+class Settings(ServiceSettings):
     """Settings of one catalog service process, read once from flags and environment."""
 
     warehouse: str
     metastore: str
-    port: int = 0  # 0: pick a free port
     kafka: str | None = None
     grace_s: float = 10.0
     workers: int = WORKERS
-    limits: RpcLimits = field(default_factory=RpcLimits)  # open streams and calls (docs/security.md)
-    max_message_bytes: int = 64 * 1024 * 1024
-    host: str = HOST
-    metrics_port: int | None = None  # None: no metrics endpoint; 0: a free port
     expire_interval_s: float = 300.0
     orphan_interval_s: float = 86_400.0
     request_id_retention_s: float = KEEP_WRITES_MS / 1000  # how long a committed request id answers a resend
@@ -65,9 +49,6 @@ class Settings:
     outbox_retention_s: float = KEEP_DELIVERED_S  # delivered outbox events are purged this long after delivery
     outbox_undelivered_retention_s: float = KEEP_UNDELIVERED_S  # undelivered ones are dropped this long after commit
     fault: str | None = None  # crash injection for the recovery tests
-    security: ServerSecurity = field(default_factory=ServerSecurity)
-    health_port: int | None = None  # plaintext health checks for probes that cannot speak TLS
-    kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
 
     @staticmethod
     def from_args(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> Settings:
@@ -84,14 +65,7 @@ class Settings:
                        help="warehouse folder or pyarrow.fs URI")
         p.add_argument("--metastore", default=env.get("LSMLAKE_METASTORE"),
                        help=f"sqlite:///path or postgresql://...; default: {METASTORE_FILE} in a local warehouse")
-        p.add_argument("--port", type=int, default=int(env.get("LSMLAKE_CATALOG_PORT", "0")),
-                       help="port on 127.0.0.1; 0 picks a free one (printed)")
         p.add_argument("--kafka", default=env.get("LSMLAKE_KAFKA") or None, help="Kafka bootstrap host:port")
-        p.add_argument("--grace", type=float, default=10.0, help="seconds for in-flight RPCs at shutdown")
-        p.add_argument("--host", default=env.get("LSMLAKE_CATALOG_HOST", HOST),
-                       help="address to listen on (0.0.0.0 in a container)")
-        p.add_argument("--metrics-port", type=int, default=int_or_none(env.get("LSMLAKE_METRICS_PORT")),
-                       help="serve Prometheus metrics on this port (0 picks one); off when not set")
         p.add_argument("--expire-interval", type=float, default=float(env.get("LSMLAKE_EXPIRE_INTERVAL", "300")),
                        help="seconds between snapshot expirations of every table (0: off)")
         p.add_argument("--orphan-interval", type=float, default=float(env.get("LSMLAKE_ORPHAN_INTERVAL", "86400")),
@@ -111,16 +85,10 @@ class Settings:
                        help="seconds an event waits for Kafka before it is dropped with a warning (default: a day)")
         p.add_argument("--fault", default=env.get("LSMLAKE_CATALOG_FAULT") or None, choices=[f for f in FAULTS if f],
                        help="testing only: crash at this point of the first commit")
-        add_security_arguments(p, env)
-        add_limit_arguments(p, env, WORKERS)
-        KafkaSecurity.add_arguments(p, env)
+        add_service_arguments(p, env, port_env="LSMLAKE_CATALOG_PORT", host_env="LSMLAKE_CATALOG_HOST",
+                              workers=WORKERS, grace_s=10.0, grace_help="seconds for in-flight RPCs at shutdown")
         a = p.parse_args(argv)
-        security = security_from_args(p, a)
-        workers, limits = limits_from_args(p, a)
-        try:
-            kafka_security = KafkaSecurity.from_args(a)
-        except InvalidInputError as e:
-            p.error(str(e))
+        common = service_settings(p, a)
         if not a.warehouse:
             p.error("--warehouse (or LSMLAKE_WAREHOUSE) is required")
         if not 0 <= a.port <= 65535:
@@ -139,46 +107,37 @@ class Settings:
         if not (a.outbox_retention >= 0 and a.outbox_undelivered_retention >= 1):  # also refuses nan
             p.error("--outbox-retention must not be negative and --outbox-undelivered-retention must be at least "
                     f"1 second, got {a.outbox_retention} and {a.outbox_undelivered_retention}")
-        return Settings(warehouse=a.warehouse, metastore=metastore, port=a.port, kafka=a.kafka, grace_s=a.grace,
-                        host=a.host, metrics_port=a.metrics_port, expire_interval_s=a.expire_interval,
-                        orphan_interval_s=a.orphan_interval, reconcile_interval_s=a.reconcile_interval,
-                        request_id_retention_s=a.request_id_retention, outbox_retention_s=a.outbox_retention,
-                        outbox_undelivered_retention_s=a.outbox_undelivered_retention,
-                        fault=a.fault, security=security, health_port=a.health_port,
-                        kafka_security=kafka_security, workers=workers, limits=limits)
+        return Settings(warehouse=a.warehouse, metastore=metastore, kafka=a.kafka,
+                        expire_interval_s=a.expire_interval, orphan_interval_s=a.orphan_interval,
+                        reconcile_interval_s=a.reconcile_interval, request_id_retention_s=a.request_id_retention,
+                        outbox_retention_s=a.outbox_retention,
+                        outbox_undelivered_retention_s=a.outbox_undelivered_retention, fault=a.fault, **common)
 
 
+class CatalogServer(ServiceProcess[Settings]):
+    """The running service: store, warehouse, relay, gRPC server and health, started and stopped in order.
 
-class CatalogServer:
-    """The running service: store, warehouse, relay, gRPC server and health, started and stopped in order."""
+    Health turns SERVING only once the store and the warehouse are open. At shutdown, after NOT_SERVING the
+    snapshot streams end; in-flight RPCs (commits) get `grace_s`; then the maintenance thread and the relay
+    stop (the relay's current publish ends within its timeout); the metrics endpoint and the metadata
+    store close last.
+    """
+
+    service_name = SERVICE_NAME
 
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.health = HealthServicer()  # lsmlake's: grpcio's can deadlock (health_service)
         self.metrics = CatalogMetrics()
-        self.port = 0
-        self.metrics_port: int | None = None
+        super().__init__(settings, self.metrics.registry)
         self._store: MetaStore | None = None
         self._relay: OutboxRelay | None = None
-        self._server: grpc.Server | None = None
         self._servicer: CatalogService | None = None
         self._maintenance: Maintenance | None = None
-        self._metrics_endpoint: MetricsEndpoint | None = None
-        self._health_server: grpc.Server | None = None
-        self.health_port: int | None = None
+        self._catalog: FileSystemCatalog | None = None
 
-    def start(self) -> int:
-        """Start serving; health turns SERVING only once the store and the warehouse are open. The port."""
+    def _open(self, server: grpc.Server) -> None:
         s = self.settings
-        configure_security(s.kafka_security)
-        server, self.port = new_server(SERVICE_NAME, self.health, s.host, s.port, s.workers, s.max_message_bytes,
-                                       s.security, s.limits)
-        self._server = server
-        if s.health_port is not None:
-            self._health_server, self.health_port = new_health_server(self.health, s.host, s.health_port,
-                                                                      s.limits)
         self._store = open_store(s.metastore)
-        catalog = FileSystemCatalog(s.warehouse)
+        catalog = self._catalog = FileSystemCatalog(s.warehouse)
         catalog.io.mkdirs(catalog.root)
         self.metrics.watch_outbox(self._store)
         self._relay = OutboxRelay(self._store, s.kafka, on_published=self.metrics.events_published.inc,
@@ -191,37 +150,25 @@ class CatalogServer:
         self._servicer = CatalogService(catalog, self._store, on_commit=self._relay.wake, metrics=self.metrics,
                                         fault=s.fault, keep_writes_ms=round(s.request_id_retention_s * 1000))
         catalog_pb2_grpc.add_CatalogServiceServicer_to_server(self._servicer, server)
-        if s.metrics_port is not None:
-            self._metrics_endpoint = MetricsEndpoint(self.metrics.registry, s.host, s.metrics_port)
-            self.metrics_port = self._metrics_endpoint.start()
-        server.start()
+
+    def _run(self) -> None:
+        assert self._relay is not None and self._store is not None and self._catalog is not None
+        s = self.settings
         self._relay.start()
-        self._maintenance = Maintenance(catalog, self._store, self.metrics, s.expire_interval_s,
+        self._maintenance = Maintenance(self._catalog, self._store, self.metrics, s.expire_interval_s,
                                         s.orphan_interval_s, s.reconcile_interval_s).start()
-        set_serving(self.health, SERVICE_NAME, True)
-        return self.port
 
-    def stop(self) -> None:
-        """Graceful shutdown.
-
-        1. health NOT_SERVING, so load balancers stop sending requests; snapshot streams end;
-        2. stop intake and give in-flight RPCs (commits) `grace_s` to finish;
-        3. stop the maintenance thread and the relay (the relay's current publish ends within its timeout);
-        4. close the metrics endpoint and the metadata store.
-        """
-        self.health.enter_graceful_shutdown()
+    def _refuse(self) -> None:
         if self._servicer is not None:
             self._servicer.stopping.set()
-        if self._server is not None:
-            self._server.stop(self.settings.grace_s).wait(self.settings.grace_s + 5)
-        if self._health_server is not None:
-            self._health_server.stop(0)
+
+    def _stop_parts(self) -> None:
         if self._maintenance is not None:
             self._maintenance.stop()
         if self._relay is not None:
             self._relay.stop()
-        if self._metrics_endpoint is not None:
-            self._metrics_endpoint.stop()
+
+    def _close(self) -> None:
         if self._store is not None:
             self._store.close()
 

@@ -27,11 +27,13 @@ from lsmlake.kafka.broker import ensure_topics
 from lsmlake.kafka.client import consumer
 from lsmlake.proto_gen.lsmlake.v1 import events_pb2
 from lsmlake.rpc.events import COMPACTION_RESULTS_TOPIC, DATA_FILES_TOPIC, TOPICS
+from lsmlake.runtime.background import BackgroundLoop, StopLoop
 
 _log = logging.getLogger(__name__)
 
 GROUP_ID = "lsmlake-compactor"
 COMMIT_EVERY_S = 5.0
+RETRY_S = 1.0  # until the topics exist
 
 
 class _Flag(ConsumerRebalanceListener):
@@ -56,56 +58,59 @@ class EventFeed:
         self.group_id = group_id
         self.rebalanced = threading.Event()
         self.assigned = threading.Event()  # set after the first assignment
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._consumer: Any = None  # made once the topics exist; used and closed on the feed's thread only
+        self._last_commit = 0.0
+        self._topic_ids: dict[str, object] = {}
+        self._loop = BackgroundLoop("event-feed", self._step, 0.0, error_wait_s=RETRY_S, on_exit=self._close,
+                                    what="event feed", logger=_log)
 
     def start(self) -> EventFeed:
-        self._thread = threading.Thread(target=self._run, name="event-feed", daemon=True)
-        self._thread.start()
+        self._loop.start()
         return self
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        self._loop.stop(timeout_s)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def _step(self) -> float | None:
+        """Create the topics and the consumer (once), then one poll; `poll` itself waits for records."""
+        if self._consumer is None:
             try:
                 ensure_topics(self.bootstrap, TOPICS, self.topic_partitions, timeout_s=10)
-                break
             except Exception as e:
                 _log.warning("cannot create the event topics on %s: %s", self.bootstrap, e)
-                self._stop.wait(1.0)
-        if self._stop.is_set():
-            return
-        c = consumer(self.bootstrap, self.group_id, TOPICS, listener=_Flag(self.rebalanced),
-                     client_id=f"compactor-{uuid.uuid4().hex[:6]}")
-        last_commit = time.monotonic()
-        topic_ids: dict[str, object] = {}
+                return RETRY_S
+            self._consumer = consumer(self.bootstrap, self.group_id, TOPICS, listener=_Flag(self.rebalanced),
+                                      client_id=f"compactor-{uuid.uuid4().hex[:6]}")
+            self._last_commit = time.monotonic()
+            return None
         try:
-            while not self._stop.is_set():
-                batches = c.poll(timeout_ms=200)
-                if self.rebalanced.is_set():
-                    self.rebalanced.clear()
-                    self._on_assignment(c)
-                if self._restart_replaced_topics(c, topic_ids):
-                    last_commit = 0.0  # commit the new positions now, so a rejoin starts from them
-                for tp, records in batches.items():
-                    self.metrics.events.labels(tp.topic).inc(len(records))
-                    for r in records:
-                        self._on_record(tp.topic, r.value)
-                if time.monotonic() - last_commit > COMMIT_EVERY_S:
-                    last_commit = time.monotonic()
-                    try:
-                        c.commit()
-                    except Exception as e:  # hints only
-                        _log.debug("offset commit failed: %s", e)
+            self._poll(self._consumer)
         except Exception:
             _log.exception("the event feed stopped")
-            raise
-        finally:
-            c.close(autocommit=False)
+            raise StopLoop from None
+        return None
+
+    def _close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close(autocommit=False)
+
+    def _poll(self, c: Any) -> None:
+        batches = c.poll(timeout_ms=200)
+        if self.rebalanced.is_set():
+            self.rebalanced.clear()
+            self._on_assignment(c)
+        if self._restart_replaced_topics(c, self._topic_ids):
+            self._last_commit = 0.0  # commit the new positions now, so a rejoin starts from them
+        for tp, records in batches.items():
+            self.metrics.events.labels(tp.topic).inc(len(records))
+            for r in records:
+                self._on_record(tp.topic, r.value)
+        if time.monotonic() - self._last_commit > COMMIT_EVERY_S:
+            self._last_commit = time.monotonic()
+            try:
+                c.commit()
+            except Exception as e:  # hints only
+                _log.debug("offset commit failed: %s", e)
 
     @staticmethod
     def _restart_replaced_topics(c: Any, known: dict[str, object]) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import grpc
 
@@ -12,6 +11,7 @@ from compactor_svc.scheduler import Scheduler
 from compactor_svc.timeline_client import ident
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import InvalidInputError
+from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.partition import partition_value_string
 from lsmlake.proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
 from lsmlake.rpc.convert import table_id as checked_table_id
@@ -56,7 +56,8 @@ class CompactorService(compactor_pb2_grpc.CompactorServiceServicer):
         self.compactor_id = compactor_id
 
     @guarded
-    def TriggerCompaction(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def TriggerCompaction(self, request: compactor_pb2.TriggerCompactionRequest,
+                          context: grpc.ServicerContext) -> compactor_pb2.TriggerCompactionResponse:
         """Queue the owned buckets; with `wait`, answer once each is compacted or known not to be (waits.py)."""
         table_id = checked_table_id(request.table)
         if request.HasField("bucket") and request.bucket < 0:
@@ -90,7 +91,8 @@ class CompactorService(compactor_pb2_grpc.CompactorServiceServicer):
         return out
 
     @guarded
-    def CompactionStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def CompactionStatus(self, request: compactor_pb2.CompactionStatusRequest,
+                         context: grpc.ServicerContext) -> compactor_pb2.CompactionStatusResponse:
         out = compactor_pb2.CompactionStatusResponse(
             compactor_id=self.compactor_id, owned_partitions=sorted(self.ownership.owned),
             pending_buckets=self.scheduler.pending(), plans_completed=self.scheduler.completed,
@@ -103,7 +105,8 @@ class CompactorService(compactor_pb2_grpc.CompactorServiceServicer):
         return out
 
     @guarded
-    def BucketLevels(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def BucketLevels(self, request: compactor_pb2.BucketLevelsRequest,
+                     context: grpc.ServicerContext) -> compactor_pb2.BucketLevelsResponse:
         table_id = checked_table_id(request.table)
         table = self.catalog.get_table(table_id)
         snap = table.latest_snapshot()
@@ -112,7 +115,7 @@ class CompactorService(compactor_pb2_grpc.CompactorServiceServicer):
             return out
         texts = _PartitionTexts(table)
         for s in table.new_scan(None, snap, all_levels=True).plan():
-            levels: dict[int, list[Any]] = {}
+            levels: dict[int, list[DataFileMeta]] = {}
             for f in s.files:
                 levels.setdefault(f.level, []).append(f)
             shape = compactor_pb2.BucketShape(partition=s.partition, partition_values=texts(s.partition),

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
 
 import grpc
 import pyarrow as pa
@@ -14,7 +13,7 @@ from lsmlake.errors import BackPressureError, InvalidInputError
 from lsmlake.format.row_kind import ROW_KIND_COLUMN
 from lsmlake.ingest.json_rows import rows_from_json
 from lsmlake.metastore.request_ids import check_request_ids
-from lsmlake.proto_gen.lsmlake.v1 import writer_pb2, writer_pb2_grpc
+from lsmlake.proto_gen.lsmlake.v1 import common_pb2, writer_pb2, writer_pb2_grpc
 from lsmlake.rpc.errors import guarded
 from writer_svc.catalog_client import ident  # noqa: F401  (re-exported for clients building identifiers)
 from writer_svc.metrics import WriterMetrics
@@ -27,7 +26,7 @@ DEFAULT_DEADLINE_S = 60.0
 _OPTIONS = {"commit": ("now", "interval")}  # per-request settings and their accepted values
 
 
-def _check_options(options: Any) -> bool:
+def _check_options(options: Mapping[str, str]) -> bool:
     """Whether the request asks to commit now; InvalidInputError naming an unknown key or value."""
     for k, v in options.items():
         if k not in _OPTIONS:
@@ -42,7 +41,7 @@ def _check_request_id(request_id: str) -> None:
         check_request_ids([request_id])
 
 
-def _table_id(t: Any) -> str:
+def _table_id(t: common_pb2.TableIdentifier) -> str:
     from lsmlake.rpc.convert import table_id
 
     return table_id(t)
@@ -65,7 +64,7 @@ class WriterService(writer_pb2_grpc.WriterServiceServicer):
         return time.monotonic() + (DEFAULT_DEADLINE_S if remaining is None else max(0.0, remaining))
 
     def _write(self, rpc: str, table_id: str, data: pa.Table, now: bool, request_id: str,
-               context: grpc.ServicerContext) -> Any:
+               context: grpc.ServicerContext) -> writer_pb2.WriteResponse:
         deadline = self._deadline(context)
         ingest = self.tables.get(table_id)
         again = False
@@ -87,7 +86,8 @@ class WriterService(writer_pb2_grpc.WriterServiceServicer):
         return writer_pb2.WriteResponse(snapshot_id=sid, rows_written=data.num_rows, already_written=again)
 
     @guarded
-    def Write(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
+    def Write(self, request_iterator: Iterator[writer_pb2.WriteRequest],
+              context: grpc.ServicerContext) -> writer_pb2.WriteResponse:
         first = next(request_iterator, None)
         if first is None or first.WhichOneof("payload") != "header":
             raise InvalidInputError("the first message of a Write stream must be a header naming the table")
@@ -121,7 +121,8 @@ class WriterService(writer_pb2_grpc.WriterServiceServicer):
             return self._write("Write", table_id, data, now, header.request_id, context)
 
     @guarded
-    def WriteRows(self, request: Any, context: grpc.ServicerContext) -> Any:
+    def WriteRows(self, request: writer_pb2.WriteRowsRequest,
+                  context: grpc.ServicerContext) -> writer_pb2.WriteResponse:
         table_id = _table_id(request.table)
         now = _check_options(request.options)
         _check_request_id(request.request_id)

@@ -18,11 +18,14 @@ import uuid
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import ServiceUnavailableError
+from lsmlake.runtime.background import BackgroundLoop
 from writer_svc.catalog_client import CatalogClient
 from writer_svc.metrics import WriterMetrics
 from writer_svc.table_ingest import TableIngest
 
 _log = logging.getLogger(__name__)
+
+LOOK_S = 0.5  # the longest a committer waits before it looks at its table's group again
 
 
 class ShutdownError(ServiceUnavailableError):
@@ -30,31 +33,46 @@ class ShutdownError(ServiceUnavailableError):
 
 
 class _Committer:
+    """The group-commit loop of one table; `ask()` asks for a commit now (once rows are buffered)."""
+
     def __init__(self, ingest: TableIngest, interval_s: float, commit_rows: int) -> None:
         self.ingest = ingest
         self.interval_s = interval_s
         self.commit_rows = commit_rows
-        self.wake = threading.Event()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=f"commit-{ingest.table_id}", daemon=True)
-        self.thread.start()
+        self._asked = threading.Event()
+        self._idle = False  # the last step found nothing to commit
+        self._loop = BackgroundLoop(f"commit-{ingest.table_id}", self._step, LOOK_S, error_wait_s=0.0,
+                                    on_error=self._failed, what=f"group commit of {ingest.table_id}",
+                                    logger=_log).start()
 
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            since = self.ingest.pending_since()
-            if since is None:
-                self.wake.wait(0.5)
-                self.wake.clear()
-                continue
-            due = since + self.interval_s
-            if not self.wake.is_set() and time.monotonic() < due and self.ingest.pending_rows() < self.commit_rows:
-                self.wake.wait(min(due - time.monotonic(), 0.5))
-                continue  # look again: woken, due, or still waiting
-            self.wake.clear()
-            try:
-                self.ingest.commit()
-            except Exception as e:  # the group's requests get the error; keep serving
-                _log.warning("group commit of %s failed: %s", self.ingest.table_id, e)
+    def ask(self) -> None:
+        self._asked.set()
+        self._loop.wake()
+
+    def request_stop(self) -> None:
+        self._loop.request_stop()
+
+    def stop(self, timeout_s: float) -> None:
+        self._loop.stop(timeout_s)
+
+    def _step(self) -> float:
+        if self._idle:
+            # an ask that came while nothing was buffered is let go: the group that starts now is committed
+            # when its interval or its size says so, or at the next ask
+            self._asked.clear()
+        since = self.ingest.pending_since()
+        self._idle = since is None
+        if since is None:
+            return LOOK_S
+        due = since + self.interval_s
+        if not self._asked.is_set() and time.monotonic() < due and self.ingest.pending_rows() < self.commit_rows:
+            return min(due - time.monotonic(), LOOK_S)  # look again: asked, due, or still waiting
+        self._asked.clear()
+        self.ingest.commit()
+        return 0.0
+
+    def _failed(self, e: Exception) -> None:  # the group's requests get the error; keep serving
+        _log.warning("group commit of %s failed: %s", self.ingest.table_id, e)
 
 
 class Tables:
@@ -82,8 +100,7 @@ class Tables:
             entry = self._tables.get(table_id)
             if entry is not None and entry[0].stale:  # dropped and created again: its group has failed
                 stale, committer = entry
-                committer.stop.set()
-                committer.wake.set()
+                committer.request_stop()
                 stale.discard(ShutdownError(f"table {table_id} was dropped and created again; resend the write"))
                 stale.close()
                 entry = None
@@ -94,14 +111,14 @@ class Tables:
                 self._opened.add(table_id)
                 ingest = TableIngest(table, self.client, user, self.metrics, self.spill_root)
                 committer = _Committer(ingest, self.commit_interval_s, self.commit_rows)
-                ingest.on_idle = committer.wake.set
+                ingest.on_idle = committer.ask
                 entry = self._tables[table_id] = (ingest, committer)
             return entry[0]
 
     def commit_soon(self, table_id: str) -> None:
         entry = self._tables.get(table_id)
         if entry is not None:
-            entry[1].wake.set()
+            entry[1].ask()
 
     def close(self) -> None:
         """Commit what every table holds, stop the committers; rows that cannot be committed are rejected."""
@@ -109,9 +126,7 @@ class Tables:
             self._closed = True
             entries = list(self._tables.values())
         for ingest, committer in entries:
-            committer.stop.set()
-            committer.wake.set()
-            committer.thread.join(30)
+            committer.stop(30)
             try:
                 ingest.commit()
             except Exception as e:

@@ -1,16 +1,10 @@
 """What the three services share about being a gRPC server: the server with health checking, reflection,
-TLS and token checking, limits on open streams and calls (`rpc_limits`), the SERVING switch, and running
-until a signal."""
+TLS and token checking, limits on open streams and calls (`limits`), and the SERVING switch. The process
+around it (flags, start and stop order, running until a signal) is `service_main`'s."""
 
 from __future__ import annotations
 
-import argparse
-import logging
-import signal
-import threading
-from collections.abc import Mapping
 from concurrent import futures
-from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -21,7 +15,6 @@ from lsmlake.rpc.errors import UndecodableRequests
 from lsmlake.rpc.health import HealthServicer
 from lsmlake.rpc.limits import RpcLimits
 from lsmlake.rpc.security import ServerSecurity
-from lsmlake.runtime.log_limit import flush_all
 
 HEALTH_WORKERS = 2  # threads of the plaintext health server
 
@@ -80,61 +73,3 @@ def set_serving(health_servicer: HealthServicer | health.HealthServicer, service
     status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
     for name in ("", service_name):
         health_servicer.set(name, status)
-
-
-def int_or_none(text: str | None) -> int | None:
-    """An optional integer setting from the environment."""
-    return None if text in (None, "") else int(text)
-
-
-def run_until_signal(server: Any, name: str, host: str) -> int:
-    """Start a service (`start()` returns its port; `stop()` shuts it down gracefully), print where it listens,
-    run until SIGTERM or SIGINT, then stop it; the exit code. A failed start stops what did start."""
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    try:
-        port = server.start()
-    except BaseException:
-        server.stop()
-        raise
-    print(f"{name} listening on {host}:{port}", flush=True)
-    if getattr(server, "metrics_port", None) is not None:
-        print(f"{name} metrics on http://{host}:{server.metrics_port}/metrics", flush=True)
-    while not stop.wait(1.0):  # bounded waits keep the main thread responsive to signals
-        pass
-    logging.getLogger(__name__).info("%s shutting down", name)
-    server.stop()
-    flush_all()  # the counts of log lines held back (refused calls) are not lost
-    return 0
-
-
-def add_security_arguments(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
-    """The flags of a service's TLS, tokens (`ServerSecurity`) and plaintext health port."""
-    ServerSecurity.add_arguments(p, env)
-    p.add_argument("--health-port", type=int, default=int_or_none(env.get("LSMLAKE_HEALTH_PORT")),
-                   help="also answer health checks in plaintext on this port, for probes that cannot speak TLS "
-                        "(env LSMLAKE_HEALTH_PORT; 0 picks one); off when not set")
-
-
-def add_limit_arguments(p: argparse.ArgumentParser, env: Mapping[str, str], workers: int) -> None:
-    """The flags of a server's worker threads and its limits on open streams and calls (`RpcLimits`);
-    `workers` is the service's default thread count."""
-    RpcLimits.add_arguments(p, env, workers)
-
-
-def limits_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> tuple[int, RpcLimits]:
-    """The worker count and `RpcLimits` of parsed flags; limits that cannot work are a usage error."""
-    return RpcLimits.from_args(p, a)
-
-
-def security_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> ServerSecurity:
-    """The `ServerSecurity` of parsed flags, every file read once; a bad setting is a usage error."""
-    try:
-        security = ServerSecurity.from_args(a)
-        security.check()
-    except InvalidInputError as e:
-        p.error(str(e))
-    if a.health_port is not None and not 0 <= a.health_port <= 65535:
-        p.error(f"--health-port {a.health_port} is not a port number")
-    return security

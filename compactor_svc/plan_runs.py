@@ -1,0 +1,228 @@
+"""Running a compaction plan through the catalog's timeline, and recovering the plans others left.
+
+A plan of one table goes: StartCompaction, one Spark job with one task per bucket, then CompleteCompaction
+(the COMPACT commit); a conflict or a failure rolls it back (its outputs deleted) and the buckets are looked
+at again later.
+
+Recovery: when buckets are gained (at start and at every rebalance), and after a plan request fails (its
+reply lost, or its inputs held by a pending plan), the plans of owned buckets left INFLIGHT by another
+owner (or by this one before it restarted) are rolled back and, with REQUESTED ones, run again (or
+abandoned by the catalog when their inputs are gone). A plan spanning buckets of several owners is
+recovered by the owner of its first bucket.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from compactor_svc.buckets import FAILURE_BACKOFF_S, MAX_ATTEMPTS, Buckets
+from compactor_svc.metrics import CompactorMetrics
+from compactor_svc.ownership import Ownership
+from compactor_svc.timeline_client import TimelineClient
+from compactor_svc.waits import BucketKey
+from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
+from lsmlake.spark.compaction_job import BucketTask, SparkCompactor, TaskOutcome
+
+_log = logging.getLogger(__name__)
+
+S = catalog_pb2.CompactionPlanState
+MAX_ORIGINS = 1000
+
+
+@dataclass(frozen=True)
+class PlanOrigin:
+    """How this compactor made a plan: what the outcomes of its buckets settle."""
+
+    snapshot_id: int  # the snapshot its units were planned on
+    full: dict[BucketKey, bool]  # per bucket: planned as a full compaction
+    task_full: dict[BucketKey, bool]  # per bucket: `full or unit.file_rewrite`, as its task runs
+
+
+@dataclass
+class RunningPlan:
+    table_id: str
+    plan_id: str
+    buckets: int
+    full: bool
+    started: float
+    keys: tuple[BucketKey, ...]
+
+
+class PlanRunner:
+    """Runs plans one at a time on the planning thread; `running`, `completed` and `failed` are its status."""
+
+    def __init__(self, warehouse: str, timeline: TimelineClient, spark: SparkCompactor, ownership: Ownership,
+                 metrics: CompactorMetrics, compactor_id: str, buckets: Buckets,
+                 should_stop: Callable[[], bool]) -> None:
+        self.warehouse = warehouse
+        self.timeline = timeline
+        self.spark = spark
+        self.ownership = ownership
+        self.metrics = metrics
+        self.compactor_id = compactor_id
+        self.buckets = buckets
+        self.should_stop = should_stop
+        self._origins: dict[str, PlanOrigin] = {}  # plan id -> how this compactor made it (for requeued plans)
+        self.running: RunningPlan | None = None
+        self.completed = 0
+        self.failed = 0
+
+    def execute(self, table_id: str, plan: catalog_pb2.CompactionPlan, origin: PlanOrigin | None = None) -> None:
+        """Start a plan, run it on Spark and commit it; `origin` None for a plan found on the timeline."""
+        started = time.monotonic()
+        keys = tuple((table_id, u.partition, u.bucket) for u in plan.units)
+        with self.buckets.lock:
+            if origin is not None:
+                self._origins[plan.plan_id] = origin
+                while len(self._origins) > MAX_ORIGINS:
+                    del self._origins[next(iter(self._origins))]
+            else:
+                origin = self._origins.get(plan.plan_id)
+        try:
+            plan = self.timeline.start(table_id, plan.plan_id, self.compactor_id)
+        except grpc.RpcError as e:  # abandoned (inputs gone) or taken: look at the buckets again
+            _log.info("plan %s of %s did not start: %s", plan.plan_id, table_id, e.details())
+            self.buckets.redo(keys, FAILURE_BACKOFF_S,
+                              f"plan {plan.plan_id} did not start ({e.details()}); looking again")
+            return
+        with self.buckets.lock:
+            self.running = RunningPlan(table_id, plan.plan_id, len(plan.units), plan.full, started, keys)
+            for k in keys:
+                self.buckets.state(k).note = f"running in plan {plan.plan_id}"
+        self.metrics.pending_plans.set(1)
+        try:
+            self._run(table_id, plan, keys, origin, started)
+        finally:
+            with self.buckets.lock:
+                self.running = None
+                self.buckets.lock.notify_all()
+            self.metrics.pending_plans.set(0)
+            self.metrics.oldest_plan_age.set(0)
+
+    def _run(self, table_id: str, plan: catalog_pb2.CompactionPlan, keys: tuple[BucketKey, ...],
+             origin: PlanOrigin | None, started: float) -> None:
+        task_full = origin.task_full if origin is not None else {}
+        tasks = [BucketTask(table_id=table_id, snapshot_id=plan.base_snapshot_id, partition=u.partition,
+                            bucket=u.bucket, unit_files=tuple(f.file_name for f in u.input_files),
+                            output_level=u.output_level, full=task_full.get(k, plan.full),
+                            file_prefix=plan.output_file_prefix)
+                 for u, k in zip(plan.units, keys, strict=True)]
+        try:
+            outcomes = self.spark.run(self.warehouse, tasks, job_group=f"{table_id}/plan-{plan.plan_id}")
+        except Exception as e:  # the job itself failed (Spark down): undo and try later
+            _log.exception("Spark job of plan %s of %s failed", plan.plan_id, table_id)
+            self._rollback(table_id, plan, f"Spark job failed: {e}")
+            for k in keys:
+                self.buckets.attempt_failed(k, f"Spark job failed: {e}")
+            return
+        failed = [o for o in outcomes if o.error]
+        self.metrics.task_failures.inc(len(failed))
+        for o in failed:
+            _log.warning("plan %s of %s: bucket %d failed: %s", plan.plan_id, table_id, o.task.bucket, o.error)
+        done = [o for o in outcomes if o.changes]
+        if not done:
+            self._rollback(table_id, plan, "; ".join(o.error or "" for o in failed)[:500] or "nothing to compact",
+                           outcome="failed" if failed else "empty")
+            self._outcomes(plan, keys, outcomes, origin, None)
+            return
+        changes = [common_pb2.FileChanges.FromString(o.changes) for o in done if o.changes]
+        identifier = int(plan.plan_id) * 1000 + plan.attempts  # a retried completion repeats it
+        try:
+            reply = self.timeline.complete(table_id, plan.plan_id, self.compactor_id, identifier, changes)
+        except grpc.RpcError as e:
+            _log.info("plan %s of %s did not commit: %s", plan.plan_id, table_id, e.details())
+            self._rollback(table_id, plan, f"commit refused: {e.details()}", requeue=plan.attempts < MAX_ATTEMPTS,
+                           outcome="conflict")
+            for k in keys:
+                self.buckets.attempt_failed(k, f"commit of plan {plan.plan_id} refused: {e.details()}")
+            return
+        elapsed = time.monotonic() - started
+        self.metrics.plans.labels("completed").inc()
+        self.metrics.plan_seconds.observe(elapsed)
+        self.metrics.bytes_read.inc(sum(o.bytes_read for o in done))
+        self.metrics.bytes_written.inc(sum(o.bytes_written for o in done))
+        self.metrics.update_amplification()
+        with self.buckets.lock:
+            self.completed += 1
+        self._outcomes(plan, keys, outcomes, origin, reply.snapshot_id)
+        _log.info("plan %s of %s: %d bucket(s) compacted in snapshot %d (%.2f s)", plan.plan_id, table_id,
+                  len(done), reply.snapshot_id, elapsed)
+
+    def _outcomes(self, plan: catalog_pb2.CompactionPlan, keys: tuple[BucketKey, ...],
+                  outcomes: Sequence[TaskOutcome], origin: PlanOrigin | None, snapshot_id: int | None) -> None:
+        """Each bucket's outcome: failed (tried again), or settled (its changes committed in `snapshot_id`, or
+        nothing changed). A plan this compactor did not make settles nothing: its buckets are looked at again."""
+        now = time.monotonic()
+        for o, k in zip(outcomes, keys, strict=True):
+            if o.error:
+                self.buckets.attempt_failed(k, o.error)
+                continue
+            if o.task.full:
+                self.buckets.full_done(k, now)
+            if origin is None:
+                self.buckets.redo([k], 0.0, "queued")
+            elif o.changes and snapshot_id is not None:
+                self.buckets.settle(k, origin.snapshot_id, origin.full.get(k, False), plan.plan_id, snapshot_id)
+            else:
+                self.buckets.settle(k, origin.snapshot_id, origin.full.get(k, False), "", origin.snapshot_id)
+
+    def _rollback(self, table_id: str, plan: catalog_pb2.CompactionPlan, reason: str, requeue: bool = False,
+                  outcome: str = "failed") -> None:
+        self.metrics.plans.labels(outcome).inc()
+        try:
+            self.timeline.rollback(table_id, plan.plan_id, reason, requeue)
+        except grpc.RpcError as e:
+            _log.warning("rollback of plan %s of %s failed: %s", plan.plan_id, table_id, e.details())
+        with self.buckets.lock:
+            self.failed += outcome != "empty"
+
+    def recover(self, table_ids: Sequence[str]) -> None:
+        """Roll back the INFLIGHT plans of owned buckets left by other owners; run them and REQUESTED ones."""
+        for table_id in table_ids:
+            try:
+                plans = self.timeline.plans(table_id, [S.COMPACTION_PLAN_STATE_REQUESTED,
+                                                       S.COMPACTION_PLAN_STATE_INFLIGHT])
+            except grpc.RpcError as e:
+                _log.warning("cannot list the plans of %s: %s", table_id, e.details())
+                continue
+            for plan in plans:
+                if self.should_stop():
+                    return
+                first = plan.units[0]
+                if not self.ownership.owns(table_id, first.partition, first.bucket):
+                    continue
+                if plan.state == S.COMPACTION_PLAN_STATE_INFLIGHT:
+                    running = self.running
+                    if running is not None and running.plan_id == plan.plan_id:
+                        continue
+                    try:
+                        back = self.timeline.rollback(table_id, plan.plan_id,
+                                                      f"owner {plan.owner} is gone; taken over by "
+                                                      f"{self.compactor_id}", requeue=True)
+                    except grpc.RpcError as e:
+                        _log.warning("cannot roll back plan %s of %s: %s", plan.plan_id, table_id, e.details())
+                        continue
+                    _log.warning("rolled back plan %s of %s left INFLIGHT by %s (%d file(s) deleted): now %s",
+                                 plan.plan_id, table_id, plan.owner, len(back.deleted_paths),
+                                 catalog_pb2.CompactionPlanState.Name(back.plan.state))
+                    plan = back.plan
+                if plan.state == S.COMPACTION_PLAN_STATE_REQUESTED:
+                    if plan.attempts >= MAX_ATTEMPTS:
+                        self._retire(table_id, plan)
+                    else:
+                        self.execute(table_id, plan)
+
+    def _retire(self, table_id: str, plan: catalog_pb2.CompactionPlan) -> None:
+        """End a plan that failed MAX_ATTEMPTS times (ROLLED_BACK, inputs released); its buckets are re-planned."""
+        try:
+            self.timeline.start(table_id, plan.plan_id, self.compactor_id)
+            self.timeline.rollback(table_id, plan.plan_id, f"gave up after {plan.attempts} attempts", False)
+        except grpc.RpcError as e:
+            _log.warning("cannot retire plan %s of %s: %s", plan.plan_id, table_id, e.details())
+        self.buckets.redo([(table_id, u.partition, u.bucket) for u in plan.units], FAILURE_BACKOFF_S,
+                          f"plan {plan.plan_id} was given up after {plan.attempts} attempts; looking again")
