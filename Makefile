@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(shell find proto -name '*.proto' 2>/dev/null)
 PROTO_GEN := shared/lsmlake/proto_gen/__init__.py
 
-.PHONY: venv proto test demo bench lint clean
+.PHONY: venv proto test demo bench lint check clean
 
 venv: $(STAMP) $(PROTO_GEN)
 
@@ -34,8 +34,12 @@ bench: venv
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 lint: venv
-	$(BIN)/pip install --quiet ruff
 	$(BIN)/ruff check shared catalog_svc writer_svc compactor_svc tests benchmarks scripts
+
+# the static checks CI runs before the tests: ruff, mypy (pyproject's config) and the import contracts
+check: lint
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis shared/lsmlake/proto_gen

@@ -58,9 +58,9 @@ from lsmlake.cli.cluster import Cluster
 from lsmlake.client.client import Client
 from lsmlake.errors import BackPressureError, InvalidInputError, LakeError, NotFoundError
 from lsmlake.format.options import parse_duration_ms
+from lsmlake.ingest.kafka_offsets import committed_offsets
 from lsmlake.kafka.broker import free_port
 from lsmlake.kafka.client import close_producer, producer
-from writer_svc.kafka_ingest import committed_offsets
 
 GRPC_TABLE = "soak.grpc_rows"
 KAFKA_TABLE = "soak.kafka_rows"

@@ -20,6 +20,7 @@ from lsmlake.format import types as T
 from lsmlake.format.binary_row import EMPTY_ROW, decode_row, deserialize_row, encode_row, serialize_row
 from lsmlake.format.binary_row_columns import encode_rows
 from lsmlake.format.binary_row_layout import null_bits_width
+from lsmlake.format.type_json import field_from_json
 from lsmlake.format.types import DataType
 
 from .golden import GOLDEN_WAREHOUSE
@@ -322,7 +323,7 @@ def test_timezones_and_nanoseconds() -> None:
 
 def load_schema(table: str) -> tuple[list[T.DataField], list[str], list[str], dict[str, str]]:
     d = json.loads((GOLDEN / table / "schema" / "schema-0").read_text())
-    fields = [T.field_from_json(f) for f in d["fields"]]
+    fields = [field_from_json(f) for f in d["fields"]]
     return fields, d["partitionKeys"], d["primaryKeys"], d["options"]
 
 

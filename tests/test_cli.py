@@ -18,6 +18,7 @@ import pytest
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.cli import main as cli
+from lsmlake.cli.progress import Progress, with_progress
 from lsmlake.errors import CommitConflictError
 from lsmlake.table.commit import FileStoreCommit
 from lsmlake.table.file_store_table import FileStoreTable
@@ -710,10 +711,10 @@ def test_delete_command_and_deletion_counts_in_files(lake: Lake, tmp_path: Path)
 
 
 def test_progress_is_shown_on_a_terminal_only(capsys: pytest.CaptureFixture[str]) -> None:
-    p = cli._Progress("writing db.t", 200)
+    p = Progress("writing db.t", 200)
     assert not p.enabled  # stderr is not a terminal under pytest
     p.enabled = True
-    for t in cli._with_progress([pa.table({"x": list(range(100))})] * 2, p):
+    for t in with_progress([pa.table({"x": list(range(100))})] * 2, p):
         assert t.num_rows == 100
     err = capsys.readouterr().err
     assert "writing db.t [" in err and "/200 rows" in err and err.endswith("\r")

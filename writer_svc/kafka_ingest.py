@@ -40,7 +40,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -51,7 +51,15 @@ from kafka.structs import OffsetAndMetadata
 from lsmlake.catalog.filesystem import FileSystemCatalog, split_identifier
 from lsmlake.errors import BackPressureError, InvalidInputError
 from lsmlake.ingest.dead_letter import dead_letter_value
-from lsmlake.ingest.decode import FORMATS, decode_messages, needs_retractions
+from lsmlake.ingest.decode import FORMATS, Format, decode_messages, needs_retractions
+from lsmlake.ingest.kafka_offsets import (
+    DEAD_LETTER_PREFIX,
+    TOPIC_PREFIX,
+    committed_offsets,
+    offset_key,
+    recorded_topic_id,
+    topic_id_key,
+)
 from lsmlake.kafka.broker import ensure_topics
 from lsmlake.kafka.client import Publisher, consumer
 from writer_svc.catalog_client import CatalogClient
@@ -60,10 +68,6 @@ from writer_svc.table_ingest import TableIngest
 
 _log = logging.getLogger(__name__)
 
-TOPIC_PREFIX = "lake.ingest."
-DEAD_LETTER_PREFIX = "lake.deadletter."
-OFFSET_PROPERTY = "lsmlake.kafka-offset."
-TOPIC_ID_PROPERTY = "lsmlake.kafka-topic-id."
 GROUP_ID = "lsmlake-writer"
 PAUSE_S = 1.0  # a partition whose table's buckets are full is read again after this
 
@@ -73,7 +77,7 @@ class IngestTopic:
     """A table fed from Kafka, and the format of its messages."""
 
     table_id: str
-    fmt: str = "json"
+    fmt: Format = "json"
 
     @property
     def topic(self) -> str:
@@ -91,56 +95,7 @@ def parse_ingest(spec: str) -> IngestTopic:
     fmt = fmt or "json"
     if fmt not in FORMATS:
         raise InvalidInputError(f"ingest {spec!r}: format {fmt!r} is not one of {', '.join(FORMATS)}")
-    return IngestTopic(table_id, fmt)
-
-
-def offset_key(topic: str, partition: int) -> str:
-    return f"{OFFSET_PROPERTY}{topic}.{partition}"
-
-
-def topic_id_key(topic: str) -> str:
-    return f"{TOPIC_ID_PROPERTY}{topic}"
-
-
-def recorded_topic_id(catalog: FileSystemCatalog, table_id: str, topic: str) -> str | None:
-    """The topic id the newest snapshot recording one holds for `topic` (None: no kept snapshot has one)."""
-    snapshots = catalog.get_table(table_id).snapshots
-    latest, earliest = snapshots.latest_id(), snapshots.earliest_id()
-    if latest is None or earliest is None:
-        return None
-    for sid in range(latest, earliest - 1, -1):
-        value = (snapshots.snapshot(sid).properties or {}).get(topic_id_key(topic))
-        if value is not None:
-            return value
-    return None
-
-
-def committed_offsets(catalog: FileSystemCatalog, table_id: str, topic: str,
-                      partitions: Sequence[int], topic_id: str | None = None) -> dict[int, int]:
-    """The next offset of each partition, from the newest snapshots that record it (newest first).
-
-    With `topic_id`, the search ends at the first snapshot that records another id for the topic: older
-    offsets belong to a log that is gone. Snapshots that record no id (written before ids were kept) count.
-    """
-    wanted = set(partitions)
-    found: dict[int, int] = {}
-    snapshots = catalog.get_table(table_id).snapshots
-    latest, earliest = snapshots.latest_id(), snapshots.earliest_id()
-    if latest is None or earliest is None:
-        return found
-    for sid in range(latest, earliest - 1, -1):
-        props = snapshots.snapshot(sid).properties or {}
-        recorded = props.get(topic_id_key(topic))
-        if topic_id is not None and recorded is not None and recorded != topic_id:
-            break
-        for p in list(wanted):
-            value = props.get(offset_key(topic, p))
-            if value is not None:
-                found[p] = int(value)
-                wanted.discard(p)
-        if not wanted:
-            break
-    return found
+    return IngestTopic(table_id, cast(Format, fmt))
 
 
 class _Rebalance(ConsumerRebalanceListener):

@@ -40,6 +40,7 @@ from lsmlake.errors import (
     ServiceUnavailableError,
     StorageError,
 )
+from lsmlake.mergetree.levels import writers_stall
 from lsmlake.table.file_store import table_identity
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.input_rows import conform
@@ -296,12 +297,12 @@ class TableIngest:
 
     def _near_trigger(self) -> bool:
         keys = set(self._runs) | set(self._inflight)
-        return any(self._runs_of(k) >= self._stop_trigger for k in keys)
+        return any(writers_stall(self._runs_of(k) + 1, self._stop_trigger) for k in keys)
 
     def _over(self, keys: set[tuple[bytes, int]]) -> list[tuple[tuple[bytes, int], int]]:
         """The buckets that take no more writes: the group this write joins adds a run to each of its buckets,
         so a bucket takes writes while it has at most `stop-trigger` runs and ends with at most one more."""
-        return [(k, self._runs_of(k)) for k in sorted(keys) if self._runs_of(k) > self._stop_trigger]
+        return [(k, self._runs_of(k)) for k in sorted(keys) if writers_stall(self._runs_of(k), self._stop_trigger)]
 
     def _stall_error(self, over: list[tuple[tuple[bytes, int], int]], waited: float) -> BackPressureError:
         (partition, bucket), n = over[0]

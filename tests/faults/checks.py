@@ -11,11 +11,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lsmlake.catalog.expire import referenced_files
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.reachability import referenced_files
 from lsmlake.errors import NotFoundError
 from lsmlake.format.schema import SEQUENCE_NUMBER
-from writer_svc.kafka_ingest import OFFSET_PROPERTY, topic_id_key
+from lsmlake.ingest.kafka_offsets import OFFSET_PROPERTY, topic_id_key
 
 from ..test_interop_pypaimon import pypaimon_read
 from .order_load import Change

@@ -33,11 +33,11 @@ import grpc
 
 from catalog_svc.server import METASTORE_FILE
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.ingest.kafka_offsets import committed_offsets, topic_id_key
 from lsmlake.kafka.broker import EmbeddedBroker, free_port
 from lsmlake.kafka.client import producer
 from lsmlake.metastore import open_store
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, compactor_pb2, compactor_pb2_grpc
-from writer_svc.kafka_ingest import committed_offsets, topic_id_key
 
 from ..health import serving
 from ..writer_svc import procs

@@ -36,9 +36,9 @@ import grpc
 import pyarrow as pa
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.ingest.kafka_offsets import committed_offsets
 from lsmlake.kafka.client import producer
 from lsmlake.proto_gen.lsmlake.v1 import writer_pb2, writer_pb2_grpc
-from writer_svc.kafka_ingest import committed_offsets
 
 from ..writer_svc.test_writer_local import write_requests
 from .load import REQUEST_DEADLINE_S, RPC_TIMEOUT_S, Pausable, ident

@@ -18,6 +18,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.ingest.kafka_offsets import committed_offsets
 from lsmlake.kafka.broker import EmbeddedBroker, ensure_topics
 from lsmlake.kafka.client import consumer, producer
 from lsmlake.proto_gen.lsmlake.v1 import (
@@ -29,7 +30,6 @@ from lsmlake.proto_gen.lsmlake.v1 import (
     writer_pb2,
     writer_pb2_grpc,
 )
-from writer_svc.kafka_ingest import committed_offsets
 
 from ..writer_svc import procs
 from .lake import check_refusal

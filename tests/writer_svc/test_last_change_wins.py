@@ -28,12 +28,13 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.ingest.kafka_offsets import committed_offsets
 from lsmlake.kafka.broker import EmbeddedBroker, ensure_topics
 from lsmlake.kafka.client import producer
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2, writer_pb2_grpc
 from lsmlake.rpc.convert import changes_to_proto
 from lsmlake.table.compact import compact_buckets
-from writer_svc.kafka_ingest import committed_offsets, parse_ingest
+from writer_svc.kafka_ingest import parse_ingest
 from writer_svc.server import Settings, WriterServer
 
 from ..catalog_svc.local_server import Local, local_server

@@ -25,10 +25,10 @@ import pyarrow as pa
 import pytest
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.ingest.kafka_offsets import committed_offsets
 from lsmlake.kafka.broker import EmbeddedBroker
 from lsmlake.kafka.client import consumer, producer
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2, writer_pb2_grpc
-from writer_svc.kafka_ingest import committed_offsets
 
 from ..test_interop_pypaimon import pypaimon_read
 from . import procs

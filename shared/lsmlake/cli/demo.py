@@ -92,8 +92,8 @@ def _order_batch(rng: np.random.Generator, lo: int, n: int) -> pa.Table:
 
 def main() -> int:
     from lsmlake.client.client import Client
+    from lsmlake.ingest.kafka_offsets import committed_offsets
     from lsmlake.kafka.client import producer
-    from writer_svc.kafka_ingest import committed_offsets
 
     root = tempfile.mkdtemp(prefix="lsmlake-demo-")
     warehouse = os.path.join(root, "warehouse")
@@ -160,10 +160,11 @@ def main() -> int:
                 cdc.append((str(k).encode(), json.dumps({"op": "d", "before": row_old, "after": None}).encode()))
                 del model[key]
             else:
-                new = {"id": k, "region": key[1], "amount": round(float(rng.random()) * 1000, 2), "status": f"e{i}"}
+                amount, status = round(float(rng.random()) * 1000, 2), f"e{i}"
+                new = {"id": k, "region": key[1], "amount": amount, "status": status}
                 op = "u" if old is not None else "c"
                 cdc.append((str(k).encode(), json.dumps({"op": op, "before": row_old, "after": new}).encode()))
-                model[key] = (new["amount"], new["status"])
+                model[key] = (amount, status)
         profiles: dict[int, dict[str, Any]] = {}
         plain: list[tuple[bytes, bytes | None]] = []
         for i in range(EVENTS - half):

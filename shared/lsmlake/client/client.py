@@ -11,16 +11,12 @@ server's message (`lsmlake.rpc.errors.error_for`).
 
 from __future__ import annotations
 
-from lsmlake.client.compaction import Compaction, CompactResult
+from lsmlake.client.compaction import Compaction
 from lsmlake.client.scans import Scans
 from lsmlake.client.snapshots import Snapshots
-from lsmlake.client.tables import table_ident as _ident
 from lsmlake.client.writes import Writes
-from lsmlake.rpc.errors import error_for as lake_error
 
-# Imported from here by modules written before the split: `lsmlake.cli.main` (`_ident`, `lake_error`) and
-# tests/compactor_svc/test_full_compaction_wait.py (`CompactResult`).
-__all__ = ["Client", "CompactResult", "_ident", "lake_error"]
+__all__ = ["Client"]
 
 
 class Client(Writes, Scans, Snapshots, Compaction):

@@ -13,6 +13,8 @@ from lsmlake.client.connection import Connection
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.types import from_arrow_type, parse_schema_fields, parse_type, to_arrow_type
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
+from lsmlake.rpc.convert import schema_change_to_proto
+from lsmlake.table.schema_change import AddColumn, RemoveOption, RenameColumn, SchemaChange, SetOption
 
 
 @dataclass(frozen=True)
@@ -106,11 +108,16 @@ class Tables(Connection):
             added = [(f.name, f.type.sql()) for f in parse_schema_fields(add_columns)]
         else:
             added = list(add_columns)
-        changes = [catalog_pb2.SchemaChange(add_column=catalog_pb2.AddColumn(name=n, type=t)) for n, t in added]
-        changes += [catalog_pb2.SchemaChange(rename_column=catalog_pb2.RenameColumn(old_name=o, new_name=n))
-                    for o, n in (rename_columns or {}).items()]
-        changes += [catalog_pb2.SchemaChange(set_option=catalog_pb2.SetOption(key=k, value=str(v)))
-                    for k, v in (set_options or {}).items()]
-        changes += [catalog_pb2.SchemaChange(remove_option=catalog_pb2.RemoveOption(key=k)) for k in remove_options]
-        req = catalog_pb2.AlterTableRequest(table=table_ident(identifier), changes=changes)
-        return TableInfo.from_proto(self._call(self._catalog.AlterTable, req, changes_state=True).table)
+        changes: list[SchemaChange] = [AddColumn(n, t) for n, t in added]
+        changes += [RenameColumn(o, n) for o, n in (rename_columns or {}).items()]
+        changes += [SetOption(k, str(v)) for k, v in (set_options or {}).items()]
+        changes += [RemoveOption(k) for k in remove_options]
+        return self.apply_schema_changes(identifier, changes)
+
+    def apply_schema_changes(self, identifier: str, changes: Sequence[SchemaChange],
+                             timeout_s: float | None = None) -> TableInfo:
+        """Apply `changes` in their order as one new schema, all or none (`lake table alter` keeps the order
+        of its command line this way)."""
+        req = catalog_pb2.AlterTableRequest(table=table_ident(identifier),
+                                            changes=[schema_change_to_proto(c) for c in changes])
+        return TableInfo.from_proto(self._call(self._catalog.AlterTable, req, timeout_s, changes_state=True).table)

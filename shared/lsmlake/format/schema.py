@@ -14,14 +14,13 @@ import pyarrow as pa
 
 from lsmlake.errors import AlreadyExistsError, CorruptMetadataError, InvalidInputError, NotFoundError
 from lsmlake.format import options as opts
+from lsmlake.format.type_json import max_field_id, type_from_json
 from lsmlake.format.types import (
     AnyType,
     DataField,
     DataType,
-    max_field_id,
     to_arrow_field,
     to_arrow_schema,
-    type_from_json,
 )
 from lsmlake.fs.file_io import FileIO
 

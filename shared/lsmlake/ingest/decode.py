@@ -16,7 +16,7 @@ A null message value (a tombstone, which follows a Debezium delete) is skipped.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -63,6 +63,8 @@ class DecodeResult:
     rejected: list[tuple[int, str]]
     #: null values (tombstones) skipped
     tombstones: int
+    #: the column a rejection's reason is about, by position in `values`, where it is about one column
+    rejected_columns: dict[int, str] = field(default_factory=dict)
 
 
 def needs_retractions(schema: TableSchema) -> bool:
@@ -252,6 +254,7 @@ class _Output:
         self.kinds: list[int] = []
         self.sources: list[int] = []
         self.rejected: list[tuple[int, str]] = []
+        self.rejected_columns: dict[int, str] = {}
         self.tombstones = 0
 
     def batch(self, rows: BatchRows, positions: list[int], messages: list[bytes]) -> None:
@@ -274,6 +277,8 @@ class _Output:
             decoded = [(kind, self._row(image, hints)) for kind, image, hints in self._images(raw)]
         except BadMessage as e:
             self.rejected.append((position, str(e)))
+            if e.column is not None:
+                self.rejected_columns[position] = e.column
             return
         for kind, row in decoded:
             for column_values, v in zip(self.values, row, strict=True):
@@ -324,13 +329,13 @@ class _Output:
             v = image.get(c.name)
             if v is None:
                 if not c.nullable:
-                    raise BadMessage(c.missing_reason if c.name not in image else c.null_reason)
+                    raise BadMessage(c.missing_reason if c.name not in image else c.null_reason, c.name)
                 row.append(None)
                 continue
             try:
                 row.append(convert(v, c.type, self.debezium, hints.get(c.name)))
             except BadValue as e:
-                raise BadMessage(f'field "{c.name}": {e}') from None
+                raise BadMessage(f'field "{c.name}": {e}', c.name) from None
         return row
 
     def result(self) -> DecodeResult:
@@ -352,4 +357,4 @@ class _Output:
             kinds, src = kinds[order], src[order]
         schema = self.schema.arrow_schema.append(pa.field(ROW_KIND_COLUMN, pa.int8(), nullable=False))
         batch = pa.Table.from_arrays([*columns, pa.array(kinds, pa.int8())], schema=schema)
-        return DecodeResult(batch, src, sorted(self.rejected), self.tombstones)
+        return DecodeResult(batch, src, sorted(self.rejected), self.tombstones, self.rejected_columns)

@@ -1,6 +1,9 @@
-"""Rows given as JSON objects (the WriteRows RPC), decoded as Kafka's plain JSON messages are."""
+"""Rows given as JSON objects (the WriteRows RPC, JSON files), decoded as Kafka's plain JSON messages are."""
 
 from __future__ import annotations
+
+import json
+import re
 
 import pyarrow as pa
 
@@ -9,6 +12,9 @@ from lsmlake.format.schema import TableSchema
 from lsmlake.ingest.decode import decode_messages
 
 MAX_REASONS = 5
+
+_BOM = b"\xef\xbb\xbf"
+_SPACE = re.compile(r"[ \t\n\r]*")
 
 
 def rows_from_json(schema: TableSchema, rows_json: list[str], table: str | None = None) -> pa.Table:
@@ -24,3 +30,61 @@ def rows_from_json(schema: TableSchema, rows_json: list[str], table: str | None 
     if result.tombstones:
         raise InvalidInputError("rows_json holds an empty row; every row must be a JSON object")
     return result.batch
+
+
+def json_messages(data: bytes, allow_array: bool) -> tuple[list[bytes], list[str]]:
+    """The rows of a JSON text as plain JSON messages, and where each one is (`line 3`, `record 2`).
+
+    The text holds JSON lines (one object per non-blank line), or, with `allow_array`, one JSON array of
+    objects. A line is a message as it is: a line that is no JSON object is rejected by `decode_messages`
+    like any message. Each element of an array is taken as its own text, so its numbers keep every digit.
+    Raises InvalidInputError for an array that is not valid JSON.
+    """
+    data = data.removeprefix(_BOM)
+    if allow_array and data.lstrip(b" \t\r\n").startswith(b"["):
+        return _array_elements(data)
+    messages: list[bytes] = []
+    places: list[str] = []
+    for lineno, line in enumerate(data.splitlines(), 1):
+        if line.strip():
+            messages.append(line)
+            places.append(f"line {lineno}")
+    return messages, places
+
+
+def _array_elements(data: bytes) -> tuple[list[bytes], list[str]]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidInputError(f"not UTF-8 text (byte {e.start})") from None
+    decoder = json.JSONDecoder()
+    messages: list[bytes] = []
+    pos = _skip_space(text, 0) + 1  # past the "["
+    closed = False
+    while not closed:
+        pos = _skip_space(text, pos)
+        if not messages and text.startswith("]", pos):  # an empty array
+            pos += 1
+            break
+        try:
+            _, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            raise InvalidInputError(f"not valid JSON: {e}") from None
+        messages.append(text[pos:end].encode())
+        pos = _skip_space(text, end)
+        if text.startswith(",", pos):
+            pos += 1
+        elif text.startswith("]", pos):
+            pos += 1
+            closed = True
+        else:
+            raise InvalidInputError(f"not valid JSON: expected ',' or ']' at position {pos}")
+    if _skip_space(text, pos) != len(text):
+        raise InvalidInputError(f"not valid JSON: extra data after the array at position {pos}")
+    return messages, [f"record {i}" for i in range(1, len(messages) + 1)]
+
+
+def _skip_space(text: str, pos: int) -> int:
+    """The position of the first character at or after `pos` that is not JSON whitespace."""
+    match = _SPACE.match(text, pos)
+    return match.end() if match else pos

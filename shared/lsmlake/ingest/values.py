@@ -58,7 +58,14 @@ class BadValue(Exception):
 
 
 class BadMessage(Exception):
-    """A message that cannot be decoded; the message is the reason a person reads in the dead letter."""
+    """A message that cannot be decoded; the message is the reason a person reads in the dead letter.
+
+    `column` names the table column the reason is about, when it is about one (a caller outside Kafka, the
+    CLI, names it in its own words)."""
+
+    def __init__(self, reason: str, column: str | None = None) -> None:
+        super().__init__(reason)
+        self.column = column
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,12 @@ from lsmlake.mergetree.file_keys import FileKeys
 from lsmlake.mergetree.sorted_run import LevelSortedRun, SortedRun
 
 
+def writers_stall(sorted_runs: int, stop_trigger: int) -> bool:
+    """Whether writers of a bucket with this many sorted runs wait for compaction (`num-sorted-run.stop-trigger`):
+    past the trigger each new run makes every read merge one more, so writing on would outrun compaction."""
+    return sorted_runs > stop_trigger
+
+
 def _level0_order(f: DataFileMeta) -> tuple[int, int, int, str]:
     # newest first; ties broken deterministically
     return (-f.max_sequence_number, f.min_sequence_number, f.creation_time_ms or 0, f.file_name)

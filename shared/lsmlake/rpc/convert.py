@@ -22,6 +22,7 @@ from lsmlake.metastore import ABANDONED, COMPLETED, PLAN_STATES, ROLLED_BACK, Co
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.scan import Split
+from lsmlake.table.schema_change import AddColumn, RenameColumn, SchemaChange, SetOption
 from lsmlake.table.write import CommitMessage
 
 KIND_TO_PROTO = {APPEND: common_pb2.COMMIT_KIND_APPEND, COMPACT: common_pb2.COMMIT_KIND_COMPACT,
@@ -335,3 +336,16 @@ def terms_from_proto(table: FileStoreTable, terms: Sequence[catalog_pb2.Predicat
         else:
             out.append(Term(t.column, op, _literal(t.value, typ, t.column)))
     return out
+
+
+def schema_change_to_proto(change: SchemaChange) -> catalog_pb2.SchemaChange:
+    """One change of an AlterTable request (the service reads it back in `catalog_svc.requests`)."""
+    if isinstance(change, AddColumn):
+        add = catalog_pb2.AddColumn(name=change.name, type=change.type_text, comment=change.comment or "")
+        return catalog_pb2.SchemaChange(add_column=add)
+    if isinstance(change, RenameColumn):
+        return catalog_pb2.SchemaChange(rename_column=catalog_pb2.RenameColumn(old_name=change.old_name,
+                                                                               new_name=change.new_name))
+    if isinstance(change, SetOption):
+        return catalog_pb2.SchemaChange(set_option=catalog_pb2.SetOption(key=change.key, value=change.value))
+    return catalog_pb2.SchemaChange(remove_option=catalog_pb2.RemoveOption(key=change.key))

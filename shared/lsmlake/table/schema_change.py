@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from lsmlake.errors import AlreadyExistsError, CommitConflictError, InvalidInputError, NotFoundError
 from lsmlake.format import options as opts
 from lsmlake.format.schema import TableSchema
-from lsmlake.format.types import AnyType, ArrayType, DataField, MapType, RowType, max_field_id, parse_type
+from lsmlake.format.type_json import max_field_id
+from lsmlake.format.types import AnyType, ArrayType, DataField, MapType, RowType, parse_type
 from lsmlake.table import features
 from lsmlake.table.definition import define_table
 

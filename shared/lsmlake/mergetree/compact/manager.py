@@ -14,7 +14,7 @@ from lsmlake.mergetree.compact.rewriter import MergeTreeCompactRewriter
 from lsmlake.mergetree.compact.strategy import CompactStrategy
 from lsmlake.mergetree.compact.task import MergeTreeCompactTask
 from lsmlake.mergetree.compact.unit import CompactResult, CompactUnit
-from lsmlake.mergetree.levels import Levels
+from lsmlake.mergetree.levels import Levels, writers_stall
 from lsmlake.mergetree.lookup_cache import process_cache
 from lsmlake.mergetree.sorted_run import SortedRun
 
@@ -41,11 +41,11 @@ class MergeTreeCompactManager:
 
     def should_wait_for_latest_compaction(self) -> bool:
         """A writer of this bucket must wait for compaction: too many sorted runs pile up."""
-        return self.levels.number_of_sorted_runs() > self.stop_trigger
+        return writers_stall(self.levels.number_of_sorted_runs(), self.stop_trigger)
 
     def should_wait_for_preparing_checkpoint(self) -> bool:
         """Before a commit, wait once the runs exceed the stop trigger by one more."""
-        return self.levels.number_of_sorted_runs() > self.stop_trigger + 1
+        return writers_stall(self.levels.number_of_sorted_runs(), self.stop_trigger + 1)
 
     def pick(self, full: bool = False) -> CompactUnit | None:
         """The unit to compact now (None when nothing is due)."""

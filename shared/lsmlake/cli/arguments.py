@@ -1,0 +1,68 @@
+"""The values of `lake`'s options: parsed by argparse (`type=`), errors reported as usage errors."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from lsmlake.table.schema_change import AddColumn, RemoveOption, RenameColumn, SetOption
+
+
+def key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def non_negative(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {n}")
+    return n
+
+
+def names(values: Sequence[str] | None) -> list[str]:
+    """`--x a,b --x c` -> [a, b, c]."""
+    found: list[str] = []
+    for v in values or ():
+        found.extend(p.strip() for p in v.split(",") if p.strip())
+    return found
+
+
+class ChangeAction(argparse.Action):
+    """Collects schema changes of all alter flags into one list, in command-line order."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        changes = list(getattr(namespace, self.dest, None) or [])
+        changes.append(values)
+        setattr(namespace, self.dest, changes)
+
+
+def add_column(text: str) -> AddColumn:
+    parts = text.strip().split(None, 1)
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected 'NAME TYPE', got {text!r}")
+    return AddColumn(parts[0].strip("`"), parts[1])
+
+
+def rename_column(text: str) -> RenameColumn:
+    old, new = key_value(text)
+    if not new:
+        raise argparse.ArgumentTypeError(f"expected OLD=NEW, got {text!r}")
+    return RenameColumn(old, new)
+
+
+def set_option(text: str) -> SetOption:
+    return SetOption(*key_value(text))
+
+
+def remove_option(text: str) -> RemoveOption:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected an option key")
+    return RemoveOption(text.strip())

@@ -1,0 +1,80 @@
+"""Where a command's changes go: one interface, over the library or over the services of a cluster.
+
+The warehouse folder is always read directly (scan, files, levels, ...). Changes to tables go through the
+cluster's services when there is a cluster (the `--*-service` flags, or the one `lake up` runs on the
+warehouse), else straight into the warehouse folder: `warehouse.open_backend` picks the implementation
+(`local_backend`, `remote_backend`) and the commands only see `Backend`. What a write or a compaction did
+comes back as an outcome that says it in the command's words (the service's outcome says more).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import pyarrow as pa
+
+from lsmlake.format.types import DataField
+from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.schema_change import SchemaChange
+
+
+@dataclass(frozen=True)
+class Services:
+    """The endpoints of a cluster: the catalog always, the others when the cluster has them."""
+
+    catalog: str
+    writer: str | None
+    compactor: str | None
+    kafka: str | None
+
+
+@dataclass(frozen=True)
+class NewTable:
+    """A table to create, checked already: its column text (for the catalog service) and parsed columns."""
+
+    identifier: str
+    schema_text: str
+    fields: tuple[DataField, ...]
+    partition_keys: list[str]
+    primary_keys: list[str]
+    options: dict[str, str]
+    comment: str | None
+
+
+class WriteOutcome(Protocol):
+    def report(self, identifier: str, rows: int, files: str) -> str:
+        """The line `lake write` prints: `rows` rows from `files` (`2 files`) went to the table."""
+        ...
+
+
+class CompactOutcome(Protocol):
+    def report(self, identifier: str) -> list[str]:
+        """The lines `lake compact` prints."""
+        ...
+
+
+class Backend(Protocol):
+    def create_table(self, table: NewTable, if_not_exists: bool) -> None: ...
+
+    def alter_table(self, identifier: str, changes: Sequence[SchemaChange]) -> int:
+        """Apply the changes in order as one new schema; returns its id."""
+        ...
+
+    def drop_table(self, identifier: str, if_exists: bool) -> bool:
+        """False when the table did not exist (and `if_exists`)."""
+        ...
+
+    def write(self, table: FileStoreTable, batches: list[pa.Table], request_id: str | None) -> WriteOutcome:
+        """Write checked rows (the table's columns and `_row_kind` codes), not empty."""
+        ...
+
+    def compact(self, identifier: str, full: bool, partition: Sequence[tuple[str, str]]) -> CompactOutcome:
+        """Compact the table, or the partitions whose columns equal the given texts."""
+        ...
+
+    def expire(self, identifier: str, retain_min: int | None, retain_max: int | None,
+               older_than_ms: int | None) -> list[int]:
+        """Expire old snapshots; returns the ids of the expired ones."""
+        ...

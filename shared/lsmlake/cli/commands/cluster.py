@@ -1,0 +1,56 @@
+"""`lake up | status | down`: the whole cluster on this machine, on a local warehouse folder (see `cli.cluster`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from lsmlake.cli.cluster import Cluster, check_ports, down, status
+from lsmlake.cli.output import out
+from lsmlake.cli.warehouse import warehouse_dir
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    ports = check_ports({"catalog": args.catalog_port, "writer": args.writer_port,
+                         "compactor": args.compactor_port})
+    cluster = Cluster(warehouse_dir(args), kafka=args.kafka, ports=ports, compactor=not args.no_compactor,
+                      spark_master=args.spark_master, commit_interval_s=args.commit_interval, ingest=args.ingest)
+    sys.stderr.write("starting Kafka, catalog, writer" + (", compactor" if not args.no_compactor else "") + " ...\n")
+    state = cluster.start()
+    out(f"kafka      {state.kafka}" + ("  (embedded Tansu broker)" if state.embedded_kafka else ""))
+    out(f"catalog    {state.catalog}")
+    out(f"writer     {state.writer}")
+    if state.compactor:
+        out(f"compactor  {state.compactor}")
+    out(f"logs       {state.logs}")
+    out("cluster is up; Ctrl-C (or `lake down`) stops it")
+    sys.stdout.flush()
+    died = cluster.wait()
+    if died:
+        sys.stderr.write(f"the {died} stopped unexpectedly; stopping the cluster (see {state.logs})\n")
+    codes = cluster.stop()
+    failed = [f"{n} exited with {c}" for n, c in codes if c not in (0, None)]
+    if failed:
+        sys.stderr.write("; ".join(failed) + "\n")
+    out("cluster stopped")
+    return 1 if died or failed else 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    info = status(warehouse_dir(args))
+    if args.format == "json":
+        out(json.dumps(info))
+    else:
+        out(f"lake up    pid {info['pid']} ({'running' if info['running'] else 'gone'})")
+        out(f"kafka      {info['kafka']}" + ("  (embedded)" if info["embedded_kafka"] else ""))
+        for name, s in info["services"].items():
+            out(f"{name:10s} {s['endpoint']}  {'SERVING' if s['serving'] else 'NOT SERVING'}")
+    ok = info["running"] and all(s["serving"] for s in info["services"].values())
+    return 0 if ok else 1
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    down(warehouse_dir(args))
+    out("cluster stopped")
+    return 0

@@ -1,0 +1,181 @@
+"""Commands about the LSM shape of a table: `lake compact`, `lake levels` (the sorted runs of every bucket)
+and `lake timeline` (the compaction plans of the catalog service)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import IO, Any
+
+from lsmlake.cli.errors import CliError, UsageError
+from lsmlake.cli.output import JsonValues, cell, human_size, out, plural, print_records
+from lsmlake.cli.warehouse import open_backend, open_catalog
+from lsmlake.format import options as opts
+from lsmlake.mergetree.levels import Levels, writers_stall
+from lsmlake.metastore import PLAN_STATES, now_ms, open_store
+from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
+from lsmlake.table.compact import restore_levels
+from lsmlake.table.file_store_table import FileStoreTable
+
+LEVEL_KEYS = ("partition", "bucket", "level", "run", "file", "size", "rows", "min_key", "max_key", "min_seq",
+              "max_seq")
+TIMELINE_KEYS = ("plan_id", "state", "buckets", "files", "output_level", "owner", "attempts", "age", "running",
+                 "snapshot", "reason")
+
+BucketLevels = tuple[str, int, Levels]  # (partition, bucket, levels)
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    outcome = open_backend(args).compact(args.table, args.full, args.partition)
+    for line in outcome.report(args.table):
+        out(line)
+    return 0
+
+
+# -- levels --------------------------------------------------------------------------------------
+
+def bucket_levels(table: FileStoreTable, snapshot_id: int | None = None) -> list[BucketLevels]:
+    """The levels of every bucket of a snapshot (default: the latest), by partition and bucket.
+
+    The partition is `key=value/...` with the values as `lake scan` prints them (a DATE as
+    2024-01-31, null as the partition default name): the form `lake compact --partition` takes.
+    """
+    snapshot = table.require_snapshot(snapshot_id) if snapshot_id is not None else table.latest_snapshot()
+    if snapshot is None:
+        return []
+    schema = table.schema
+    keys = list(schema.partition_keys)
+    as_json = JsonValues(schema.types_of(keys))
+    default_name = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
+    buckets = []
+    for split in table.new_scan(None, snapshot, all_levels=True).plan():
+        shown = [default_name if v is None else cell(v) for v in as_json(split.partition_values)]
+        name = "/".join(f"{k}={v}" for k, v in zip(keys, shown, strict=True))
+        buckets.append((name, split.bucket, restore_levels(table, split)))
+    buckets.sort(key=lambda b: (b[0], b[1]))
+    return buckets
+
+
+def _bucket_records(table: FileStoreTable, bucket: BucketLevels) -> list[dict[str, Any]]:
+    """One record per file of a bucket, run by run, newest run first (level-0 files one by one, then
+    levels 1, 2, ...), the files of a run in key order."""
+    partition, number, levels = bucket
+    keyed = table.schema.is_primary_key_table
+    as_json = JsonValues(table.schema.types_of(table.schema.trimmed_primary_keys))
+    records = []
+    for run, r in enumerate(levels.level_sorted_runs(), start=1):
+        for f in r.run.files:
+            lo, hi = levels.keys.range(f) if keyed else ((), ())
+            records.append({"partition": partition, "bucket": number, "level": r.level, "run": run,
+                            "file": f.file_name, "size": f.file_size, "rows": f.row_count,
+                            "min_key": as_json(lo), "max_key": as_json(hi),
+                            "min_seq": f.min_sequence_number, "max_seq": f.max_sequence_number})
+    return records
+
+
+def level_records(table: FileStoreTable, buckets: Sequence[BucketLevels]) -> list[dict[str, Any]]:
+    return [r for b in buckets for r in _bucket_records(table, b)]
+
+
+def _key_text(key: Sequence[Any]) -> str:
+    cells = [cell(v) for v in key]
+    return cells[0] if len(cells) == 1 else "(" + ", ".join(cells) + ")"
+
+
+def print_levels(table: FileStoreTable, buckets: Sequence[BucketLevels], stream: IO[str]) -> None:
+    """The text picture of `lake levels`: per bucket a header, then a line per file, aligned throughout."""
+    if not buckets:
+        stream.write("no data files\n")
+        return
+    keyed = table.schema.is_primary_key_table
+    stop_trigger = table.options.stop_trigger()
+    blocks: list[tuple[list[str], list[list[str]]]] = []
+    for bucket in buckets:
+        partition, number, levels = bucket
+        runs = levels.number_of_sorted_runs()
+        where = f"{partition} bucket {number}" if partition else f"bucket {number}"
+        counted = plural(runs, "sorted run") if keyed else plural(len(levels.all_files()), "file")
+        header = [f"{where}: {counted}, highest level {levels.non_empty_highest_level()} "
+                  f"(max {levels.max_level}), {human_size(levels.total_size())}"]
+        if keyed and writers_stall(runs, stop_trigger):
+            header.append(f"  STALL: {runs} sorted runs > stop trigger {stop_trigger}; "
+                          "writers wait for compaction (run `lake compact`)")
+        # cells: level, run, file, size, rows, [keys,] seq
+        rows: list[list[str]] = []
+        last_level = last_run = None
+        for r in _bucket_records(table, bucket):
+            cells = [f"L{r['level']}" if r["level"] != last_level else "",
+                     f"run {r['run']}:" if r["run"] != last_run else "",
+                     r["file"], human_size(r["size"]), plural(r["rows"], "row")]
+            if keyed:
+                cells.append(f"keys [{_key_text(r['min_key'])} .. {_key_text(r['max_key'])}]")
+            cells.append(f"seq {r['min_seq']}-{r['max_seq']}")
+            rows.append(cells)
+            last_level, last_run = r["level"], r["run"]
+        blocks.append((header, rows))
+    all_rows = [r for _, rows in blocks for r in rows]
+    widths = [max(len(r[i]) for r in all_rows) for i in range(len(all_rows[0]) if all_rows else 0)]
+    for header, rows in blocks:
+        for h in header:
+            stream.write(h + "\n")
+        for row in rows:
+            cells = [c.rjust(w) if i in (3, 4) else c.ljust(w)  # size and rows to the right
+                     for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+            stream.write(f"  {cells[0]}  {cells[1]} {'  '.join(cells[2:])}".rstrip() + "\n")
+
+
+def cmd_levels(args: argparse.Namespace) -> int:
+    table = open_catalog(args).get_table(args.table)
+    buckets = bucket_levels(table, args.snapshot)
+    if args.format == "jsonl":
+        print_records(level_records(table, buckets), LEVEL_KEYS, "jsonl")
+    else:
+        print_levels(table, buckets, sys.stdout)
+    return 0
+
+
+# -- timeline ------------------------------------------------------------------------------------
+
+def _age(ms: float) -> str:
+    s = max(0, int(ms // 1000))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def timeline_records(store: Any, table_id: str, states: Sequence[str] | None, now: int) -> list[dict[str, Any]]:
+    """One record per compaction plan of a table, oldest first."""
+    records = []
+    for p in store.list_plans(table_id, states):
+        units = catalog_pb2.CompactionPlan.FromString(p.detail).units if p.detail else []
+        records.append({"plan_id": p.plan_id, "state": p.state, "buckets": len(units) or 1,
+                        "files": len(p.input_files), "output_level": p.output_level, "owner": p.owner,
+                        "attempts": p.attempts, "age": _age(now - p.created_ms),
+                        "running": _age(now - p.started_ms) if p.state == "INFLIGHT" and p.started_ms else None,
+                        "snapshot": p.snapshot_id, "reason": p.reason})
+    return records
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    catalog = open_catalog(args)
+    catalog.get_table(args.table)  # a clear error for an unknown table
+    url = args.metastore or os.environ.get("LSMLAKE_METASTORE")
+    if not url:
+        if not catalog.io.local:
+            raise UsageError("a remote warehouse has no default metadata store: pass --metastore URL")
+        url = f"sqlite:///{os.path.abspath(os.path.join(catalog.root, '_lsmlake_catalog.sqlite'))}"
+        if not os.path.exists(url.removeprefix("sqlite:///")):
+            raise CliError(f"no catalog metadata store in the warehouse ({url}): is the catalog service "
+                           "running on it? pass --metastore URL")
+    bad = [s for s in args.state or () if s not in PLAN_STATES]
+    if bad:
+        raise UsageError(f"unknown state(s) {bad}: use {', '.join(PLAN_STATES)}")
+    with open_store(url) as store:
+        records = timeline_records(store, args.table, args.state, now_ms())
+    print_records(records, TIMELINE_KEYS, args.format, ("plan_id", "buckets", "files", "output_level", "attempts",
+                                                       "snapshot"))
+    return 0

@@ -1,0 +1,259 @@
+"""The help texts of `lake` and its commands (the epilogs `--help` prints after the options).
+
+The README documents the CLI with the same words: a change here is a change of the documented behaviour.
+"""
+
+MAIN_EPILOG = """\
+examples:
+  export LAKE_WAREHOUSE=/data/lake
+  lake table create shop.orders --schema "id BIGINT NOT NULL, dt STRING, amount DECIMAL(10,2)" \\
+      --primary-key id,dt --partition-key dt --option bucket=4
+  lake write shop.orders day1.parquet day2.csv
+  lake scan shop.orders --format table --limit 20
+  lake scan shop.orders --snapshot 3 --format parquet --output orders-v3.parquet
+  lake snapshots shop.orders --format table
+  lake files shop.orders --format table
+  lake levels shop.orders                                 # the LSM levels of every bucket
+  lake compact shop.orders --partition dt=2024-01-31
+  lake compact shop.orders --full
+
+The warehouse is a local folder (or an object-store URI) given by --warehouse or $LAKE_WAREHOUSE.
+Exit status: 0 on success, 1 on an error (message on stderr), 2 on bad usage.
+Run `lake COMMAND --help` for the options of a command.
+"""
+
+TABLE_EPILOG = """\
+examples:
+  lake table create shop.orders --schema "id BIGINT NOT NULL, dt STRING, amount DECIMAL(10,2)" \\
+      --primary-key id,dt --partition-key dt --option bucket=4
+  lake table list shop
+  lake table describe shop.orders --format json
+  lake table alter shop.orders --add-column "coupon STRING" --rename-column note=remark
+  lake table drop shop.orders
+
+Run `lake table ACTION --help` for the options of an action.
+"""
+
+CREATE_EPILOG = """\
+examples:
+  lake table create shop.orders \\
+      --schema "id BIGINT NOT NULL, dt STRING, amount DECIMAL(10,2), ts TIMESTAMP(3)" \\
+      --primary-key id,dt --partition-key dt --option bucket=4
+  lake table create logs.events --schema "ts TIMESTAMP(6), host STRING, msg STRING, tags ARRAY<STRING>"
+
+Types are Paimon's SQL type names: BOOLEAN, TINYINT, SMALLINT, INT, BIGINT, FLOAT, DOUBLE,
+DECIMAL(p,s), CHAR(n), VARCHAR(n), STRING, BINARY(n), VARBINARY(n), BYTES, DATE, TIME(p),
+TIMESTAMP(p), TIMESTAMP(p) WITH LOCAL TIME ZONE, ARRAY<t>, MAP<k,v>, ROW<name t, ...>; add NOT NULL
+to forbid nulls. Primary-key tables need --option bucket=N (N > 0) and their primary key must
+include the partition keys. The database is created when it does not exist.
+"""
+
+LIST_EPILOG = """\
+examples:
+  lake table list shop
+  lake table list shop --format jsonl
+"""
+
+DESCRIBE_EPILOG = """\
+examples:
+  lake table describe shop.orders
+  lake table describe shop.orders --format json | jq .columns
+
+json/jsonl print one object: table, schema_id, columns (id, name, type, nullable),
+partition_keys, primary_keys, options, comment.
+"""
+
+ALTER_EPILOG = """\
+examples:
+  lake table alter shop.orders --add-column "coupon STRING"
+  lake table alter shop.orders --rename-column note=remark --set snapshot.num-retained.min=20
+  lake table alter shop.orders --remove snapshot.num-retained.min
+
+The changes are applied in the order given and published as ONE new schema version, or not at
+all. Data files are not rewritten: rows written before read an added column as null and a renamed
+column under its new name. Added columns must be nullable and go at the end; key columns and
+columns named by options cannot be renamed; options that fix the table's layout (bucket,
+merge-engine, deletion-vectors.enabled, ...) cannot change once the table has data.
+"""
+
+DROP_EPILOG = """\
+examples:
+  lake table drop shop.orders
+  lake table drop shop.orders --if-exists
+
+This deletes the table folder with all its data and snapshots.
+"""
+
+WRITE_EPILOG = """\
+examples:
+  lake write shop.orders orders.parquet
+  lake write shop.orders day1.csv day2.jsonl         # both files in one commit
+  cat rows.jsonl | lake write shop.orders - --input-format jsonl
+  printf '_row_kind,id,dt\\n-D,42,2024-01-31\\n' | lake write shop.orders - --input-format csv
+  lake write shop.orders big.parquet --request-id load-2024-01-31  # safe to run again after a failure
+
+input files:
+  The format comes from the extension: .parquet, .csv, .jsonl/.ndjson, or .json (JSON lines, or
+  one JSON array of objects); .gz/.bz2/.zst/.lz4 compressed CSV and JSON files are read too.
+  Use '-' for stdin together with --input-format. Columns are matched by name: missing nullable
+  columns are null, a column the table does not have is an error.
+  CSV and JSON values are parsed with the table's column types: DECIMAL as 12.34 (number or
+  string), DATE as 2024-01-31, TIME as 12:30:00.5, TIMESTAMP as 2024-01-31T12:30:00.123
+  (TIMESTAMP WITH LOCAL TIME ZONE takes an offset such as Z or +02:00; none means UTC),
+  BINARY/BYTES as base64, ARRAY/ROW as JSON arrays/objects and MAP as a JSON object or a list of
+  [key, value] pairs (in CSV a cell holds the JSON text). CSV needs a header row; an empty
+  unquoted cell, NULL or null is a null, a quoted "" is the empty string.
+
+row kinds:
+  An optional _row_kind column holds +I (insert, also when empty), -U (update before),
+  +U (update after) or -D (delete) for each row. Primary-key tables keep the newest row of each
+  key; -U and -D remove the key. Append tables accept only +I.
+
+commit:
+  All files of one invocation are written as ONE commit (one snapshot). Every file is read and
+  checked before anything is written; if anything fails, nothing is committed and the data files
+  already written are deleted. Prints: wrote R rows from F files to DB.TABLE in snapshot S.
+  Through the writer service (a cluster from `lake up`, or --catalog and --writer) the rows go in
+  parts of 100,000, each committed before the next; with --request-id ID a run that failed midway
+  can be repeated as is: parts already committed are not written again.
+"""
+
+SCAN_EPILOG = """\
+examples:
+  lake scan shop.orders                                   # JSON lines on stdout
+  lake scan shop.orders --format table --limit 10
+  lake scan shop.orders --columns id,amount --format csv --output orders.csv
+  lake scan shop.orders --snapshot 2 --format parquet --output orders-v2.parquet
+
+output formats:
+  jsonl    one JSON object per row with the table's column names. DECIMAL, DATE, TIME and
+           TIMESTAMP values are strings (ISO 8601, e.g. 2024-01-31T12:30:00.000, with a Z for
+           TIMESTAMP WITH LOCAL TIME ZONE), BINARY/BYTES are base64 strings, ARRAY and ROW are
+           JSON arrays and objects, MAP is an object when its keys are strings and a list of
+           [key, value] pairs otherwise; non-finite floats are the strings NaN, Infinity, -Infinity.
+  csv      a header row, then one line per row; strings are quoted, nulls are empty, BINARY is
+           base64 and nested values are JSON texts (readable again by `lake write`).
+  parquet  the table's Arrow schema (needs --output).
+  table    an aligned text table for people.
+The rows are those of the latest snapshot, or of --snapshot N (time travel).
+"""
+
+DELETE_EPILOG = """\
+Append tables with deletion-vectors.enabled = true delete rows without rewriting files: the
+positions of the matching rows go into the bucket's deletion vectors, committed as one OVERWRITE
+snapshot. (Primary-key tables delete by writing -D rows: `lake write` with a _row_kind column.)
+
+examples:
+  lake --warehouse wh delete db.events --where dt=2026-11-21 --where user_id=42
+"""
+
+CHANGELOG_EPILOG = """\
+Tables with a changelog producer (option changelog-producer = input, full-compaction or lookup)
+record what changed with each snapshot; streaming readers consume it. Each row carries the
+snapshot that committed it and its row kind (+I, -U, +U, -D), then the table's columns.
+
+examples:
+  lake --warehouse wh changelog db.t
+  lake --warehouse wh changelog db.t --from-snapshot 5 --format table
+"""
+
+SNAPSHOTS_EPILOG = """\
+examples:
+  lake snapshots shop.orders
+  lake snapshots shop.orders --format table
+
+Each snapshot is one object: id, schema_id, commit_kind, time_millis, total_record_count,
+delta_record_count, commit_user, commit_identifier.
+"""
+
+TIMELINE_EPILOG = """\
+examples:
+  lake timeline shop.orders
+  lake timeline shop.orders --state INFLIGHT --state REQUESTED --format jsonl
+  lake timeline shop.orders --metastore postgresql://lake@db:5432/lake
+
+Each compaction plan of the catalog service: plan_id, state (REQUESTED, INFLIGHT, COMPLETED,
+ROLLED_BACK, ABANDONED), buckets, files, output_level, owner, attempts, age (since it was
+requested), running (since its current run started, INFLIGHT only), snapshot (of its COMPACT
+commit) and reason. The metadata store defaults to the catalog service's SQLite file in a local
+warehouse ($LSMLAKE_METASTORE overrides).
+"""
+
+PRODUCE_EPILOG = """\
+examples:
+  lake produce shop.orders rows.jsonl                      # {"id": 1, "v": "a"} per line, optional _row_kind
+  lake produce shop.orders changes.jsonl --format debezium # Debezium envelopes, with or without schema
+
+Sends each line as one message to lake.ingest.DB.TABLE, keyed by the row's primary key so that the
+changes of a key stay in order; the writer service ingests the topic exactly once when it was started
+with --ingest DB.TABLE[:FORMAT]. Needs a cluster (`lake up`) or --kafka-bootstrap HOST:PORT.
+"""
+
+UP_EPILOG = """\
+examples:
+  lake up --warehouse wh                       # Kafka (embedded), catalog, writer, compactor; Ctrl-C stops
+  lake up --warehouse wh --kafka kafka:9092    # an existing Kafka instead of the embedded broker
+  lake up --warehouse wh --ingest shop.orders:debezium --no-compactor
+
+The endpoints are printed and recorded in WAREHOUSE/.lake/cluster.json; `lake status` and
+`lake down` find them there. Logs go to WAREHOUSE/.lake/logs/.
+"""
+
+FILES_EPILOG = """\
+examples:
+  lake files shop.orders
+  lake files shop.orders --snapshot 3 --format table
+
+Each live data file of the snapshot (default: the latest) is one object with:
+  partition  the partition directory as stored on disk: `key=value/...` with Hive-style escaping
+             and Paimon's value strings (e.g. dt=2024-01-31/h=3; a DATE value is its day number,
+             as Paimon names the folder); "" for an unpartitioned table
+  bucket, file (the data file name), level, rows, min_seq, max_seq (sequence number range),
+  size (bytes), schema_id, delete_rows (retract rows in the file, when recorded).
+"""
+
+COMPACT_EPILOG = """\
+examples:
+  lake compact shop.orders                                # what the compaction strategy says is due
+  lake compact shop.orders --full                         # every bucket into one sorted run
+  lake compact shop.orders --partition dt=2024-01-31
+  lake compact shop.orders --partition dt=2024-01-31 --partition h=3 --full
+
+Each bucket (of the matching partitions) is compacted once, and all changes are committed as ONE
+COMPACT snapshot; the rows a scan returns do not change. Primary-key tables merge sorted runs as the
+universal strategy picks them (options num-sorted-run.compaction-trigger, compaction.size-ratio,
+compaction.max-size-amplification-percent); --full merges everything onto the highest level and
+drops deleted rows. Append tables concatenate small files (compaction.min.file-num, --full: all).
+--partition KEY=VALUE (repeatable, for different partition columns) restricts the compaction to the
+partitions whose columns equal the values; a value is parsed with the column's type (a DATE as
+2024-01-31), and the table's partition.default-name (__DEFAULT_PARTITION__) means null.
+Prints: compacted DB.TABLE in snapshot S: F files -> G files (files rewritten or moved, and their
+replacements), or: nothing to compact in DB.TABLE.
+Through a cluster (`lake up`, or --compactor-service), the compactor service compacts and the command
+waits for it (within the client's 60 s deadline): it prints how many of the named buckets were compacted
+and the COMPACT snapshots, then each bucket that was not (owned by another compactor replica, its plan
+failed, or timed out) with the reason.
+"""
+
+LEVELS_EPILOG = """\
+examples:
+  lake levels shop.orders
+  lake levels shop.orders --snapshot 3
+  lake levels shop.orders --format jsonl | jq 'select(.level == 0)'
+
+For every (partition, bucket) a header, then the files of each non-empty level, e.g.
+  dt=2024-01-31 bucket 0: 3 sorted runs, highest level 5 (max 5), 12.5 MB
+    L0  run 1: data-1f0c...-0.parquet   1.2 MB  10,000 rows  keys [1 .. 9999]       seq 201-300
+        run 2: data-77ab...-0.parquet   1.1 MB   9,000 rows  keys [5 .. 20000]      seq 101-200
+    L5  run 3: data-0d3e...-0.parquet   8.0 MB  72,000 rows  keys [1 .. 72000]      seq 0-100
+               data-5a91...-0.parquet   2.2 MB  18,000 rows  keys [72001 .. 90000]  seq 0-100
+Level 0 holds one sorted run per file, newest first; every higher level holds one sorted run whose
+files are listed in key order. Runs are numbered newest first, as compaction sees them. Keys are
+the primary key without the partition keys, a tuple when there are several. A bucket with more
+sorted runs than num-sorted-run.stop-trigger is marked STALL: writers would wait for compaction
+there (run `lake compact`). Append tables have no keys; their files all stay on level 0.
+The partition is key=value/... with values as `lake scan` prints them (the form --partition of
+`lake compact` takes), not the escaped folder name `lake files` shows.
+jsonl prints one object per file: partition, bucket, level, run, file, size (bytes), rows, min_key,
+max_key (lists; empty for append tables), min_seq, max_seq.
+"""

@@ -1,0 +1,125 @@
+"""The backend over the library: changes go straight into the warehouse folder (no cluster runs on it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from lsmlake.catalog.expire import expire_snapshots
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.cli.backend import NewTable
+from lsmlake.cli.errors import CliError, UsageError
+from lsmlake.cli.output import plural
+from lsmlake.errors import NotFoundError
+from lsmlake.format import options as opts
+from lsmlake.ingest.csv_rows import text_value
+from lsmlake.ingest.values import BadValue
+from lsmlake.table.compact import TableCompactResult, compact_table
+from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.schema_change import SchemaChange
+
+
+@dataclass(frozen=True)
+class LocalWrite:
+    snapshot_id: int | None
+
+    def report(self, identifier: str, rows: int, files: str) -> str:
+        if self.snapshot_id is None:
+            return f"wrote 0 rows from {files} to {identifier}: nothing to commit"
+        return f"wrote {rows} row{'s' if rows != 1 else ''} from {files} to {identifier} in snapshot {self.snapshot_id}"
+
+
+@dataclass(frozen=True)
+class LocalCompaction:
+    result: TableCompactResult
+
+    def report(self, identifier: str) -> list[str]:
+        r = self.result
+        if r.snapshot_id is None:
+            return [f"nothing to compact in {identifier}"]
+        before, after = plural(r.files_before, "file"), plural(r.files_after, "file")
+        return [f"compacted {identifier} in snapshot {r.snapshot_id}: {before} -> {after} "
+                f"in {plural(len(r.messages), 'bucket')}"]
+
+
+class LocalBackend:
+    """Changes through `FileSystemCatalog` and the table API of the library."""
+
+    def __init__(self, open_catalog: Callable[[], FileSystemCatalog]) -> None:
+        self._open_catalog = open_catalog
+        self._catalog: FileSystemCatalog | None = None
+
+    @property
+    def catalog(self) -> FileSystemCatalog:
+        if self._catalog is None:
+            self._catalog = self._open_catalog()
+        return self._catalog
+
+    def create_table(self, table: NewTable, if_not_exists: bool) -> None:
+        self.catalog.create_table(table.identifier, table.fields, table.partition_keys, table.primary_keys,
+                                  table.options, table.comment, ignore_if_exists=if_not_exists)
+
+    def alter_table(self, identifier: str, changes: Sequence[SchemaChange]) -> int:
+        return self.catalog.alter_table(identifier, changes).schema.id
+
+    def drop_table(self, identifier: str, if_exists: bool) -> bool:
+        try:
+            self.catalog.drop_table(identifier)
+        except NotFoundError:
+            if not if_exists:
+                raise
+            return False
+        return True
+
+    def write(self, table: FileStoreTable, batches: list[pa.Table], request_id: str | None) -> LocalWrite:
+        if request_id:
+            raise UsageError("--request-id needs the writer service: run `lake up`, or pass --catalog and --writer")
+        result = table.write_arrow(batches)
+        return LocalWrite(None if result is None else result.snapshot_id)
+
+    def compact(self, identifier: str, full: bool, partition: Sequence[tuple[str, str]]) -> LocalCompaction:
+        table = self.catalog.get_table(identifier)
+        return LocalCompaction(compact_table(table, full=full, partition=partition_filter(table, partition)))
+
+    def expire(self, identifier: str, retain_min: int | None, retain_max: int | None,
+               older_than_ms: int | None) -> list[int]:
+        result = expire_snapshots(self.catalog.get_table(identifier), retain_min=retain_min, retain_max=retain_max,
+                                  time_retained_ms=older_than_ms)
+        return list(result.expired_snapshots)
+
+
+def partition_filter(table: FileStoreTable, pairs: Sequence[tuple[str, str]]
+                     ) -> dict[str, Any] | list[tuple[Any, ...]] | None:
+    """`--partition KEY=VALUE` pairs -> a {column: value} mapping (None: no filter).
+
+    Each value is parsed with its column's type, as a CSV cell is. The table's partition default name
+    stands for null (then `(column, op[, value])` terms).
+    """
+    if not pairs:
+        return None
+    schema = table.schema
+    keys = list(schema.partition_keys)
+    if not keys:
+        raise CliError(f"table {table.identifier} is not partitioned: --partition cannot be used")
+    default_name = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
+    values: dict[str, Any] = {}
+    for key, text in pairs:
+        if key not in keys:
+            raise CliError(f"--partition {key}={text}: {key!r} is not a partition column of "
+                           f"{table.identifier} (partition keys: {', '.join(keys)})")
+        if key in values:
+            raise UsageError(f"--partition {key}=... is given more than once")
+        if text == default_name:
+            values[key] = None
+            continue
+        t = schema.field(key).type
+        try:
+            values[key] = text_value(text, t)
+        except BadValue as e:
+            raise CliError(f"--partition {key}={text}: not a {t.sql()} value ({e})") from None
+    if any(v is None for v in values.values()):
+        return [(k, "is_null") if v is None else (k, "=", v) for k, v in values.items()]
+    return values

@@ -1,0 +1,245 @@
+"""The argument parser of `lake`: its commands, their options, and the command each one runs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, NoReturn
+
+from lsmlake.cli import help_text as h
+from lsmlake.cli.arguments import (
+    ChangeAction,
+    add_column,
+    key_value,
+    non_negative,
+    remove_option,
+    rename_column,
+    set_option,
+)
+from lsmlake.cli.commands.cluster import cmd_down, cmd_status, cmd_up
+from lsmlake.cli.commands.compaction import cmd_compact, cmd_levels, cmd_timeline
+from lsmlake.cli.commands.read import cmd_changelog, cmd_expire, cmd_files, cmd_scan, cmd_snapshots
+from lsmlake.cli.commands.table import (
+    cmd_table_alter,
+    cmd_table_create,
+    cmd_table_describe,
+    cmd_table_drop,
+    cmd_table_list,
+)
+from lsmlake.cli.commands.write import cmd_delete, cmd_produce, cmd_write
+from lsmlake.cli.warehouse import ENV_WAREHOUSE
+from lsmlake.rpc.security import ChannelSecurity
+
+PROG = "lake"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Reports usage errors as `lake: error: <message>` (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{PROG}: error: {message}\n")
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("lsmlake")
+    except Exception:
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(prog=PROG, description="Create, write and read tables in the Apache Paimon format.",
+                     epilog=h.MAIN_EPILOG, formatter_class=fmt, allow_abbrev=False)
+    parser.add_argument("--version", action="version", version=f"{PROG} (lsmlake) {_version()}")
+    parser.add_argument("--warehouse", metavar="DIR", default=None,
+                        help=f"the warehouse folder or URI (default: ${ENV_WAREHOUSE})")
+    for name, env in (("catalog", "LAKE_CATALOG"), ("writer", "LAKE_WRITER"), ("compactor", "LAKE_COMPACTOR"),
+                      ("kafka", "LAKE_KAFKA")):
+        parser.add_argument(f"--{name}-service" if name != "kafka" else "--kafka-bootstrap", dest=f"{name}_target",
+                            metavar="HOST:PORT", default=os.environ.get(env),
+                            help=f"the {name} {'service' if name != 'kafka' else 'bootstrap'} (default: ${env}, "
+                                 "else the cluster `lake up` runs on the warehouse)")
+    ChannelSecurity.add_arguments(parser, os.environ, "", "LAKE_", "the services")
+    # Every command also accepts --warehouse after its name.
+    common = _Parser(add_help=False, allow_abbrev=False)
+    common.add_argument("--warehouse", metavar="DIR", default=argparse.SUPPRESS,
+                        help=f"the warehouse folder or URI (default: ${ENV_WAREHOUSE})")
+
+    def sub(group: Any, name: str, help_: str, epilog: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = group.add_parser(name, help=help_, description=help_, epilog=epilog,
+                                                      parents=[common], formatter_class=fmt,
+                                                      allow_abbrev=False)
+        return p
+
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _table_commands(commands, sub, fmt)
+    _other_commands(commands, sub)
+    return parser
+
+
+Sub = Any  # the `sub` helper of build_parser: (group, name, help, epilog) -> parser
+
+
+def _table_commands(commands: Any, sub: Sub, fmt: type[argparse.HelpFormatter]) -> None:
+    table = commands.add_parser("table", help="create, list, describe, alter or drop tables",
+                                description="Create, list, describe, alter or drop tables.",
+                                epilog=h.TABLE_EPILOG, formatter_class=fmt,
+                                allow_abbrev=False)
+    actions = table.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    p = sub(actions, "create", "create a table (and its database if needed)", h.CREATE_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--schema", required=True, metavar="COLUMNS",
+                   help='column definitions, e.g. "id BIGINT NOT NULL, dt STRING, v DECIMAL(10,2)"')
+    p.add_argument("--primary-key", action="append", metavar="COLS",
+                   help="comma-separated primary key columns")
+    p.add_argument("--partition-key", action="append", metavar="COLS",
+                   help="comma-separated partition columns")
+    p.add_argument("--option", action="append", type=key_value, default=[], metavar="KEY=VALUE",
+                   help="a table option such as bucket=4 (repeatable)")
+    p.add_argument("--comment", help="a table comment")
+    p.add_argument("--if-not-exists", action="store_true", help="do nothing if the table exists")
+    p.set_defaults(func=cmd_table_create)
+
+    p = sub(actions, "list", "list the tables of a database", h.LIST_EPILOG)
+    p.add_argument("database", metavar="DB")
+    p.add_argument("--format", choices=("text", "jsonl", "json"), default="text",
+                   help="text: one name per line (default); jsonl: {\"table\": ...} per line; json: a list")
+    p.set_defaults(func=cmd_table_list)
+
+    p = sub(actions, "describe", "show the columns, keys and options of a table", h.DESCRIBE_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--format", choices=("table", "jsonl", "json"), default="table", help="default: table")
+    p.set_defaults(func=cmd_table_describe)
+
+    p = sub(actions, "alter", "add or rename columns, set or remove options", h.ALTER_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--add-column", action=ChangeAction, type=add_column, dest="changes", metavar="'NAME TYPE'",
+                   help='append a nullable column, e.g. "coupon STRING" (repeatable)')
+    p.add_argument("--rename-column", action=ChangeAction, type=rename_column, dest="changes", metavar="OLD=NEW",
+                   help="rename a column (repeatable)")
+    p.add_argument("--set", action=ChangeAction, type=set_option, dest="changes", metavar="KEY=VALUE",
+                   help="set a table option (repeatable)")
+    p.add_argument("--remove", action=ChangeAction, type=remove_option, dest="changes", metavar="KEY",
+                   help="remove a table option (repeatable)")
+    p.set_defaults(func=cmd_table_alter, changes=None)
+
+    p = sub(actions, "drop", "delete a table and all its data", h.DROP_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--if-exists", action="store_true", help="do nothing if the table does not exist")
+    p.set_defaults(func=cmd_table_drop)
+
+
+def _other_commands(commands: Any, sub: Sub) -> None:
+    """Every command but `table`, in the order `lake --help` lists them."""
+    p = sub(commands, "write", "write rows from files as one commit", h.WRITE_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("files", nargs="+", metavar="FILE", help="input files; '-' reads stdin")
+    p.add_argument("--input-format", choices=("parquet", "csv", "jsonl", "json"),
+                   help="the format of every input (required for '-'; default: from the extension)")
+    p.add_argument("--request-id", metavar="ID",
+                   help="name this write (through the writer service): the same command run again after a "
+                        "failure writes each part once (parts are ID/0, ID/1, ...)")
+    p.set_defaults(func=cmd_write)
+
+    p = sub(commands, "scan", "read the rows of a table", h.SCAN_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--snapshot", type=non_negative, metavar="N",
+                   help="read snapshot N (default: the latest)")
+    p.add_argument("--format", choices=("jsonl", "csv", "parquet", "table"), default="jsonl",
+                   help="default: jsonl")
+    p.add_argument("--output", metavar="FILE", help="write to FILE instead of stdout (required for parquet)")
+    p.add_argument("--columns", action="append", metavar="COLS", help="comma-separated columns to read")
+    p.add_argument("--limit", type=non_negative, metavar="N", help="at most N rows")
+    p.set_defaults(func=cmd_scan)
+
+    p = sub(commands, "snapshots", "list the snapshots of a table", h.SNAPSHOTS_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--format", choices=("jsonl", "table"), default="jsonl", help="default: jsonl")
+    p.set_defaults(func=cmd_snapshots)
+
+    p = sub(commands, "delete", "delete rows of an append table through deletion vectors", h.DELETE_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--where", action="append", type=key_value, default=[], metavar="COLUMN=VALUE",
+                   required=True, help="delete rows where COLUMN equals VALUE (repeatable: all must hold)")
+    p.set_defaults(func=cmd_delete)
+
+    p = sub(commands, "changelog", "print the changelog rows committed by a range of snapshots",
+            h.CHANGELOG_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--from-snapshot", type=non_negative, default=1, metavar="N",
+                   help="first snapshot (default: 1, or the earliest retained one)")
+    p.add_argument("--to-snapshot", type=non_negative, metavar="M", help="last snapshot (default: the latest)")
+    p.add_argument("--format", choices=("jsonl", "csv", "table"), default="jsonl", help="default: jsonl")
+    p.set_defaults(func=cmd_changelog)
+
+    p = sub(commands, "files", "list the live data files of a table", h.FILES_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--snapshot", type=non_negative, metavar="N",
+                   help="files of snapshot N (default: the latest)")
+    p.add_argument("--format", choices=("jsonl", "table"), default="jsonl", help="default: jsonl")
+    p.set_defaults(func=cmd_files)
+
+    p = sub(commands, "compact", "compact the data files of a table into one COMPACT snapshot",
+            h.COMPACT_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--full", action="store_true",
+                   help="full compaction: every bucket into one sorted run on the highest level")
+    p.add_argument("--partition", action="append", type=key_value, default=[], metavar="KEY=VALUE",
+                   help="compact only the partitions where column KEY equals VALUE (repeatable)")
+    p.set_defaults(func=cmd_compact)
+
+    p = sub(commands, "produce", "send rows or change events to a table's Kafka ingest topic", h.PRODUCE_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("files", nargs="+", metavar="FILE", help="JSON lines: one message per line ('-' for stdin)")
+    p.add_argument("--format", choices=("json", "debezium"), default="json",
+                   help="what the lines are: plain JSON rows (default) or Debezium change events")
+    p.set_defaults(func=cmd_produce)
+
+    p = sub(commands, "expire", "expire old snapshots of a table (and the files only they use)", "")
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--retain-max", type=non_negative, metavar="N", help="keep at most N snapshots")
+    p.add_argument("--retain-min", type=non_negative, metavar="N", help="keep at least N snapshots")
+    p.add_argument("--older-than-ms", type=non_negative, metavar="MS",
+                   help="expire snapshots older than this (within the two limits)")
+    p.set_defaults(func=cmd_expire)
+
+    p = sub(commands, "up", "start the whole cluster on this machine (foreground; Ctrl-C stops it)", h.UP_EPILOG)
+    p.add_argument("--kafka", metavar="HOST:PORT", help="use this Kafka instead of the embedded broker")
+    p.add_argument("--catalog-port", type=int, default=50051, help="default: 50051")
+    p.add_argument("--writer-port", type=int, default=50052, help="default: 50052")
+    p.add_argument("--compactor-port", type=int, default=50053, help="default: 50053")
+    p.add_argument("--no-compactor", action="store_true", help="start no compactor (no Spark)")
+    p.add_argument("--spark-master", default="local[*]", help="default: local[*]")
+    p.add_argument("--commit-interval", type=float, default=1.0, help="writer group-commit interval, seconds")
+    p.add_argument("--ingest", action="append", default=[], metavar="DB.TABLE[:FORMAT]",
+                   help="consume lake.ingest.DB.TABLE (json or debezium) into the table (repeatable)")
+    p.set_defaults(func=cmd_up)
+
+    p = sub(commands, "status", "show the cluster that `lake up` runs on this warehouse", "")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="default: table")
+    p.set_defaults(func=cmd_status)
+
+    p = sub(commands, "down", "stop the cluster that `lake up` runs on this warehouse", "")
+    p.set_defaults(func=cmd_down)
+
+    p = sub(commands, "timeline", "list the compaction plans of a table and their states", h.TIMELINE_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--metastore", metavar="URL", default=None,
+                   help="the catalog's metadata store (default: $LSMLAKE_METASTORE, else the warehouse's SQLite file)")
+    p.add_argument("--state", action="append", default=None, metavar="STATE", type=str.upper,
+                   help="only plans in this state (repeatable)")
+    p.add_argument("--format", choices=("table", "jsonl"), default="table", help="default: table")
+    p.set_defaults(func=cmd_timeline)
+
+    p = sub(commands, "levels", "show the LSM levels and sorted runs of every bucket", h.LEVELS_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--snapshot", type=non_negative, metavar="N",
+                   help="levels of snapshot N (default: the latest)")
+    p.add_argument("--format", choices=("table", "jsonl"), default="table",
+                   help="table: a text picture per bucket (default); jsonl: one object per file")
+    p.set_defaults(func=cmd_levels)

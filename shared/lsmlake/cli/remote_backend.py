@@ -1,0 +1,123 @@
+"""The backend over the services of a cluster (`lsmlake.client.Client`).
+
+A service the cluster lacks changes nothing about where the rest goes: without a writer, rows are written
+into the warehouse folder; without a compactor, the table is compacted here (`local_backend`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from lsmlake.cli.backend import CompactOutcome, NewTable, Services, WriteOutcome
+from lsmlake.cli.local_backend import LocalBackend
+from lsmlake.cli.output import plural
+from lsmlake.cli.progress import Progress
+from lsmlake.client.client import Client
+from lsmlake.client.compaction import CompactResult
+from lsmlake.metastore.request_ids import part_request_id
+from lsmlake.rpc.security import ChannelSecurity
+from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.schema_change import SchemaChange
+
+#: rows per write request; each part is committed before the next is sent
+PART_ROWS = 100_000
+ALTER_TIMEOUT_S = 60
+
+
+@dataclass(frozen=True)
+class ServiceWrite:
+    snapshot_id: int
+    parts: int
+    parts_before: int  # parts an earlier run of the command (same --request-id) had written
+
+    def report(self, identifier: str, rows: int, files: str) -> str:
+        earlier = f" ({self.parts_before} of {self.parts} part(s) had been written before)" if self.parts_before else ""
+        return (f"wrote {rows:,} rows from {files} to {identifier} through the writer service: "
+                f"snapshot {self.snapshot_id}{earlier}")
+
+
+@dataclass(frozen=True)
+class ServiceCompaction:
+    result: CompactResult
+
+    def report(self, identifier: str) -> list[str]:
+        r = self.result
+        named = r.buckets_queued + r.buckets_elsewhere
+        snaps = ", ".join(map(str, r.snapshot_ids)) or "none needed"
+        lines = [f"compacted {identifier} through the compactor service: {len(r.compacted):,} of "
+                 f"{plural(named, 'bucket')} of snapshot {r.request_snapshot_id}, COMPACT snapshot(s) {snaps}"]
+        if r.not_compacted:
+            lines.append(f"not compacted: {plural(len(r.not_compacted), 'bucket')}")
+            for n in r.not_compacted:
+                where = "/".join(f"{k}={v}" for k, v in n.partition.items())
+                lines.append(f"  {where + ' ' if where else ''}bucket {n.bucket}: {n.reason}")
+        if r.timed_out and r.wait_limit_s is not None:
+            lines.append(f"the compactor stopped waiting after {r.wait_limit_s:.1f} s (the call's deadline less a "
+                         "margin); the buckets still queued are compacted later")
+        return lines
+
+
+class RemoteBackend:
+    """Changes through the catalog, writer and compactor services of a cluster."""
+
+    def __init__(self, services: Services, security: ChannelSecurity, warehouse: str | None,
+                 local: LocalBackend) -> None:
+        self.services = services
+        self.security = security
+        self.warehouse = warehouse
+        self.local = local
+
+    def _client(self) -> Client:
+        s, sec = self.services, self.security
+        return Client(s.catalog, writer=s.writer, compactor=s.compactor, warehouse=self.warehouse,
+                      token=sec.token, tls_ca=sec.tls_ca, tls_cert=sec.tls_cert, tls_key=sec.tls_key)
+
+    def create_table(self, table: NewTable, if_not_exists: bool) -> None:
+        with self._client() as client:
+            client.create_table(table.identifier, table.schema_text, table.primary_keys, table.partition_keys,
+                                table.options, ignore_if_exists=if_not_exists)
+
+    def alter_table(self, identifier: str, changes: Sequence[SchemaChange]) -> int:
+        with self._client() as client:
+            return client.apply_schema_changes(identifier, changes, timeout_s=ALTER_TIMEOUT_S).schema_id
+
+    def drop_table(self, identifier: str, if_exists: bool) -> bool:
+        with self._client() as client:
+            return client.drop_table(identifier, ignore_if_not_exists=if_exists)
+
+    def write(self, table: FileStoreTable, batches: list[pa.Table], request_id: str | None) -> WriteOutcome:
+        if not self.services.writer:
+            return self.local.write(table, batches, request_id)
+        data = pa.concat_tables(batches, promote_options="default")
+        progress = Progress(f"writing {table.identifier}", data.num_rows)
+        parts = range(0, data.num_rows, PART_ROWS)
+        before = 0
+        snapshot_id = 0
+        with self._client() as client:
+            try:
+                for n, lo in enumerate(parts):  # acknowledged part by part, so the bar means committed
+                    reply = client.write(table.identifier, data.slice(lo, PART_ROWS), commit_now=True,
+                                         request_id=part_request_id(request_id, n, len(parts)) or None)
+                    before += reply.already_written
+                    snapshot_id = reply.snapshot_id
+                    progress.add(min(PART_ROWS, data.num_rows - lo))
+            finally:
+                progress.close()
+        return ServiceWrite(snapshot_id, len(parts), before)
+
+    def compact(self, identifier: str, full: bool, partition: Sequence[tuple[str, str]]) -> CompactOutcome:
+        if not self.services.compactor:
+            return self.local.compact(identifier, full, partition)
+        with self._client() as client:
+            return ServiceCompaction(client.compact(identifier, full=full, wait=True,
+                                                    partition=dict(partition) or None))
+
+    def expire(self, identifier: str, retain_min: int | None, retain_max: int | None,
+               older_than_ms: int | None) -> list[int]:
+        with self._client() as client:
+            result = client.expire(identifier, retain_min=retain_min, retain_max=retain_max,
+                                   older_than_ms=older_than_ms)
+        return list(result.expired_snapshot_ids)
