@@ -125,7 +125,7 @@ def service_rss_mb() -> dict[str, float]:
     out: dict[str, float] = {}
     for pid in tree.get(os.getpid(), []):
         cmd = _cmdline(pid)
-        name = next((s for s in SERVICES if f"lsmlake.{s}_svc" in cmd), "broker" if "tansu" in cmd else None)
+        name = next((s for s in SERVICES if f"{s}_svc" in cmd.split()), "broker" if "tansu" in cmd else None)
         if name is None:
             continue
         total, jvm, children, todo = 0, 0, 0, [pid]
