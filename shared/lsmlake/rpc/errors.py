@@ -137,6 +137,17 @@ def error_for(e: grpc.RpcError, *, changes_state: bool = True) -> LakeError:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _abort(method: str, e: Exception, context: grpc.ServicerContext) -> None:
+    """End the call (`context.abort` raises) with the status `e` maps to; what is not a refusal is logged with its
+    traceback."""
+    code, message = status_for(e)
+    if code == grpc.StatusCode.INTERNAL or not isinstance(e, LakeError):
+        _log.exception("%s failed", method)
+    else:
+        _log.info("%s: %s: %s", method, code.name, message)
+    context.abort(code, message)
+
+
 def guarded(method: F) -> F:
     """Wrap a servicer method `(self, request, context)` so that raised errors become gRPC statuses.
 
@@ -149,12 +160,7 @@ def guarded(method: F) -> F:
         try:
             return method(self, request, context)
         except Exception as e:
-            code, message = status_for(e)
-            if code == grpc.StatusCode.INTERNAL or not isinstance(e, LakeError):
-                _log.exception("%s failed", method.__name__)
-            else:
-                _log.info("%s: %s: %s", method.__name__, code.name, message)
-            context.abort(code, message)
+            _abort(method.__name__, e, context)
 
     return wrapper  # type: ignore[return-value]
 
@@ -167,12 +173,7 @@ def guarded_stream(method: F) -> F:
         try:
             yield from method(self, request, context)
         except Exception as e:
-            code, message = status_for(e)
-            if code == grpc.StatusCode.INTERNAL or not isinstance(e, LakeError):
-                _log.exception("%s failed", method.__name__)
-            else:
-                _log.info("%s: %s: %s", method.__name__, code.name, message)
-            context.abort(code, message)
+            _abort(method.__name__, e, context)
 
     return wrapper  # type: ignore[return-value]
 
