@@ -22,6 +22,7 @@ from lsmlake.format import types as T
 from lsmlake.format.binary_row import encode_row
 from lsmlake.format.binary_row_columns import encode_rows
 from lsmlake.format.bucket import bucket_ids, hash_bytes, murmur3_rows
+from lsmlake.format.type_json import type_from_json
 from lsmlake.format.types import DataType
 
 from .golden import GOLDEN_WAREHOUSE
@@ -89,7 +90,7 @@ def test_murmur3_rows_ignores_surrounding_bytes() -> None:
 
 def load_schema(table: Path) -> tuple[dict[str, T.AnyType], list[str], list[str], dict[str, str]]:
     d = json.loads((table / "schema" / "schema-0").read_text())
-    types = {f["name"]: T.type_from_json(f["type"]) for f in d["fields"]}
+    types = {f["name"]: type_from_json(f["type"]) for f in d["fields"]}
     return types, d["partitionKeys"], d["primaryKeys"], d["options"]
 
 

@@ -23,6 +23,7 @@ from lsmlake.format.partition import (
     partition_value_string,
     unescape_path_name,
 )
+from lsmlake.format.type_json import type_from_json
 from lsmlake.format.types import DataType
 
 from .golden import GOLDEN_WAREHOUSE
@@ -117,7 +118,7 @@ def golden_partitions(table: str) -> list[tuple[list[Any], str, Path]]:
     """(decoded _PARTITION values, expected directory, data file) for every ADD entry of the table."""
     tdir = GOLDEN / table
     d = json.loads((tdir / "schema" / "schema-0").read_text())
-    types = {f["name"]: T.type_from_json(f["type"]) for f in d["fields"]}
+    types = {f["name"]: type_from_json(f["type"]) for f in d["fields"]}
     keys = d["partitionKeys"]
     out = []
     for path in sorted((tdir / "manifest").glob("manifest-*")):

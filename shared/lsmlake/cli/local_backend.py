@@ -104,7 +104,7 @@ def partition_filter(table: FileStoreTable, pairs: Sequence[tuple[str, str]]
     keys = list(schema.partition_keys)
     if not keys:
         raise CliError(f"table {table.identifier} is not partitioned: --partition cannot be used")
-    default_name = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
+    default_name = schema.table_options.get(opts.PARTITION_DEFAULT_NAME)
     values: dict[str, Any] = {}
     for key, text in pairs:
         if key not in keys:

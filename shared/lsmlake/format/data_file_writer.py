@@ -26,7 +26,7 @@ class DataFileWriter:
         self.schema = schema
         o = schema.table_options
         self.target_size = o.target_file_size(schema.is_primary_key_table)
-        self.compression = o.get(opts.FILE_COMPRESSION) or "zstd"
+        self.compression = o.get(opts.FILE_COMPRESSION)
         self.level = o.get(opts.FILE_COMPRESSION_ZSTD_LEVEL) if self.compression == "zstd" else None
         self.key_types = schema.types_of(schema.trimmed_primary_keys)
         self.value_types = [f.type for f in schema.fields]

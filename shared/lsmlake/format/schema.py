@@ -156,7 +156,7 @@ class TableSchema:
             return ""
         from lsmlake.format.partition import partition_path
 
-        default = self.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
+        default = self.table_options.get(opts.PARTITION_DEFAULT_NAME)
         return partition_path(list(values), list(self.partition_keys), self.types_of(self.partition_keys), default)
 
     def with_id(self, schema_id: int) -> TableSchema:

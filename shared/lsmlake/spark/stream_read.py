@@ -68,7 +68,7 @@ class ChangesPartition(InputPartition):
 def snapshot_changes(table: FileStoreTable, snapshot_id: int) -> list[ChangeFiles]:
     """The change files of one snapshot, by (partition, bucket), following the rules in the module doc."""
     snap = table.snapshots.snapshot(snapshot_id)
-    producer = table.schema.table_options.get(opts.CHANGELOG_PRODUCER) or "none"
+    producer = table.schema.table_options.get(opts.CHANGELOG_PRODUCER)
     if producer != "none":
         lists = [snap.changelog_manifest_list] if snap.changelog_manifest_list else []
     else:

@@ -41,7 +41,7 @@ class WriteBufferOptions:
     @staticmethod
     def from_table(options: opts.TableOptions, object_store: bool, streaming: bool = True) -> WriteBufferOptions:
         """Options of a table; `object_store` and `streaming` decide the default of `write-buffer-spillable`."""
-        name = (options.get(opts.SPILL_COMPRESSION) or "zstd").lower()
+        name = options.get(opts.SPILL_COMPRESSION).lower()
         codec: str | None = {"lzo": "lz4", "none": None}.get(name, name)  # Arrow IPC knows zstd and lz4 only
         if codec not in ("zstd", "lz4", None):
             codec = "zstd"

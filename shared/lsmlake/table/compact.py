@@ -129,7 +129,7 @@ def bucket_manager(table: FileStore, split: Split, strategy: CompactStrategy,
         restore_levels(table, split), strategy,
         MergeTreeCompactRewriter(table.io, table.schema, split_dir(table, split), file_prefix),
         min_file_size=o.compaction_file_size(True), stop_trigger=o.stop_trigger(), early_full=early_full,
-        changelog_producer=o.get(opts.CHANGELOG_PRODUCER) or "none", vectors=vectors)
+        changelog_producer=o.get(opts.CHANGELOG_PRODUCER), vectors=vectors)
 
 
 def full_compaction_required(table: FileStore) -> bool:

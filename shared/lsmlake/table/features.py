@@ -43,7 +43,7 @@ def unsupported(schema: TableSchema, for_write: bool) -> list[str]:
         for key in ("row-tracking.enabled", "data-evolution.enabled"):
             if _truthy(schema, key):
                 reasons.append(f"{key}=true (not supported yet for writes)")
-    fmt = (o.get(opts.FILE_FORMAT) or "parquet").lower()
+    fmt = o.get(opts.FILE_FORMAT).lower()
     if fmt != "parquet":
         reasons.append(f"file.format={fmt} (lsmlake reads and writes parquet)")
     return reasons

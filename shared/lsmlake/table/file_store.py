@@ -61,8 +61,8 @@ class FileStore:
         self.schema = replace(schema, history=self.history)
         self.options = schema.table_options
         self.manifests = ManifestStore(self.io, self.path, schema.types_of(schema.partition_keys),
-                                       self.options.get(opts.MANIFEST_COMPRESSION) or "zstd")
-        self.indexes = IndexManifestStore(self.io, self.path, self.options.get(opts.MANIFEST_COMPRESSION) or "zstd")
+                                       self.options.get(opts.MANIFEST_COMPRESSION))
+        self.indexes = IndexManifestStore(self.io, self.path, self.options.get(opts.MANIFEST_COMPRESSION))
 
     def refresh_schema(self) -> bool:
         """Switch to the table's latest schema if it was altered since it was loaded; True when it was."""

@@ -101,7 +101,7 @@ class TableWrite:
         self.sequences = sequences
         self.file_writer = DataFileWriter(fio, schema)
         self.partition_types = schema.types_of(schema.partition_keys)
-        self.default_partition = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
+        self.default_partition = schema.table_options.get(opts.PARTITION_DEFAULT_NAME)
         self.merge_function = merge_function_for(schema) if schema.is_primary_key_table else None
         self.changelog_input = schema.table_options.get(opts.CHANGELOG_PRODUCER) == "input"
         self.messages: dict[tuple[bytes, int], CommitMessage] = {}

@@ -82,7 +82,7 @@ def file_records(table: FileStoreTable, snapshot_id: int | None = None) -> list[
     schema = table.schema
     keys = list(schema.partition_keys)
     types = schema.types_of(keys)
-    default_name = schema.table_options.get(opts.PARTITION_DEFAULT_NAME) or "__DEFAULT_PARTITION__"
+    default_name = schema.table_options.get(opts.PARTITION_DEFAULT_NAME)
     paths: dict[bytes, str] = {}
     deleted: dict[tuple[bytes, int, str], int] = {}
     for ie in table.indexes.read(snapshot.index_manifest):
