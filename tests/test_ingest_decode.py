@@ -122,6 +122,16 @@ def test_nested_types_and_pretty_printed_messages() -> None:
     assert r.source_index.tolist() == [0, 1]
 
 
+def test_an_unknown_field_of_a_nested_row_rejects_its_row() -> None:
+    schema = table("id BIGINT, pos ROW<x DOUBLE, day DATE>, pts ARRAY<ROW<x INT>>")
+    r = decode_both_ways(schema, [enc({"id": 1, "pos": {"x": 1.5, "z": 2}}), enc({"id": 2, "pos": {"x": 2.0}}),
+                                  enc({"id": 3, "pts": [{"x": 1}, {"x": 2, "y": 3, "w": 4}]})])
+    assert [i for i, _ in r.rejected] == [0, 2]
+    assert '"z" is not a field of ROW<' in r.rejected[0][1] and r.rejected[0][1].startswith('field "pos"')
+    assert '"w", "y" are not fields of ROW<' in r.rejected[1][1]
+    assert rows(r) == [{"id": 2, "pos": {"x": 2.0, "day": None}, "pts": None}]
+
+
 # -- malformed messages ------------------------------------------------------------------------------
 
 BAD = [

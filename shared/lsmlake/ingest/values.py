@@ -361,6 +361,10 @@ def _nested(value: Any, t: ArrayType | MapType | RowType, debezium: bool) -> Any
     if isinstance(t, RowType):
         if not isinstance(value, dict):
             raise _expected(t, value)
+        unknown = sorted(set(value) - {f.name for f in t.fields})
+        if unknown:  # as for the table's own columns: a value never silently turns into a NULL
+            names = ", ".join(f'"{n}"' for n in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+            raise BadValue(f"{names} {'is not a field' if len(unknown) == 1 else 'are not fields'} of {type_name(t)}")
         return {f.name: None if value.get(f.name) is None else convert(value[f.name], f.type, debezium)
                 for f in t.fields}
     if isinstance(value, dict):
