@@ -62,6 +62,7 @@ from lsmlake.ingest.kafka_offsets import (
 )
 from lsmlake.kafka.broker import ensure_topics
 from lsmlake.kafka.client import Publisher, consumer
+from lsmlake.runtime.background import BackgroundLoop
 from writer_svc.catalog_client import CatalogClient
 from writer_svc.metrics import WriterMetrics
 from writer_svc.table_ingest import TableIngest
@@ -128,9 +129,10 @@ class KafkaIngest:
         self.spill_root = spill_root
         self.max_poll_records = max_poll_records
         self.topic_partitions = topic_partitions
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._consumer: object | None = None
+        self._loop = BackgroundLoop("kafka-ingest", self._loop_step, interval_s=0.0, error_wait_s=1.0,
+                                    on_error=self._step_failed, on_exit=self._close, what="Kafka ingestion",
+                                    logger=_log)
+        self._consumer: Any | None = None
         self._dead_letters: Publisher | None = None
         self._tables: dict[str, TableIngest] = {}
         self._retract: dict[str, bool] = {}
@@ -143,17 +145,12 @@ class KafkaIngest:
         self.rebalanced = threading.Event()  # set by the rebalance listener, handled after `poll`
 
     def start(self) -> KafkaIngest:
-        self._thread = threading.Thread(target=self._run, name="kafka-ingest", daemon=True)
-        self._thread.start()
+        self._loop.start()
         return self
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """Commit what is buffered and the offsets, leave the group, stop the thread."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            if self._thread.is_alive():
-                _log.warning("Kafka ingestion did not stop within %.0f s", timeout_s)
+        self._loop.stop(timeout_s)
 
     def _table(self, table_id: str) -> TableIngest:
         ingest = self._tables.get(table_id)
@@ -168,41 +165,47 @@ class KafkaIngest:
             self._retract[table_id] = needs_retractions(table.schema)
         return ingest
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def _loop_step(self) -> float | None:
+        """Until the topics and tables exist, try to start every 2 s; then one poll-and-buffer step."""
+        if self._consumer is None:
             try:
                 ensure_topics(self.bootstrap, [*self.topics, *(t.dead_letter_topic for t in self.topics.values())],
                               self.topic_partitions, timeout_s=10)
                 for t in self.topics.values():
                     self._table(t.table_id)  # NotFoundError until the table exists
-                break
             except Exception as e:
                 _log.warning("Kafka ingestion cannot start yet: %s", e)
-                self._stop.wait(2.0)
-        if self._stop.is_set():
+                return 2.0
+            if self._dead_letters is None:
+                self._dead_letters = Publisher(self.bootstrap)
+            self._consumer = consumer(self.bootstrap, GROUP_ID, list(self.topics), listener=_Rebalance(self),
+                                      max_poll_records=self.max_poll_records, max_partition_fetch_bytes=8 << 20)
+        self._step(self._consumer)
+        return 0.0  # the poll waits for records itself
+
+    def _step_failed(self, e: Exception) -> None:
+        """Anything unexpected: start over from the committed offsets (after the loop's 1 s error wait)."""
+        _log.exception("ingestion step failed (%s): reading again from the offsets in the snapshots", e)
+        if self._consumer is None:
             return
-        self._dead_letters = Publisher(self.bootstrap)
-        c = consumer(self.bootstrap, GROUP_ID, list(self.topics), listener=_Rebalance(self),
-                     max_poll_records=self.max_poll_records, max_partition_fetch_bytes=8 << 20)
-        self._consumer = c
         try:
-            while not self._stop.is_set():
-                try:
-                    self._step(c)
-                except Exception as e:  # anything unexpected: start over from the committed offsets
-                    _log.exception("ingestion step failed (%s): reading again from the offsets in the snapshots", e)
-                    try:
-                        self._reset()
-                    except Exception:  # the thread must live on: the next step starts over again
-                        _log.exception("resetting the ingestion failed; trying again")
-                        self.rebalanced.set()
-                    self._stop.wait(1.0)
-            self.commit_all()
+            self._reset()
+        except Exception:  # the thread must live on: the next step starts over again
+            _log.exception("resetting the ingestion failed; trying again")
+            self.rebalanced.set()
+
+    def _close(self) -> None:
+        """On the ingestion thread as it ends: commit what is buffered, then close what the steps opened."""
+        try:
+            if self._consumer is not None:
+                self.commit_all()
         finally:
             try:
-                c.close(autocommit=False)
+                if self._consumer is not None:
+                    self._consumer.close(autocommit=False)
             finally:
-                self._dead_letters.close()
+                if self._dead_letters is not None:
+                    self._dead_letters.close()
                 for ingest in self._tables.values():
                     ingest.close()
 
@@ -308,7 +311,7 @@ class KafkaIngest:
                 props = {offset_key(tp.topic, tp.partition): str(o) for tp, o in offsets.items()}
                 props.update({topic_id_key(t): self._topic_ids[t] for t in {tp.topic for tp in offsets}
                               if t in self._topic_ids})
-                self._table(table_id).commit(props, resend_until=self._stop)
+                self._table(table_id).commit(props, resend_until=self._loop.stopping)
                 done.update({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
         except Exception as e:
             _log.warning("ingestion commit failed (%s): dropping the buffers and reading again from the offsets "
@@ -320,7 +323,7 @@ class KafkaIngest:
         self._first_pending = None
         if done and self._consumer is not None:
             try:
-                self._consumer.commit(done)  # type: ignore[attr-defined]
+                self._consumer.commit(done)
             except Exception as e:  # only a hint: the snapshot holds the truth
                 _log.info("Kafka offset commit failed: %s", e)
 
@@ -332,12 +335,12 @@ class KafkaIngest:
             ingest.discard(reason or RuntimeError("ingestion restarted from the committed offsets"))
         c = self._consumer
         if c is not None:
-            assigned = set(c.assignment())  # type: ignore[attr-defined]
+            assigned = set(c.assignment())
             for tp in list(self._paused):
                 if tp in assigned:  # a partition that left with a rebalance cannot be resumed (KeyError)
                     resume(c, tp)
             self._paused.clear()
-            self.rewind(list(c.assignment()))  # type: ignore[attr-defined]
+            self.rewind(list(c.assignment()))
 
     def _after_rebalance(self) -> None:
         """Drop every buffer and rewind every assigned partition to the offsets the snapshots record.
@@ -372,17 +375,17 @@ class KafkaIngest:
             offsets = committed_offsets(self.catalog, spec.table_id, topic, parts, current)
             for p in parts:
                 if p in offsets and c is not None:
-                    c.seek(TopicPartition(topic, p), offsets[p])  # type: ignore[attr-defined]
+                    c.seek(TopicPartition(topic, p), offsets[p])
                     self._known[TopicPartition(topic, p)] = offsets[p]
                 elif c is not None:
                     # no kept snapshot records it: Kafka's committed offset (made only after a catalog commit,
                     # so never ahead of the tables), else the beginning of the partition
                     tp = TopicPartition(topic, p)
-                    kafka_offset = c.committed(tp)  # type: ignore[attr-defined]
+                    kafka_offset = c.committed(tp)
                     if kafka_offset is None:
-                        c.seek_to_beginning(tp)  # type: ignore[attr-defined]
+                        c.seek_to_beginning(tp)
                     else:
-                        c.seek(tp, kafka_offset)  # type: ignore[attr-defined]
+                        c.seek(tp, kafka_offset)
         self.ready.set()
 
     def _start_new_log(self, spec: IngestTopic, parts: list[TopicPartition], old: str, new: str) -> None:
