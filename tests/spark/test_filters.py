@@ -8,10 +8,10 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from lsmlake.client.scans import _term_to_proto
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.predicate import Term
+from lsmlake.rpc.convert import term_to_proto
 from lsmlake.spark.access import parse_timestamp
 from lsmlake.spark.batch_read import pack
 from lsmlake.spark.filters import parse_filter
@@ -41,10 +41,10 @@ def test_bad_filters_are_refused_with_the_reason(text, message) -> None:
 
 
 def test_only_literals_with_an_exact_text_form_go_to_the_catalog() -> None:
-    assert _term_to_proto(Term("id", "in", [1, 2])).values == ["1", "2"]
-    assert _term_to_proto(Term("d", "=", dt.date(2024, 1, 2))).value == "2024-01-02"
-    assert _term_to_proto(Term("p", "=", Decimal("1.5"))) is None  # still filters rows after the read
-    assert _term_to_proto(Term("s", "is_null")) is not None
+    assert term_to_proto(Term("id", "in", [1, 2])).values == ["1", "2"]
+    assert term_to_proto(Term("d", "=", dt.date(2024, 1, 2))).value == "2024-01-02"
+    assert term_to_proto(Term("p", "=", Decimal("1.5"))) is None  # still filters rows after the read
+    assert term_to_proto(Term("s", "is_null")) is not None
 
 
 def test_timestamps_in_millis_or_iso() -> None:

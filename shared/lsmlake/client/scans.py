@@ -5,7 +5,6 @@ A scan therefore merges and filters exactly as `FileStoreTable.to_arrow` does.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,19 +13,13 @@ import pyarrow as pa
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.client.tables import TableInfo, Tables, table_ident
 from lsmlake.errors import InvalidInputError, NotFoundError
-from lsmlake.format.binary_row import deserialize_row
 from lsmlake.format.predicate import Predicate, Term
 from lsmlake.format.schema import SchemaManager
 from lsmlake.fs import open_path
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
-from lsmlake.rpc.convert import file_from_proto, index_from_proto
+from lsmlake.rpc.convert import split_from_proto, term_to_proto
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.scan import Split
-
-_OPS = {"=": catalog_pb2.PREDICATE_OP_EQ, "!=": catalog_pb2.PREDICATE_OP_NOT_EQ, "<": catalog_pb2.PREDICATE_OP_LT,
-        "<=": catalog_pb2.PREDICATE_OP_LE, ">": catalog_pb2.PREDICATE_OP_GT, ">=": catalog_pb2.PREDICATE_OP_GE,
-        "in": catalog_pb2.PREDICATE_OP_IN, "is_null": catalog_pb2.PREDICATE_OP_IS_NULL,
-        "is_not_null": catalog_pb2.PREDICATE_OP_IS_NOT_NULL}
 
 
 # Arrow types whose literals round-trip through text as the catalog parses them (a cast from string).
@@ -64,31 +57,6 @@ def _where_terms(where: Mapping[str, Any], info: TableInfo) -> tuple[list[Term],
     return terms, part, keys
 
 
-def _term_to_proto(t: Term) -> catalog_pb2.PredicateTerm | None:
-    """The PlanScan form of a term, or None when a literal has no exact text form for the catalog."""
-    out = catalog_pb2.PredicateTerm(column=t.column, op=_OPS[t.op])
-    if t.op in ("is_null", "is_not_null"):
-        return out
-    values = list(t.value) if t.op == "in" else [t.value]
-    texts = []
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, str, dt.date)) or isinstance(v, dt.datetime):
-            return None  # floats, decimals, timestamps: only filter rows after the read
-        texts.append(v.isoformat() if isinstance(v, dt.date) else str(v))
-    if t.op == "in":
-        out.values.extend(texts)
-    else:
-        out.value = texts[0]
-    return out
-
-
-def _split_from_proto(p: common_pb2.Split, table: FileStoreTable) -> Split:
-    part_types = table.schema.types_of(table.schema.partition_keys)
-    dv = index_from_proto(p.deletion_vectors, p.partition, p.bucket) if p.HasField("deletion_vectors") else None
-    return Split(p.partition, tuple(deserialize_row(p.partition, part_types)), p.bucket, p.total_buckets,
-                 tuple(file_from_proto(f) for f in p.files), p.snapshot_id, p.raw_convertible, dv)
-
-
 class Scans(Tables):
     """Planned reads of a table's rows (part of `Client`)."""
 
@@ -114,10 +82,10 @@ class Scans(Tables):
         part: list[catalog_pb2.PredicateTerm] = []
         keys: list[catalog_pb2.PredicateTerm] = []
         for t in predicate.terms if predicate is not None else ():
-            p = _term_to_proto(t)
+            p = term_to_proto(t)
             if p is not None:
                 (part if t.column in partition_keys else keys).append(p)
-        return [_split_from_proto(s, table) for s in self._plan(table.identifier, snapshot_id, part, keys)]
+        return [split_from_proto(s, table) for s in self._plan(table.identifier, snapshot_id, part, keys)]
 
     def _plan(self, identifier: str, snapshot_id: int | None, part: list[catalog_pb2.PredicateTerm],
               keys: list[catalog_pb2.PredicateTerm]) -> Sequence[common_pb2.Split]:
@@ -138,5 +106,5 @@ class Scans(Tables):
         terms, part, keys = _where_terms(where or {}, info)
         planned = self._plan(identifier, snapshot_id, part, keys)
         table = self.open_table(info)
-        splits = [_split_from_proto(s, table) for s in planned]
+        splits = [split_from_proto(s, table) for s in planned]
         return table.new_read(list(columns) if columns is not None else None, Predicate(tuple(terms))).read(splits)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +12,7 @@ from lsmlake.catalog.commit_request import COMMIT_KINDS, CommitRequest
 from lsmlake.catalog.filesystem import check_name
 from lsmlake.catalog.timeline import PlanDetail, PlanUnit, check_plan_state
 from lsmlake.errors import InvalidInputError
+from lsmlake.format.binary_row import deserialize_row
 from lsmlake.format.data_file_meta import FILE_SOURCE_APPEND, FILE_SOURCE_COMPACT, DataFileMeta, SimpleStats
 from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.format.deletion_vector import DvRange
@@ -271,6 +273,13 @@ def snapshot_to_proto(s: Snapshot) -> common_pb2.Snapshot:
     return out
 
 
+def split_from_proto(p: common_pb2.Split, table: FileStoreTable) -> Split:
+    part_types = table.schema.types_of(table.schema.partition_keys)
+    dv = index_from_proto(p.deletion_vectors, p.partition, p.bucket) if p.HasField("deletion_vectors") else None
+    return Split(p.partition, tuple(deserialize_row(p.partition, part_types)), p.bucket, p.total_buckets,
+                 tuple(file_from_proto(f) for f in p.files), p.snapshot_id, p.raw_convertible, dv)
+
+
 def split_to_proto(table: FileStoreTable, s: Split) -> common_pb2.Split:
     schema = table.schema
     names = list(schema.partition_keys)
@@ -310,6 +319,27 @@ _OPS = {catalog_pb2.PREDICATE_OP_EQ: "=", catalog_pb2.PREDICATE_OP_NOT_EQ: "!=",
         catalog_pb2.PREDICATE_OP_LE: "<=", catalog_pb2.PREDICATE_OP_GT: ">", catalog_pb2.PREDICATE_OP_GE: ">=",
         catalog_pb2.PREDICATE_OP_IN: "in", catalog_pb2.PREDICATE_OP_IS_NULL: "is_null",
         catalog_pb2.PREDICATE_OP_IS_NOT_NULL: "is_not_null"}
+
+
+_OP_PROTOS = {op: proto for proto, op in _OPS.items()}
+
+
+def term_to_proto(t: Term) -> catalog_pb2.PredicateTerm | None:
+    """The PlanScan form of a term, or None when a literal has no exact text form for the catalog."""
+    out = catalog_pb2.PredicateTerm(column=t.column, op=_OP_PROTOS[t.op])
+    if t.op in ("is_null", "is_not_null"):
+        return out
+    values = list(t.value) if t.op == "in" else [t.value]
+    texts = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, str, dt.date)) or isinstance(v, dt.datetime):
+            return None  # floats, decimals, timestamps: only filter rows after the read
+        texts.append(v.isoformat() if isinstance(v, dt.date) else str(v))
+    if t.op == "in":
+        out.values.extend(texts)
+    else:
+        out.value = texts[0]
+    return out
 
 
 def _literal(text: str, arrow_type: pa.DataType, column: str) -> Any:
