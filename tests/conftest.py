@@ -24,14 +24,13 @@ def _pg_available() -> str | None:
         return f"PostgreSQL at {PG_URL} is not available: {e}"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh store URL: a SQLite file in tmp_path, or a PostgreSQL schema of its own dropped afterwards."""
-    if request.param == "sqlite":
-        yield f"sqlite://{tmp_path}/meta/catalog.db"
-        return
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A URL of the test PostgreSQL with a schema of this test's own, dropped afterwards (skips, saying why,
+    when that PostgreSQL does not answer)."""
     reason = _pg_available()
     if reason:
+        print(reason)
         pytest.skip(reason)
     import psycopg
     schema = f"lsmlake_test_{uuid.uuid4().hex[:12]}"
@@ -40,6 +39,15 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     finally:
         with psycopg.connect(PG_URL, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh store URL: a SQLite file in tmp_path, or a PostgreSQL schema of its own (`pg_url`)."""
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path}/meta/catalog.db"
+    url: str = request.getfixturevalue("pg_url")
+    return url
 
 
 @pytest.fixture

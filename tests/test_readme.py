@@ -64,7 +64,6 @@ README = ROOT / "README.md"
 BIN = Path(sys.executable).parent  # the environment `make` built: `.venv/bin/` of the README
 START_TIMEOUT_S = 180.0  # a service with Spark on a busy 2-core machine
 STOP_TIMEOUT_S = 60.0
-PG_URL = os.environ.get("LSMLAKE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 SERVICES = {"catalog-svc": "catalog_svc", "writer-svc": "writer_svc",
             "compactor-svc": "compactor_svc"}
@@ -572,27 +571,16 @@ def test_service_commands(client_section: ClientSection, tmp_path: Path) -> None
         stop_all(running)
 
 
-def test_catalog_svc_on_postgresql(tmp_path: Path) -> None:
+def test_catalog_svc_on_postgresql(tmp_path: Path, pg_url: str) -> None:
     """The catalog line with `--metastore postgresql://...`: the placeholder becomes a schema of our own on the
-    test server (LSMLAKE_TEST_PG_URL), dropped afterwards."""
-    import psycopg
-    try:
-        with psycopg.connect(PG_URL, connect_timeout=3):
-            pass
-    except Exception as e:  # no server: outside this repository
-        pytest.skip(f"PostgreSQL at {PG_URL} is not available: {e}")
+    test server (`pg_url`, LSMLAKE_TEST_PG_URL), dropped afterwards."""
     command = only("catalog-svc")
     (group,) = [g for g in command.groups if g[0] == "--metastore"]
-    schema = f"lsmlake_readme_{uuid.uuid4().hex[:12]}"
-    args = [w.replace("postgresql://...", f"{PG_URL}?schema={schema}")  # after the README's ports are mapped
+    args = [w.replace("postgresql://...", pg_url)  # after the README's ports are mapped
             for w in Ports().args(command.args(optional=group))]
-    try:
-        with services() as running:
-            start(running, command, args, tmp_path).wait_serving()
-            stop_all(running)
-    finally:
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    with services() as running:
+        start(running, command, args, tmp_path).wait_serving()
+        stop_all(running)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -50,7 +50,6 @@ from lsmlake.table.write import TableWrite
 
 pytestmark = pytest.mark.integration
 
-PG_URL = os.environ.get("LSMLAKE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 RUN_S = float(os.environ.get("LSMLAKE_REPLICA_TEST_SECONDS", "60"))  # shorter while developing the test
 TIMEOUT_S = 30.0  # one RPC, one start, one stop
 EVENTS_TIMEOUT_S = 90.0  # after the last commit, for the relays to publish every event
@@ -168,31 +167,6 @@ def _terminate(proc: subprocess.Popen[bytes]) -> int | None:
     return proc.returncode
 
 
-def _pg_unavailable() -> str | None:
-    try:
-        import psycopg
-        with psycopg.connect(PG_URL, connect_timeout=3):
-            return None
-    except Exception as e:  # not installed, not running, no such database
-        return f"PostgreSQL at {PG_URL} is not available: {e}"
-
-
-@pytest.fixture
-def metastore_url() -> Iterator[str]:
-    """A PostgreSQL schema of this test's own, dropped afterwards."""
-    reason = _pg_unavailable()
-    if reason:
-        print(reason)
-        pytest.skip(reason)
-    import psycopg
-    schema = f"lsmlake_replicas_{uuid.uuid4().hex[:12]}"
-    try:
-        yield f"{PG_URL}?schema={schema}"
-    finally:
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
 @dataclasses.dataclass
 class Cluster:
     """The warehouse, the Kafka broker and the two replicas the test runs against."""
@@ -207,14 +181,14 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(metastore_url: str, tmp_path: Path) -> Iterator[Cluster]:
+def cluster(pg_url: str, tmp_path: Path) -> Iterator[Cluster]:
     warehouse = tmp_path / "warehouse"
     warehouse.mkdir()
     with EmbeddedBroker(log_dir=tmp_path / "kafka") as broker:
         replicas: list[Replica] = []
         try:
             for name in ("replica-a", "replica-b"):
-                replicas.append(_start_replica(name, tmp_path, str(warehouse), metastore_url, broker.bootstrap))
+                replicas.append(_start_replica(name, tmp_path, str(warehouse), pg_url, broker.bootstrap))
             yield Cluster(str(warehouse), broker.bootstrap, replicas)
         finally:
             for r in replicas:
