@@ -43,6 +43,17 @@ class CatalogMetrics:
         self.outbox_purged = Counter("lsmlake_catalog_outbox_purged", "Outbox events deleted by retention: "
                                      "delivered, or undelivered (dropped, never published).", ["state"], registry=r)
 
+        self.rest_requests = Counter("lsmlake_catalog_rest_requests", "Calls of the Paimon REST catalog API by "
+                                     "route and HTTP status.", ["route", "status"], registry=r)
+        self.rest_seconds = Histogram("lsmlake_catalog_rest_seconds", "Time to answer a REST catalog call.",
+                                      ["route"], registry=r,
+                                      buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30))
+
+    def rest_call(self, route: str, status: int, seconds: float) -> None:
+        """Count one answered REST call."""
+        self.rest_requests.labels(route, str(status)).inc()
+        self.rest_seconds.labels(route).observe(seconds)
+
     def purged(self, state: str, count: int) -> None:
         """Count `count` events of `state` (delivered or undelivered) deleted by the outbox retention."""
         self.outbox_purged.labels(state).inc(count)

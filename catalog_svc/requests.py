@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from lsmlake.errors import InvalidInputError
+from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.types import DataField, parse_schema_fields
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
 from lsmlake.table.schema_change import AddColumn, RemoveOption, RenameColumn, SchemaChange, SetOption
@@ -21,7 +22,6 @@ MAX_TYPE_CHARS = 4_096
 MAX_TYPE_NESTING = 32
 MAX_RANGES = 10_000
 MAX_SEQUENCES_PER_RANGE = 1 << 40  # far above any flush; keeps 2^62 (the commit checks' bound) out of reach
-POSTPONE_BUCKET = -2  # Paimon's bucket of files written in postpone-bucket mode
 
 
 def check_column(where: str, name: str, type_text: str) -> None:
@@ -81,8 +81,9 @@ def sequence_counts(ranges: Sequence[catalog_pb2.SequenceRange]) -> dict[tuple[b
         raise InvalidInputError(f"ranges has {len(ranges)} entries; at most {MAX_RANGES}")
     counts: dict[tuple[bytes, int], int] = {}
     for i, r in enumerate(ranges):
-        if r.bucket < 0:
-            raise InvalidInputError(f"ranges[{i}]: bucket {r.bucket} is invalid (numbers are for real buckets)")
+        if r.bucket < 0 and r.bucket != POSTPONE_BUCKET:
+            raise InvalidInputError(f"ranges[{i}]: bucket {r.bucket} is invalid (numbers are for real buckets and "
+                                    f"the postpone bucket {POSTPONE_BUCKET})")
         if not 1 <= r.count <= MAX_SEQUENCES_PER_RANGE:
             raise InvalidInputError(f"ranges[{i}]: count {r.count} must be 1 to {MAX_SEQUENCES_PER_RANGE}")
         key = (bytes(r.partition), r.bucket)

@@ -13,14 +13,17 @@ import grpc
 from catalog_svc.maintenance import Maintenance, reconcile_all
 from catalog_svc.metrics import CatalogMetrics
 from catalog_svc.relay import KEEP_DELIVERED_S, KEEP_UNDELIVERED_S, OutboxRelay
+from catalog_svc.rest_api import RestCatalogApi
 from catalog_svc.servicer import FAULTS, KEEP_WRITES_MS, CatalogService
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.metastore import MetaStore, open_store
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc
+from lsmlake.rest.http_server import HttpSettings, JsonHttpServer
 from lsmlake.rpc.service_main import (
     ServiceProcess,
     ServiceSettings,
     add_service_arguments,
+    int_or_none,
     run_until_signal,
     service_settings,
 )
@@ -48,6 +51,7 @@ class Settings(ServiceSettings):
     reconcile_interval_s: float = 10.0
     outbox_retention_s: float = KEEP_DELIVERED_S  # delivered outbox events are purged this long after delivery
     outbox_undelivered_retention_s: float = KEEP_UNDELIVERED_S  # undelivered ones are dropped this long after commit
+    rest_port: int | None = None  # Paimon's REST catalog API over HTTP; None: off, 0: a free port
     fault: str | None = None  # crash injection for the recovery tests
 
     @staticmethod
@@ -55,7 +59,7 @@ class Settings(ServiceSettings):
         """Flags win over the environment: `LSMLAKE_WAREHOUSE`, `LSMLAKE_METASTORE`, `LSMLAKE_CATALOG_HOST`,
         `LSMLAKE_CATALOG_PORT`, `LSMLAKE_KAFKA`, `LSMLAKE_METRICS_PORT`, `LSMLAKE_EXPIRE_INTERVAL`,
         `LSMLAKE_ORPHAN_INTERVAL`, `LSMLAKE_RECONCILE_INTERVAL`, `LSMLAKE_REQUEST_ID_RETENTION`,
-        `LSMLAKE_OUTBOX_RETENTION`, `LSMLAKE_OUTBOX_UNDELIVERED_RETENTION`,
+        `LSMLAKE_OUTBOX_RETENTION`, `LSMLAKE_OUTBOX_UNDELIVERED_RETENTION`, `LSMLAKE_REST_PORT`,
         `LSMLAKE_CATALOG_FAULT`, those of TLS, tokens and Kafka security and those of the worker threads
         and the limits on open streams and calls (`LSMLAKE_WORKERS`, `LSMLAKE_MAX_STREAMS`, ...;
         docs/security.md)."""
@@ -83,6 +87,9 @@ class Settings(ServiceSettings):
         p.add_argument("--outbox-undelivered-retention", type=float,
                        default=float(env.get("LSMLAKE_OUTBOX_UNDELIVERED_RETENTION", str(KEEP_UNDELIVERED_S))),
                        help="seconds an event waits for Kafka before it is dropped with a warning (default: a day)")
+        p.add_argument("--rest-port", type=int, default=int_or_none(env.get("LSMLAKE_REST_PORT")),
+                       help="also serve Paimon's REST catalog API (metastore=rest) over HTTP on this port, with the "
+                            "same TLS and tokens (env LSMLAKE_REST_PORT; 0 picks one); off when not set")
         p.add_argument("--fault", default=env.get("LSMLAKE_CATALOG_FAULT") or None, choices=[f for f in FAULTS if f],
                        help="testing only: crash at this point of the first commit")
         add_service_arguments(p, env, port_env="LSMLAKE_CATALOG_PORT", host_env="LSMLAKE_CATALOG_HOST",
@@ -91,8 +98,9 @@ class Settings(ServiceSettings):
         common = service_settings(p, a)
         if not a.warehouse:
             p.error("--warehouse (or LSMLAKE_WAREHOUSE) is required")
-        if not 0 <= a.port <= 65535:
-            p.error(f"--port {a.port} is not a port number")
+        for flag, port in (("--port", a.port), ("--rest-port", a.rest_port)):
+            if port is not None and not 0 <= port <= 65535:
+                p.error(f"{flag} {port} is not a port number")
         metastore = a.metastore
         if not metastore:
             if "://" in a.warehouse and not a.warehouse.startswith("file://"):
@@ -111,7 +119,8 @@ class Settings(ServiceSettings):
                         expire_interval_s=a.expire_interval, orphan_interval_s=a.orphan_interval,
                         reconcile_interval_s=a.reconcile_interval, request_id_retention_s=a.request_id_retention,
                         outbox_retention_s=a.outbox_retention,
-                        outbox_undelivered_retention_s=a.outbox_undelivered_retention, fault=a.fault, **common)
+                        outbox_undelivered_retention_s=a.outbox_undelivered_retention, rest_port=a.rest_port,
+                        fault=a.fault, **common)
 
 
 class CatalogServer(ServiceProcess[Settings]):
@@ -133,6 +142,8 @@ class CatalogServer(ServiceProcess[Settings]):
         self._servicer: CatalogService | None = None
         self._maintenance: Maintenance | None = None
         self._catalog: FileSystemCatalog | None = None
+        self._rest: JsonHttpServer | None = None
+        self.rest_port: int | None = None
 
     def _open(self, server: grpc.Server) -> None:
         s = self.settings
@@ -150,19 +161,31 @@ class CatalogServer(ServiceProcess[Settings]):
         self._servicer = CatalogService(catalog, self._store, on_commit=self._relay.wake, metrics=self.metrics,
                                         fault=s.fault, keep_writes_ms=round(s.request_id_retention_s * 1000))
         catalog_pb2_grpc.add_CatalogServiceServicer_to_server(self._servicer, server)
+        if s.rest_port is not None:
+            sec = s.security
+            self._rest = JsonHttpServer(RestCatalogApi(self._servicer).routes(), HttpSettings(
+                host=s.host, port=s.rest_port, tls_cert=sec.tls_cert, tls_key=sec.tls_key,
+                tls_client_ca=sec.tls_client_ca, auth_tokens=sec.auth_tokens, workers=s.workers),
+                observe=self.metrics.rest_call)
 
     def _run(self) -> None:
         assert self._relay is not None and self._store is not None and self._catalog is not None
         s = self.settings
         self._relay.start()
+        if self._rest is not None:
+            self.rest_port = self._rest.start()
         self._maintenance = Maintenance(self._catalog, self._store, self.metrics, s.expire_interval_s,
                                         s.orphan_interval_s, s.reconcile_interval_s).start()
 
     def _refuse(self) -> None:
         if self._servicer is not None:
             self._servicer.stopping.set()
+        if self._rest is not None:
+            self._rest.refuse()
 
     def _stop_parts(self) -> None:
+        if self._rest is not None:  # its calls in flight had the grace of the gRPC calls
+            self._rest.stop(grace_s=min(5.0, self.settings.grace_s))
         if self._maintenance is not None:
             self._maintenance.stop()
         if self._relay is not None:

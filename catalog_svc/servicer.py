@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import grpc
 
@@ -24,6 +25,7 @@ from lsmlake.catalog.commit_request import CommitRequest
 from lsmlake.catalog.commits import AFTER_COMMIT, AFTER_SNAPSHOT, CatalogCommits, CommitOutcome, check_table_identity
 from lsmlake.catalog.expire import expire_snapshots, remove_orphan_files
 from lsmlake.catalog.filesystem import FileSystemCatalog, check_name
+from lsmlake.catalog.snapshot_commit import SnapshotCommitRequest, commit_snapshot
 from lsmlake.catalog.timeline import Timeline, parse_plan_id
 from lsmlake.errors import CommitConflictError, InvalidInputError, LakeError, NotFoundError
 from lsmlake.format.predicate import Predicate
@@ -94,18 +96,28 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     @guarded
     def DropDatabase(self, request: catalog_pb2.DropDatabaseRequest,
                      context: grpc.ServicerContext) -> catalog_pb2.DropDatabaseResponse:
-        name = check_name(request.name, "database")
         try:
-            tables = self.catalog.list_tables(name) if request.cascade else []
-            for t in tables:  # forget each table's history, under its lock, before its files go
-                with self.store.commit_lock(f"{name}.{t}"):
-                    self.store.forget_table(f"{name}.{t}")
-            self.catalog.drop_database(name, cascade=request.cascade)
+            self.drop_database(request.name, request.cascade)
         except NotFoundError:
             if request.ignore_if_not_exists:
                 return catalog_pb2.DropDatabaseResponse(dropped=False)
             raise
         return catalog_pb2.DropDatabaseResponse(dropped=True)
+
+    def drop_database(self, name: str, cascade: bool) -> None:
+        """Drop a database (with `cascade`, its tables and their history); NotFoundError when there is none."""
+        name = check_name(name, "database")
+        tables = self.catalog.list_tables(name) if cascade else []
+        for t in tables:  # forget each table's history, under its lock, before its files go
+            with self.store.commit_lock(f"{name}.{t}"):
+                self.store.forget_table(f"{name}.{t}")
+        self.catalog.drop_database(name, cascade=cascade)
+
+    def drop_table(self, tid: str) -> None:
+        """Drop a table and forget its history; NotFoundError when there is none."""
+        with self.store.commit_lock(tid):  # not in the middle of a commit of that table
+            self.catalog.drop_table(tid)
+            self.store.forget_table(tid)  # a new table of that name starts without history
 
     # -- tables --------------------------------------------------------------------------------
 
@@ -136,11 +148,8 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     @guarded
     def DropTable(self, request: catalog_pb2.DropTableRequest,
                   context: grpc.ServicerContext) -> catalog_pb2.DropTableResponse:
-        tid = _ident(request.table)
         try:
-            with self.store.commit_lock(tid):  # not in the middle of a commit of that table
-                self.catalog.drop_table(tid)
-                self.store.forget_table(tid)  # a new table of that name starts without history
+            self.drop_table(_ident(request.table))
         except NotFoundError:
             if request.ignore_if_not_exists:
                 return catalog_pb2.DropTableResponse(dropped=False)
@@ -174,23 +183,40 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     def _run_commit(self, commit: CommitRequest,
                     plan_check: Callable[[], CompactionPlan] | None = None) -> CommitOutcome:
         """Run a commit, counting its outcome; after a success, wake the relay and the snapshot watchers."""
-        kind = commit.kind
-        started = time.perf_counter()
-        outcome = "error"
-        try:
+        with self._counted(commit.kind) as outcome:
             result = self.commits.commit(commit, plan_check)
-            outcome = "already_committed" if result.already_committed else "committed"
+            outcome.append("already_committed" if result.already_committed else "committed")
             return result
+
+    def commit_snapshot(self, request: SnapshotCommitRequest) -> bool:
+        """Publish a snapshot a Paimon engine built (the REST `commit`, see `lsmlake.catalog.snapshot_commit`);
+        False when another commit took its id."""
+        with self._counted(request.snapshot.commit_kind) as outcome:
+            published = commit_snapshot(self.commits, request, self._crash_if)
+            if not published:
+                self.metrics.conflicts.labels(request.snapshot.commit_kind).inc()
+            outcome.append("committed" if published else "conflict")
+            return published
+
+    @contextmanager
+    def _counted(self, kind: str) -> Iterator[list[str]]:
+        """Count a commit by kind and outcome (the block appends it; an exception is a conflict, a refusal or an
+        error); after a success, wake the relay and the snapshot watchers."""
+        started = time.perf_counter()
+        outcome: list[str] = []
+        try:
+            yield outcome
         except CommitConflictError:
-            outcome = "conflict"
+            outcome.append("conflict")
             self.metrics.conflicts.labels(kind).inc()
             raise
         except LakeError:
-            outcome = "rejected"
+            outcome.append("rejected")
             raise
         finally:
-            self.metrics.commits.labels(kind, outcome).inc()
-            if outcome in ("committed", "already_committed"):
+            result = outcome[-1] if outcome else "error"
+            self.metrics.commits.labels(kind, result).inc()
+            if result in ("committed", "already_committed"):
                 self.metrics.commit_seconds.labels(kind).observe(time.perf_counter() - started)
                 self._forget_old_writes()
                 self._on_commit()

@@ -130,7 +130,7 @@ class PlanRunner:
                            outcome="failed" if failed else "empty")
             self._outcomes(plan, keys, outcomes, origin, None)
             return
-        changes = [common_pb2.FileChanges.FromString(o.changes) for o in done if o.changes]
+        changes = [common_pb2.FileChanges.FromString(c) for o in done for c in o.serialized()]
         identifier = int(plan.plan_id) * 1000 + plan.attempts  # a retried completion repeats it
         try:
             reply = self.timeline.complete(table_id, plan.plan_id, self.compactor_id, identifier, changes)

@@ -34,6 +34,8 @@ from compactor_svc.triggers import FullCompactionTrigger
 from compactor_svc.waits import NOT_ASSIGNED, OWNED_ELSEWHERE, OWNERSHIP_MOVED, BucketKey, CompactionWait
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import NotFoundError
+from lsmlake.format.bucket import POSTPONE_BUCKET
+from lsmlake.format.snapshot import Snapshot
 from lsmlake.mergetree.compact.unit import CompactUnit
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
 from lsmlake.rpc.convert import file_to_proto
@@ -41,6 +43,7 @@ from lsmlake.runtime.background import BackgroundLoop
 from lsmlake.spark.compaction_job import SparkCompactor
 from lsmlake.table.compact import compaction_history, full_compaction_required, plan_bucket
 from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.postpone import postpone_splits
 from lsmlake.table.scan import Split
 
 _log = logging.getLogger(__name__)
@@ -132,7 +135,7 @@ class Scheduler:
         snap = table.latest_snapshot()
         queued: list[BucketKey] = []
         elsewhere: list[BucketKey] = []
-        for split in table.new_scan(None, snap, all_levels=True).plan() if snap is not None else []:
+        for split in _splits(table, snap):
             if bucket is not None and split.bucket != bucket:
                 continue
             if partition and not self._partition_matches(table, split, partition):
@@ -204,7 +207,7 @@ class Scheduler:
         for table_id in self._tables():
             try:
                 table = self.catalog.get_table(table_id)
-                splits = table.new_scan(None, None, all_levels=True).plan()
+                splits = _splits(table, table.latest_snapshot())
             except Exception as e:
                 _log.info("reconcile: skipping %s: %s", table_id, e)
                 continue
@@ -228,8 +231,7 @@ class Scheduler:
             return
         snap = table.latest_snapshot()
         at = snap.id if snap is not None else 0
-        splits = ({(s.partition, s.bucket): s for s in table.new_scan(None, snap, all_levels=True).plan()}
-                  if snap is not None else {})
+        splits = {(s.partition, s.bucket): s for s in _splits(table, snap)}
         history = compaction_history(table)  # once per table: each bucket's plan would read it again
         always_full = full_compaction_required(table)
         now = time.monotonic()
@@ -249,7 +251,9 @@ class Scheduler:
             self.metrics.level0_files.observe(l0)
             b = self.buckets.state(key)
             full = b.full_owed_at >= 0 or self.trigger.due(b.commits_since_full, now - b.last_full)
-            unit = plan_bucket(table, split, full, history)
+            # postponed rows go to their buckets as soon as they are seen: until then no reader sees them
+            unit = plan_bucket(table, split, full, history) if split.bucket != POSTPONE_BUCKET \
+                else CompactUnit(0, split.files)
             if unit is None:
                 self.buckets.settle(key, at, full or always_full, "", at)
                 continue
@@ -258,7 +262,8 @@ class Scheduler:
         candidates = self._without_held(table_id, candidates)
         if not candidates:
             return
-        candidates.sort(key=lambda c: -c.runs)
+        # postponed rows first (nobody sees them until placed), then the most sorted runs
+        candidates.sort(key=lambda c: (c.key[2] != POSTPONE_BUCKET, -c.runs))
         chosen: list[_Candidate] = []
         spent = 0
         for c in candidates:
@@ -319,3 +324,10 @@ class Scheduler:
             with self.buckets.lock:
                 self._recover = True  # a plan that nobody runs any more is adopted
         return free
+
+
+def _splits(table: FileStoreTable, snap: Snapshot | None) -> list[Split]:
+    """Every bucket of the table at `snap` with its files (all levels), and each partition's postponed rows."""
+    if snap is None:
+        return []
+    return table.new_scan(None, snap, all_levels=True).plan() + postpone_splits(table, snap)

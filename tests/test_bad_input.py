@@ -60,7 +60,7 @@ def test_schema_mismatch_is_a_schema_error(table) -> None:
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(fields="id BIGINT, v STRING", primary_keys=["id"]), "bucket"),
-    (dict(fields="id BIGINT, v STRING", primary_keys=["id"], options={"bucket": "-1"}), "bucket"),
+    (dict(fields="id BIGINT, v STRING", primary_keys=["id"], options={"bucket": "-3"}), "bucket"),
     (dict(fields="id BIGINT, v STRING", options={"colour": "blue"}), "colour"),
     (dict(fields="id BIGINT, v STRANGE", options={}), "STRANGE"),
     (dict(fields="id BIGINT, v STRING", primary_keys=["nope"], options={"bucket": "1"}), "nope"),

@@ -76,7 +76,9 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 443, "protocol": "TCP"}]}]}}}),
     "three-compactors": {"compactor": {"replicas": 3}},
     "tls-and-tokens": {"security": {"tls": {"secretName": "lake-tls"}, "auth": {
-        "tokensSecret": "lake-tokens", "serviceTokensSecret": "lake-service-tokens"}}},
+        "tokensSecret": "lake-tokens", "serviceTokensSecret": "lake-service-tokens"}},
+                       "catalog": {"rest": {"port": 8443}}},
+    "rest-off": {"catalog": {"rest": {"enabled": False}}},
     "mutual-tls-kafka-sasl-ssl": {
         "security": {"tls": {"secretName": "lake-tls", "mutual": True, "healthPort": 50070},
                      "auth": {"tokensSecret": "lake-tokens", "tokensKey": "t.json",
@@ -97,7 +99,7 @@ def _chart() -> Any:
 @functools.cache
 def _render(name: str) -> tuple[dict[str, Any], ...]:
     manifests = _chart().render(values=VALUE_SETS[name], name=RELEASE, namespace=NAMESPACE, is_install=True)
-    objects = []
+    objects: list[dict[str, Any]] = []
     for path, text in sorted(manifests.items()):
         if path.endswith("NOTES.txt"):
             continue
@@ -159,7 +161,7 @@ def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in container.get("env", [])}
 
 
-def service_settings_class(command: str) -> type:
+def service_settings_class(command: str) -> Any:
     """The `Settings` class of the service whose console script is `command` (from pyproject.toml)."""
     target = console_scripts()[command]
     module_name, _, func_name = target.partition(":")
@@ -294,14 +296,21 @@ def test_probe_and_service_ports_are_the_services_port_flags(value_set: str) -> 
         assert ports.get("health", port) == probed
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             assert c[probe]["grpc"]["port"] == probed, f"{c['name']} {probe}"
+        # the Service publishes the gRPC port and, on the catalog, the REST port, each where its flag says
+        flagged = {"grpc": port}
+        if "--rest-port" in parse_flags(c["args"]):
+            flagged["rest"] = int(flag(c, "--rest-port"))
+        assert ports.get("rest") == flagged.get("rest"), c["name"]
         pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
         grpc_services = [s for s in services if s["spec"].get("clusterIP") != "None"
                          and matches(s["spec"]["selector"], pod_labels)]
         assert len(grpc_services) == 1, f"{c['name']}: {len(grpc_services)} gRPC Services"
-        for sp in grpc_services[0]["spec"]["ports"]:
+        service_ports = grpc_services[0]["spec"]["ports"]
+        assert [sp["name"] for sp in service_ports] == list(flagged), c["name"]
+        for sp in service_ports:
             target = sp["targetPort"]
-            assert (ports[target] if isinstance(target, str) else target) == port
-            assert sp["port"] == port
+            assert (ports[target] if isinstance(target, str) else target) == flagged[sp["name"]]
+            assert sp["port"] == flagged[sp["name"]]
         annotations = deployment["spec"]["template"]["metadata"].get("annotations", {})
         if "--metrics-port" in parse_flags(c["args"]):
             metrics = int(flag(c, "--metrics-port"))
@@ -319,7 +328,8 @@ def test_commands_are_console_scripts_that_accept_the_flags(value_set: str, tmp_
     objects = render(value_set)
     values = _chart().merge_values(VALUE_SETS[value_set])
     catalog_service = named(objects, "Service", f"{RELEASE}-lsmlake-catalog")
-    catalog_address = f"{catalog_service['metadata']['name']}:{catalog_service['spec']['ports'][0]['port']}"
+    [grpc_port] = [p["port"] for p in catalog_service["spec"]["ports"] if p["name"] == "grpc"]
+    catalog_address = f"{catalog_service['metadata']['name']}:{grpc_port}"
     seen = set()
     for deployment, c in workload_containers(objects):
         assert len(c["command"]) == 1 and c["command"][0] in console_scripts(), c["command"]
@@ -342,6 +352,9 @@ def test_commands_are_console_scripts_that_accept_the_flags(value_set: str, tmp_
         assert settings.metrics_port == expected_metrics
         if command != "catalog-svc":
             assert settings.catalog == catalog_address
+        else:
+            rest = values["catalog"]["rest"]
+            assert settings.rest_port == (rest["port"] if rest["enabled"] else None)
     assert seen == {"catalog-svc", "writer-svc", "compactor-svc"}
 
 
@@ -457,13 +470,79 @@ def test_catalog_network_policy_admits_writers_compactors_clients_and_prometheus
     assert {"lsmlake.io/client": "true"} in sources
     components = {s.get("app.kubernetes.io/component") for s in sources}
     assert components >= {"writer", "compactor"}
-    assert grpc_rule["ports"] == [{"port": 50051, "protocol": "TCP"}]
+    # the REST catalog port admits the same pods as gRPC
+    assert grpc_rule["ports"] == [{"port": 50051, "protocol": "TCP"}, {"port": 8181, "protocol": "TCP"}]
     assert metrics_rule["from"] == [{"namespaceSelector": {"matchLabels": {
         "kubernetes.io/metadata.name": "monitoring"}}}]
     assert metrics_rule["ports"] == [{"port": 9101, "protocol": "TCP"}]
     writer = named(objects, "NetworkPolicy", f"{RELEASE}-lsmlake-writer")
     assert [p["podSelector"]["matchLabels"] for p in writer["spec"]["ingress"][0]["from"]] == [
         {"lsmlake.io/client": "true"}]
+
+
+def _notes(values: dict[str, Any]) -> str:
+    manifests = _chart().render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    [notes] = [text for path, text in manifests.items() if path.endswith("NOTES.txt")]
+    return str(notes)
+
+
+@pytest.mark.parametrize("value_set", ["default", "tls-and-tokens", "mutual-tls-kafka-sasl-ssl"])
+def test_catalog_serves_exposes_and_admits_the_rest_port(value_set: str, tmp_path: Path) -> None:
+    """Paimon's REST catalog API: `--rest-port`, a container port and a Service port named `rest`, the
+    NetworkPolicy's gRPC peers let in, and the TLS and token files of gRPC in the settings the REST server
+    is built from."""
+    values = _chart().merge_values(VALUE_SETS[value_set])
+    objects = render(value_set)
+    rest_port = values["catalog"]["rest"]["port"]
+    tls = bool(values["security"]["tls"]["secretName"])
+    assert rest_port == (8443 if value_set == "tls-and-tokens" else 8181)
+    deployment = named(objects, "Deployment", f"{RELEASE}-lsmlake-catalog")
+    c = _container(objects, "catalog")
+    assert int(flag(c, "--rest-port")) == rest_port
+    assert {"name": "rest", "containerPort": rest_port, "protocol": "TCP"} in c["ports"]
+    service = named(objects, "Service", f"{RELEASE}-lsmlake-catalog")
+    [sp] = [p for p in service["spec"]["ports"] if p["name"] == "rest"]
+    assert sp == {"name": "rest", "port": rest_port, "targetPort": "rest", "protocol": "TCP",
+                  "appProtocol": "https" if tls else "http"}
+    policy = named(objects, "NetworkPolicy", f"{RELEASE}-lsmlake-catalog")
+    [rule] = [r for r in policy["spec"]["ingress"] if {"port": values["catalog"]["port"], "protocol": "TCP"}
+              in r["ports"]]
+    assert {"port": rest_port, "protocol": "TCP"} in rule["ports"]
+    root = tmp_path / "catalog"
+    mount_secrets(deployment["spec"]["template"]["spec"], c, root)
+    env = {k: str(root) + v if v.startswith("/etc/lsmlake/") else v for k, v in container_env(c).items()}
+    s = service_settings_class("catalog-svc").from_args(c["args"], env=env)
+    assert s.rest_port == rest_port
+    # catalog_svc.server hands these to the REST server: the gRPC port's certificate and token file
+    if tls:
+        assert s.security.tls_cert == f"{root}/etc/lsmlake/tls/tls.crt"
+        assert s.security.tls_key == f"{root}/etc/lsmlake/tls/tls.key"
+        assert s.security.auth_tokens is not None and s.security.auth_tokens.startswith(f"{root}/etc/lsmlake/auth/")
+    else:
+        assert s.security.tls_cert is None and s.security.auth_tokens is None
+    scheme = "https" if tls else "http"
+    assert f"REST catalog (Paimon metastore=rest): {scheme}://{RELEASE}-lsmlake-catalog:{rest_port}" in _notes(
+        VALUE_SETS[value_set])
+
+
+def test_rest_port_can_be_turned_off() -> None:
+    objects = render("rest-off")
+    c = _container(objects, "catalog")
+    assert "--rest-port" not in parse_flags(c["args"]) and "LSMLAKE_REST_PORT" not in env_of(c)
+    assert "rest" not in {p["name"] for p in c["ports"]}
+    service = named(objects, "Service", f"{RELEASE}-lsmlake-catalog")
+    assert [p["name"] for p in service["spec"]["ports"]] == ["grpc"]
+    policy = named(objects, "NetworkPolicy", f"{RELEASE}-lsmlake-catalog")
+    assert policy["spec"]["ingress"][0]["ports"] == [{"port": 50051, "protocol": "TCP"}]
+    assert service_settings_class("catalog-svc").from_args(c["args"], env=container_env(c)).rest_port is None
+    assert "REST catalog" not in _notes(VALUE_SETS["rest-off"])
+
+
+@pytest.mark.parametrize("values", [{"catalog": {"rest": {"port": 50051}}}, {"catalog": {"rest": {"port": 9101}}},
+                                    {"security": {"tls": {"secretName": "t", "healthPort": 8181}}}])
+def test_rest_port_may_not_be_another_port_of_the_catalog(values: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmRenderError, match="catalog.rest.port"):
+        _chart().render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
 
 
 def test_sqlite_metastore_refuses_several_catalog_replicas() -> None:

@@ -2,24 +2,36 @@
 
 `lake up` runs as its own process (the embedded Kafka broker, catalog, writer, compactor on Spark
 local[1]); the CLI runs in-process through `main([...])` and finds the cluster from the warehouse.
+The REST catalog URI that `lake up` prints is called with the standard library's HTTP client.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from lsmlake.cli import main as cli
-from lsmlake.cli.cluster import find_endpoints
+from lsmlake.cli.cluster import DEFAULT_REST_PORT, check_rest_port, find_endpoints
+from lsmlake.errors import InvalidInputError
 from lsmlake.kafka.broker import free_port
 
 pytestmark = pytest.mark.integration
+
+UP_DONE = "cluster is up"
+
+
+def up_output(warehouse: str) -> str:
+    """What the `lake up` process of the fixture has printed (stdout and stderr) so far."""
+    return (Path(warehouse).parent / "lake-up.log").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +42,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc = subprocess.Popen([sys.executable, "-c", "from lsmlake.cli.main import main; raise SystemExit(main())",
                                  "up", "--warehouse", warehouse, "--catalog-port", str(free_port()),
                                  "--writer-port", str(free_port()), "--compactor-port", str(free_port()),
-                                 "--spark-master", "local[1]", "--commit-interval", "0.2",
+                                 "--rest-port", str(free_port()), "--spark-master", "local[1]",
+                                 "--commit-interval", "0.2",
                                  "--ingest", "shop.orders:json"], stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 180
-        while find_endpoints(warehouse) is None:
+        # the endpoints are recorded before they are printed: wait for both
+        while find_endpoints(warehouse) is None or UP_DONE not in log.read_text():
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.3)
@@ -50,6 +64,40 @@ def lake(capsys: pytest.CaptureFixture[str], warehouse: str, *args: str) -> str:
     out, err = capsys.readouterr()
     assert code == 0, f"lake {' '.join(args)} exited {code}: {err}"
     return out
+
+
+def test_the_printed_rest_uri_answers_as_a_paimon_rest_catalog(cluster: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    printed = up_output(cluster)
+    found = re.search(r"^rest +(\S+) +\(REST catalog: Paimon metastore=rest\)$", printed, re.MULTILINE)
+    assert found, printed
+    uri = found.group(1)
+    catalog = re.search(r"^catalog +(\S+)$", printed, re.MULTILINE)
+    assert catalog and printed.index(catalog.group(0)) < found.start(), "the REST URI follows the gRPC address"
+    state = find_endpoints(cluster)
+    assert state is not None and state.rest == uri
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", uri), uri
+    with urllib.request.urlopen(f"{uri}/v1/config?warehouse=x", timeout=30) as reply:
+        assert reply.status == 200
+        assert reply.headers.get_content_type() == "application/json"
+        config = json.loads(reply.read())
+    assert "defaults" in config and isinstance(config["defaults"], dict), config
+    # `lake status` shows it beside the services
+    assert f"rest       {uri}" in lake(capsys, cluster, "status")
+    assert json.loads(lake(capsys, cluster, "status", "--format", "json"))["rest"] == uri
+
+
+def test_rest_port_option() -> None:
+    assert check_rest_port(0) == 0 and check_rest_port(9181) == 9181
+    with pytest.raises(InvalidInputError, match="not a port number"):
+        check_rest_port(70000)
+    # not given: 8181, unless something holds it (here this test), then a free port rather than a failed start
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        try:
+            holder.bind(("127.0.0.1", DEFAULT_REST_PORT))
+        except OSError:
+            pass  # another process holds it: the same case
+        assert check_rest_port(None) == 0
 
 
 def test_a_named_write_run_again_writes_nothing_twice(cluster: str, capsys: pytest.CaptureFixture[str],

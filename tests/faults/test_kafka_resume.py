@@ -42,6 +42,12 @@ def test_a_paused_partition_is_read_again_after_a_broker_restart() -> None:
             broker.kill()
             broker.start()  # memory storage: a new, empty log
             _produce(broker.bootstrap, 6000, 2)  # two partitions of the 4 the new broker creates
+            # the consumer learns of the new partitions at its next metadata refresh and rebalance, which a
+            # loaded machine can delay past the reading loop's deadline: wait for them first (bounded)
+            deadline = time.monotonic() + 120
+            while not {0, 1} <= {tp.partition for tp in c.assignment()}:
+                assert time.monotonic() < deadline, f"partitions 0 and 1 never assigned: {c.assignment()}"
+                c.poll(timeout_ms=200)
             for tp in c.assignment():
                 c.seek_to_beginning(tp)
             got: dict[int, list[int]] = {0: [], 1: []}

@@ -155,3 +155,31 @@ def test_relative_warehouse_means_the_folder_of_register(spark, warehouse, monke
     finally:
         monkeypatch.undo()
         lsmlake.spark.register(spark)  # back to the tests' own folder
+
+
+def test_a_postpone_table_written_by_spark_is_read_once_its_rows_are_placed(spark, warehouse) -> None:
+    """Spark's tasks write a postpone table's rows to bucket-postpone; a compaction places them (one COMPACT)."""
+    from lsmlake.table.compact import compact_table
+    from lsmlake.table.postpone import pending
+
+    cat = FileSystemCatalog(warehouse)
+    cat.create_table("db.later", COLUMNS, partition_keys=["dt"], primary_keys=["dt", "id"],
+                     options={"bucket": "-2", "postpone.default-bucket-num": "3"})
+    first = batch(list(range(150)), "a", ["p1" if i % 3 else "p2" for i in range(150)])
+    _save(spark, spark.createDataFrame(first).repartition(3), warehouse, "db.later")
+    assert cat.get_table("db.later").to_arrow().num_rows == 0  # postponed: invisible
+    assert sum(len(fs) for fs in pending(cat.get_table("db.later")).values()) >= 3  # several tasks' files
+    upd_ids = list(range(0, 150, 4))
+    changes = batch(upd_ids, "u", ["p1" if i % 3 else "p2" for i in upd_ids],
+                    ["-D" if i % 8 else "+U" for i in upd_ids])
+    _save(spark, spark.createDataFrame(changes).repartition(2), warehouse, "db.later")
+    compact_table(cat.get_table("db.later"))
+    deleted = {i for i in upd_ids if i % 8}
+    updated = {i for i in upd_ids if not i % 8}
+    keep = first.filter(pc.invert(pc.field("id").isin(sorted(deleted | updated))))
+    upserted = changes.filter(pc.field("id").isin(sorted(updated))).drop_columns(["_row_kind"])
+    expected = pa.concat_tables([keep, upserted])
+    table = cat.get_table("db.later")
+    assert rows(table.to_arrow()) == rows(expected)
+    assert rows(pypaimon_read(warehouse, "db.later"), expected.column_names) == rows(expected)
+    assert {s.total_buckets for s in table.plan()} == {3} and not pending(table)

@@ -58,8 +58,8 @@ class Service:
         return self.proc.returncode
 
 
-def catalog(warehouse: Path, bootstrap: str | None) -> Service:
-    args = ["--warehouse", str(warehouse)]
+def catalog(warehouse: Path, bootstrap: str | None, *extra: str) -> Service:
+    args = ["--warehouse", str(warehouse), *extra]
     if bootstrap:
         args += ["--kafka", bootstrap]
     return Service("catalog_svc", args, warehouse.parent)

@@ -243,6 +243,15 @@ affinity:
 {{- if and (eq $m.type "postgresql") (not $m.postgresql.existingSecret) (not $m.postgresql.url) -}}
 {{- fail "catalog.metastore.postgresql: set existingSecret or url" -}}
 {{- end -}}
+{{- $c := .Values.catalog -}}
+{{- if $c.rest.enabled -}}
+{{- $others := list (int $c.port) -}}
+{{- if .Values.metrics.enabled }}{{ $others = append $others (int $c.metricsPort) }}{{ end -}}
+{{- if .Values.security.tls.secretName }}{{ $others = append $others (int .Values.security.tls.healthPort) }}{{ end -}}
+{{- if has (int $c.rest.port) $others -}}
+{{- fail (printf "catalog.rest.port %d is already a port of the catalog (gRPC, metrics or health): choose another" (int $c.rest.port)) -}}
+{{- end -}}
+{{- end -}}
 {{- if not .Values.warehouse.uri -}}
 {{- fail "warehouse.uri is required" -}}
 {{- end -}}

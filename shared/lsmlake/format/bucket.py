@@ -13,6 +13,10 @@ from lsmlake.errors import InvalidInputError
 from lsmlake.format.binary_row_columns import encode_rows
 from lsmlake.format.types import AnyType
 
+#: Paimon's bucket numbers of the two bucket modes below 0 (option `bucket` -1 and -2): dynamic, postpone
+DYNAMIC_BUCKET = -1
+POSTPONE_BUCKET = -2
+POSTPONE_DIR = "bucket-postpone"  # where postponed rows wait for a compaction to place them
 _SEED = 42
 _C1 = np.uint32(0xCC9E2D51)
 _C2 = np.uint32(0x1B873593)

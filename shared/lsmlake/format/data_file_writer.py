@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 from lsmlake.format import column_codecs
 from lsmlake.format import options as opts
 from lsmlake.format.binary_row import EMPTY_ROW, serialize_row
+from lsmlake.format.bucket import POSTPONE_BUCKET, POSTPONE_DIR
 from lsmlake.format.data_file_meta import FILE_SOURCE_APPEND, DataFileMeta, local_now_as_utc_ms
 from lsmlake.format.row_kind import is_retract
 from lsmlake.format.schema import TableSchema
@@ -102,6 +103,8 @@ class DataFileWriter:
 
 
 def bucket_dir(table_path: str, partition_path: str, bucket: int) -> str:
-    """Directory of a bucket's data files: `<table>/<k=v/...>/bucket-<n>`."""
-    return f"{table_path}/{partition_path}/bucket-{bucket}" if partition_path else f"{table_path}/bucket-{bucket}"
+    """Directory of a bucket's data files: `<table>/<k=v/...>/bucket-<n>`; postponed rows (bucket -2) go to
+    `bucket-postpone`, as in Paimon."""
+    name = POSTPONE_DIR if bucket == POSTPONE_BUCKET else f"bucket-{bucket}"
+    return f"{table_path}/{partition_path}/{name}" if partition_path else f"{table_path}/{name}"
 

@@ -137,11 +137,30 @@ def _optional(key: str, parse: Callable[[str], T], description: str,
 
 BUCKET = _optional("bucket", _parse_int,
               "Number of buckets. N > 0 fixes the bucket count; -1 means unaware (append tables) "
-              "or dynamic (primary-key tables, not supported yet).",
+              "or dynamic (primary-key tables, not supported yet); -2 (primary-key tables) postpones: "
+              "writers write without buckets and a compaction places the rows.",
               "-1 for append tables; required for primary-key tables")
 BUCKET_KEY = _optional("bucket-key", str,
                   "Comma-separated columns hashed to pick a bucket; defaults to the primary key "
                   "without partition columns. Required for fixed-bucket append tables.")
+POSTPONE_DEFAULT_BUCKET_NUM = _optional(
+    "postpone.default-bucket-num", _parse_int,
+    "Postpone-bucket tables: the bucket count a partition gets at its first compaction.")
+POSTPONE_TARGET_ROW_NUM_PER_BUCKET = _optional(
+    "postpone.target-row-num-per-bucket", _parse_int,
+    "Postpone-bucket tables without postpone.default-bucket-num: a new partition gets one bucket per this many "
+    "postponed rows.")
+POSTPONE_TARGET_SIZE_PER_BUCKET = _opt(
+    "postpone.target-size-per-bucket", parse_memory, 1 << 30,
+    "Postpone-bucket tables without the two options above: one bucket per this many bytes of postpone files.",
+    "1 gb")
+DYNAMIC_BUCKET_TARGET_ROW_NUM = _opt(
+    "dynamic-bucket.target-row-num", _parse_int, 2_000_000,
+    "Dynamic-bucket tables: keys a bucket takes before new keys go to another (kept by the engine that writes).")
+DYNAMIC_BUCKET_INITIAL_BUCKETS = _optional(
+    "dynamic-bucket.initial-buckets", _parse_int, "Dynamic-bucket tables: the buckets a writer starts with.")
+DYNAMIC_BUCKET_MAX_BUCKETS = _opt(
+    "dynamic-bucket.max-buckets", _parse_int, -1, "Dynamic-bucket tables: at most this many buckets (-1: no limit).")
 FILE_FORMAT = _opt("file.format", str, "parquet", "Data file format; lsmlake writes parquet.")
 FILE_COMPRESSION = _opt("file.compression", str, "zstd",
                         "Compression codec of data files (a fixed-width column that does not compress is "

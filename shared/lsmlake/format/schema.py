@@ -224,12 +224,14 @@ def new_table_schema(fields: tuple[DataField, ...], partition_keys: list[str] | 
             raise InvalidInputError(f"the primary key {list(primary_keys)} must include the partition keys {missing}")
         if set(primary_keys) == set(partition_keys):
             raise InvalidInputError("the primary key must have a column that is not a partition key")
-        if bucket is None or bucket == -1:
+        if bucket is None:
             raise InvalidInputError(
-                "primary-key tables need a fixed bucket count: set the option bucket=N with N > 0 "
-                "(dynamic buckets, bucket=-1, are not supported yet)")
-        if bucket <= 0:
-            raise InvalidInputError(f"option 'bucket' must be a positive number for primary-key tables, got {bucket}")
+                "primary-key tables need a bucket count: set the option bucket=N with N > 0, or -2 to postpone the "
+                "choice to the compactor (-1, dynamic buckets, makes a table other Paimon engines write and "
+                "lsmlake compacts, but does not write yet)")
+        if bucket <= 0 and bucket not in (-1, -2):
+            raise InvalidInputError(f"option 'bucket' must be a positive number, -1 (dynamic) or -2 (postpone) for "
+                                    f"primary-key tables, got {bucket}")
         fields = tuple(replace(f, type=f.type.with_nullable(False)) if f.name in primary_keys else f
                        for f in fields)
     else:

@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import InvalidInputError, NotFoundError
+from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.mergetree.compact.rewriter import DATA_PREFIX, changelog_prefix
 from lsmlake.mergetree.compact.unit import CompactUnit
@@ -39,6 +40,7 @@ from lsmlake.proto_gen.lsmlake.v1 import common_pb2
 from lsmlake.rpc.convert import changes_from_proto, changes_to_proto
 from lsmlake.table.compact import run_planned, written_files
 from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.postpone import place_partition, postponed
 from lsmlake.table.scan import Split
 from lsmlake.table.write import CommitMessage
 
@@ -90,12 +92,21 @@ class TaskOutcome:
     seconds: float
     bytes_read: int
     bytes_written: int
+    more: tuple[bytes, ...] = ()  # the changes of other buckets: placing postponed rows fills several
 
     def message(self) -> CommitMessage | None:
-        """The file changes as a commit message for `commit_compaction`."""
+        """The file changes as a commit message for `commit_compaction` (the first bucket's: see `messages`)."""
         if self.changes is None:
             return None
         return changes_from_proto(common_pb2.FileChanges.FromString(self.changes))
+
+    def serialized(self) -> list[bytes]:
+        """Every bucket's serialized `FileChanges`."""
+        return [*([self.changes] if self.changes is not None else []), *self.more]
+
+    def messages(self) -> list[CommitMessage]:
+        """Every bucket's file changes, for `commit_compaction`."""
+        return [changes_from_proto(common_pb2.FileChanges.FromString(c)) for c in self.serialized()]
 
 
 def task_prefix(run_id: str | None = None) -> str:
@@ -125,12 +136,17 @@ def _split_of(table: FileStoreTable, task: BucketTask) -> Split:
 def delete_outputs(table: FileStoreTable, task: BucketTask) -> int:
     """Delete the data and changelog files a run of `task` wrote in its bucket (found by prefix)."""
     check_prefix(task.file_prefix)
-    directory = bucket_dir(table.path, table.schema.partition_dir(table.partition_values(task.partition)), task.bucket)
+    partition_dir = table.schema.partition_dir(table.partition_values(task.partition))
+    directories = [bucket_dir(table.path, partition_dir, task.bucket)]
+    if task.bucket == POSTPONE_BUCKET:  # placing postponed rows writes into the partition's real buckets
+        root = f"{table.path}/{partition_dir}" if partition_dir else table.path
+        directories = [i.path for i in table.io.list(root) if i.is_dir and i.name.startswith("bucket-")]
     prefixes = (task.file_prefix, changelog_prefix(task.file_prefix))
     deleted = 0
-    for info in table.io.list(directory):
-        if not info.is_dir and info.name.startswith(prefixes):
-            deleted += table.io.delete_quietly(info.path)
+    for directory in directories:
+        for info in table.io.list(directory):
+            if not info.is_dir and info.name.startswith(prefixes):
+                deleted += table.io.delete_quietly(info.path)
     return deleted
 
 
@@ -150,15 +166,19 @@ def run_bucket_task(warehouse: str, task: BucketTask) -> TaskOutcome:
     check_prefix(task.file_prefix)
     start = time.perf_counter()
     table = FileSystemCatalog(warehouse).get_table(task.table_id)
-    msg: CommitMessage | None = None
+    msgs: list[CommitMessage] = []
     try:
-        split = _split_of(table, task)
-        msg = run_planned(table, split, task.unit_files, task.output_level, task.full, task.file_prefix)
-        changes = changes_to_proto(msg).SerializeToString() if msg is not None else None
+        if task.bucket == POSTPONE_BUCKET:
+            msgs = place_task(table, task)
+        else:
+            msg = run_planned(table, _split_of(table, task), task.unit_files, task.output_level, task.full,
+                              task.file_prefix)
+            msgs = [msg] if msg is not None else []
+        serialized = [changes_to_proto(m).SerializeToString() for m in msgs]
     except BaseException:
         # best effort: a failing cleanup must not hide the error (orphan cleanup finds leftovers by prefix)
         with contextlib.suppress(Exception):
-            for path in written_files(table, [msg]) if msg is not None else []:
+            for path in written_files(table, msgs):
                 table.io.delete_quietly(path)
             delete_outputs(table, task)
         raise
@@ -167,14 +187,29 @@ def run_bucket_task(warehouse: str, task: BucketTask) -> TaskOutcome:
         # instead of letting each worker keep the high-water mark of the largest bucket it ever merged
         pa.default_memory_pool().release_unused()
     read = written = 0
-    if msg is not None:
+    for msg in msgs:
         old = {f.file_name for f in msg.deleted_files}
         new = {f.file_name for f in msg.new_files}
-        read = sum(f.file_size for f in msg.deleted_files if f.file_name not in new)
-        written = (sum(f.file_size for f in msg.new_files if f.file_name not in old)
-                   + sum(f.file_size for f in msg.changelog_files)
-                   + sum(e.file_size for e in msg.new_index_files))
-    return TaskOutcome(task, changes, None, 1, time.perf_counter() - start, read, written)
+        read += sum(f.file_size for f in msg.deleted_files if f.file_name not in new)
+        written += (sum(f.file_size for f in msg.new_files if f.file_name not in old)
+                    + sum(f.file_size for f in msg.changelog_files)
+                    + sum(e.file_size for e in msg.new_index_files))
+    return TaskOutcome(task, serialized[0] if serialized else None, None, 1, time.perf_counter() - start, read,
+                       written, tuple(serialized[1:]))
+
+
+def place_task(table: FileStoreTable, task: BucketTask) -> list[CommitMessage]:
+    """Place a partition's postponed rows (the task's files, at its snapshot) in the partition's buckets."""
+    snap = table.snapshots.snapshot(task.snapshot_id)
+    waiting, counts = postponed(table, snap)
+    files = {f.file_name: f for f in waiting.get(task.partition, [])}
+    missing = [n for n in task.unit_files if n not in files]
+    if missing:
+        raise NotFoundError(f"postpone file(s) {', '.join(missing[:3])} of {table.identifier} are not live at "
+                            f"snapshot {task.snapshot_id}")
+    known = counts.get(task.partition)
+    ordered = sorted((files[n] for n in task.unit_files), key=lambda f: (f.creation_time_ms or 0, f.file_name))
+    return place_partition(table, task.partition, ordered, known, task.file_prefix)
 
 
 def _transient(e: BaseException) -> bool:
@@ -203,7 +238,7 @@ def run_with_retries(warehouse: str, task: BucketTask, attempts: int = DEFAULT_T
         try:
             out = run_bucket_task(warehouse, task)
             return TaskOutcome(task, out.changes, None, attempt, time.perf_counter() - start, out.bytes_read,
-                               out.bytes_written)
+                               out.bytes_written, out.more)
         except Exception as e:  # noqa: BLE001 - reported in the outcome
             if attempt >= attempts or not _transient(e):
                 return TaskOutcome(task, None, f"{type(e).__name__}: {e}", attempt, time.perf_counter() - start,

@@ -189,7 +189,7 @@ def run_planned(table: FileStore, split: Split, unit_file_names: Sequence[str], 
         NotFoundError: a named file is not in the split.
         InvalidInputError: no file, a file named twice, a bad prefix, or a level outside the table's.
     """
-    features.check(table.schema, table.identifier, for_write=True)
+    features.check(table.schema, table.identifier, for_write=True, compaction=True)
     if not file_prefix or "/" in file_prefix:
         raise InvalidInputError(f"file_prefix must be a non-empty file-name prefix, got {file_prefix!r}")
     unit = _unit_of(split, unit_file_names, output_level, full)
@@ -226,7 +226,7 @@ def compact_buckets(table: FileStore, full: bool = False,
                     partition: Predicate | Mapping[str, Any] | Sequence[Any] | None = None,
                     snapshot_id: int | None = None) -> tuple[int | None, list[CommitMessage]]:
     """Run the due compaction of every bucket (of the matching partitions); nothing is committed."""
-    features.check(table.schema, table.identifier, for_write=True)
+    features.check(table.schema, table.identifier, for_write=True, compaction=True)
     pred = Predicate.of(partition)
     outside = sorted(pred.columns() - set(table.schema.partition_keys))
     if outside:
@@ -277,11 +277,22 @@ def commit_compaction(table: FileStore, messages: Sequence[CommitMessage],
 
 def compact_table(table: FileStore, full: bool = False,
                   partition: Predicate | Mapping[str, Any] | Sequence[Any] | None = None) -> TableCompactResult:
-    """Compact every bucket that is due (or all, with `full`) and commit the result."""
+    """Compact every bucket that is due (or all, with `full`) and commit the result.
+
+    A postpone-bucket table first has the postponed rows of those partitions placed in buckets, in a COMPACT
+    commit of its own.
+    """
+    from lsmlake.table.postpone import is_postpone, place
+
+    placed: TableCompactResult | None = None
+    if is_postpone(table.schema):
+        moved = place(table, partitions=Predicate.of(partition))
+        if moved:
+            placed = TableCompactResult(commit_compaction(table, moved).snapshot_id, moved)
     full = full or full_compaction_due(table, compaction_history(table))
     _, messages = compact_buckets(table, full, partition)
     if not messages:
-        return TableCompactResult()
+        return placed or TableCompactResult()
     # A full compaction of the whole table resets the early-full and optimisation schedules.
     whole = full and partition is None
     result = commit_compaction(table, messages, properties={FULL_COMPACTION_PROPERTY: "true"} if whole else None)

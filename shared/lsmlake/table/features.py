@@ -16,8 +16,10 @@ def _truthy(schema: TableSchema, key: str) -> bool:
     return schema.options.get(key, "false").strip().lower() == "true"
 
 
-def unsupported(schema: TableSchema, for_write: bool) -> list[str]:
-    """Reasons the table cannot be read (or written, when `for_write`) correctly by lsmlake."""
+def unsupported(schema: TableSchema, for_write: bool, compaction: bool = False) -> list[str]:
+    """Reasons the table cannot be read (or written, when `for_write`; compacted, with `compaction` too) correctly
+    by lsmlake. A dynamic-bucket table can be compacted though not written: a compaction rewrites files within
+    their bucket and leaves the key -> bucket index (the HASH index files) as it is."""
     o = schema.table_options
     reasons = []
     if _truthy(schema, opts.DELETION_VECTORS_ENABLED.key) and _truthy(schema, "deletion-vectors.bitmap64"):
@@ -30,10 +32,10 @@ def unsupported(schema: TableSchema, for_write: bool) -> list[str]:
         except InvalidInputError as e:
             reasons.append(str(e))
     bucket = o.bucket()
-    if bucket < -1 or bucket == 0:
-        reasons.append(f"bucket={bucket} (postpone buckets are not supported)")
+    if bucket < -2 or bucket == 0 or (bucket == -2 and not schema.is_primary_key_table):
+        reasons.append(f"bucket={bucket} (not a bucket count: N > 0, -1, or -2 for primary-key tables)")
     if for_write:
-        if schema.is_primary_key_table and bucket == -1:
+        if schema.is_primary_key_table and bucket == -1 and not compaction:
             reasons.append("bucket=-1 on a primary-key table (dynamic buckets are not supported yet for writes)")
         try:
             o.get(opts.CHANGELOG_PRODUCER)
@@ -49,9 +51,9 @@ def unsupported(schema: TableSchema, for_write: bool) -> list[str]:
     return reasons
 
 
-def check(schema: TableSchema, identifier: str, for_write: bool) -> None:
+def check(schema: TableSchema, identifier: str, for_write: bool, compaction: bool = False) -> None:
     """Raise an InvalidInputError naming every option that stops lsmlake from handling the table."""
-    reasons = unsupported(schema, for_write)
+    reasons = unsupported(schema, for_write, compaction)
     if reasons:
-        what = "write to" if for_write else "read"
+        what = "compact" if compaction else "write to" if for_write else "read"
         raise InvalidInputError(f"cannot {what} table {identifier}: " + "; ".join(reasons))

@@ -8,6 +8,7 @@ from typing import Any
 
 from lsmlake.errors import LakeError
 from lsmlake.format.binary_row import deserialize_row
+from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.index_manifest import DELETION_VECTORS, IndexEntry, IndexManifestStore
 from lsmlake.format.manifest import ManifestEntry, ManifestStore
@@ -79,6 +80,8 @@ class TableScan:
         skip_level0 = skips_level0(schema) and not self.all_levels
         history = schema.history
         for e in live_entries(self.manifests, self.snapshot):
+            if e.bucket == POSTPONE_BUCKET:
+                continue  # postponed rows are invisible until a compaction places them in buckets, as in Paimon
             if skip_level0 and e.file.level == 0:
                 continue  # invisible to batch reads until compaction moves it up, as in Paimon
             if e.file.schema_id != schema.id and history is not None:

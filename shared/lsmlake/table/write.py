@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from lsmlake.errors import InvalidInputError
 from lsmlake.format import options as opts
 from lsmlake.format.binary_row import serialize_row
-from lsmlake.format.bucket import bucket_ids
+from lsmlake.format.bucket import POSTPONE_BUCKET, bucket_ids
 from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.data_file_writer import DataFileWriter, bucket_dir
 from lsmlake.format.index_manifest import IndexEntry
@@ -94,7 +94,10 @@ def group_ids(columns: list[pa.ChunkedArray | pa.Array], n: int) -> tuple[np.nda
 class TableWrite:
     """Buffers nothing: each `write` call turns its rows into files and returns the commit messages."""
 
-    def __init__(self, fio: FileIO, table_path: str, schema: TableSchema, sequences: SequenceAllocator) -> None:
+    def __init__(self, fio: FileIO, table_path: str, schema: TableSchema, sequences: SequenceAllocator,
+                 file_prefix: str = "data-") -> None:
+        """`file_prefix` starts every data file's name (a compaction run's own prefix, for its rollback)."""
+        self.file_prefix = file_prefix
         self.io = fio
         self.table_path = table_path
         self.schema = schema
@@ -140,7 +143,7 @@ class TableWrite:
             for a, b in zip(cut[:-1].tolist(), cut[1:].tolist(), strict=True):
                 pid, bucket = divmod(int(cg[a]), span)
                 sel = pa.array(idx[a:b], pa.int64())
-                changelog.append((BucketTarget(*partitions[pid], bucket), rows.take(sel), seq[idx[a:b]],
+                changelog.append((self.target(partitions[pid], bucket), rows.take(sel), seq[idx[a:b]],
                                   kinds[idx[a:b]]))
         if schema.is_primary_key_table:
             rows, g, seq, kinds, layer = self._fold(rows, g, seq, kinds)
@@ -155,7 +158,7 @@ class TableWrite:
         jobs = []
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
             pid, bucket = divmod(int(g[a]), span)
-            jobs.append((BucketTarget(*partitions[pid], bucket), a, b))
+            jobs.append((self.target(partitions[pid], bucket), a, b))
 
         def run(job: tuple[BucketTarget, int, int]) -> tuple[BucketTarget, list[DataFileMeta]]:
             target, a, b = job
@@ -180,7 +183,7 @@ class TableWrite:
             bkeys = schema.bucket_keys
             buckets = bucket_ids([rows.column(k) for k in bkeys], schema.types_of(bkeys), num_buckets)
             buckets = np.asarray(buckets, dtype=np.int64)
-        else:
+        else:  # unaware append tables have bucket 0; postpone tables put every row in bucket -2 (`target`)
             buckets = np.zeros(n, np.int64)
         span = max(num_buckets, 1)
         g = pgroup * span + buckets
@@ -197,8 +200,12 @@ class TableWrite:
                 partitions[pid] = (serialize_row(values, self.partition_types),
                                    partition_path(values, list(schema.partition_keys), self.partition_types,
                                                   self.default_partition))
-            targets.append(BucketTarget(*partitions[pid], bucket))
+            targets.append(self.target(partitions[pid], bucket))
         return Routing(g, order, starts, targets, span, partitions)
+
+    def target(self, partition: tuple[bytes, str], bucket: int) -> BucketTarget:
+        """The bucket a routing group writes to: a postpone table writes every group to bucket -2."""
+        return BucketTarget(*partition, POSTPONE_BUCKET if self.schema.num_buckets == POSTPONE_BUCKET else bucket)
 
     def check_kinds(self, kinds: np.ndarray) -> None:
         """Refuse row kinds the table's merge engine gives no meaning to, before anything is buffered or written."""
@@ -212,14 +219,14 @@ class TableWrite:
                                     "set 'ignore-delete' = 'true' to drop them")
 
     def write_files(self, target: BucketTarget, rows: pa.Table, seq: np.ndarray, kinds: np.ndarray,
-                    prefix: str = "data-") -> list[DataFileMeta]:
+                    prefix: str | None = None) -> list[DataFileMeta]:
         """Write rows of one bucket (sorted by key, keys unique, for primary-key tables) as level-0 files.
 
         The files are remembered for `abort`; the caller puts them into a commit message.
         """
         directory = bucket_dir(self.table_path, target.partition_path, target.bucket)
         files = self.file_writer.write(directory, rows, seq, kinds if self.schema.is_primary_key_table else None,
-                                       prefix=prefix)
+                                       prefix=prefix or self.file_prefix)
         self._written.extend(f"{directory}/{f.file_name}" for f in files)
         return files
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from lsmlake.cli.cluster import Cluster, check_ports, down, status
+from lsmlake.cli.cluster import Cluster, check_ports, check_rest_port, down, status
 from lsmlake.cli.output import out
 from lsmlake.cli.warehouse import warehouse_dir
 
@@ -15,11 +15,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     ports = check_ports({"catalog": args.catalog_port, "writer": args.writer_port,
                          "compactor": args.compactor_port})
     cluster = Cluster(warehouse_dir(args), kafka=args.kafka, ports=ports, compactor=not args.no_compactor,
-                      spark_master=args.spark_master, commit_interval_s=args.commit_interval, ingest=args.ingest)
+                      spark_master=args.spark_master, commit_interval_s=args.commit_interval, ingest=args.ingest,
+                      rest_port=check_rest_port(args.rest_port))
     sys.stderr.write("starting Kafka, catalog, writer" + (", compactor" if not args.no_compactor else "") + " ...\n")
     state = cluster.start()
     out(f"kafka      {state.kafka}" + ("  (embedded Tansu broker)" if state.embedded_kafka else ""))
     out(f"catalog    {state.catalog}")
+    if state.rest:
+        out(f"rest       {state.rest}  (REST catalog: Paimon metastore=rest)")
     out(f"writer     {state.writer}")
     if state.compactor:
         out(f"compactor  {state.compactor}")
@@ -46,6 +49,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         out(f"kafka      {info['kafka']}" + ("  (embedded)" if info["embedded_kafka"] else ""))
         for name, s in info["services"].items():
             out(f"{name:10s} {s['endpoint']}  {'SERVING' if s['serving'] else 'NOT SERVING'}")
+            if name == "catalog" and info["rest"]:  # served by the catalog process, beside its gRPC port
+                out(f"rest       {info['rest']}  (REST catalog: Paimon metastore=rest)")
     ok = info["running"] and all(s["serving"] for s in info["services"].values())
     return 0 if ok else 1
 

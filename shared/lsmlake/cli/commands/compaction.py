@@ -18,6 +18,7 @@ from lsmlake.metastore import PLAN_STATES, now_ms, open_store
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
 from lsmlake.table.compact import restore_levels
 from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.postpone import postpone_splits
 
 LEVEL_KEYS = ("partition", "bucket", "level", "run", "file", "size", "rows", "min_key", "max_key", "min_seq",
               "max_seq")
@@ -50,7 +51,8 @@ def bucket_levels(table: FileStoreTable, snapshot_id: int | None = None) -> list
     as_json = JsonValues(schema.types_of(keys))
     default_name = schema.table_options.get(opts.PARTITION_DEFAULT_NAME)
     buckets = []
-    for split in table.new_scan(None, snapshot, all_levels=True).plan():
+    # a postpone table's rows waiting for placement show as bucket -2, all on level 0
+    for split in table.new_scan(None, snapshot, all_levels=True).plan() + postpone_splits(table, snapshot):
         shown = [default_name if v is None else cell(v) for v in as_json(split.partition_values)]
         name = "/".join(f"{k}={v}" for k, v in zip(keys, shown, strict=True))
         buckets.append((name, split.bucket, restore_levels(table, split)))
