@@ -84,8 +84,14 @@ def test_the_compactor_places_postponed_rows(broker: EmbeddedBroker, tmp_path: P
             options={"bucket": "-2", "postpone.target-row-num-per-bucket": "10"}), timeout=30)
         model: dict[str, dict[tuple[str, int], str]] = {"py": {}, "lake": {}}
         wstub = writer_pb2_grpc.WriterServiceStub(writer.channel)
-        # the compactor may place each commit before the next arrives, and a partition's count is fixed once it
-        # has buckets: the first commit alone decides lake's count (15 rows per partition at 10 per bucket -> 2)
+        def placed(name: str) -> bool:
+            expected = [{"id": k[1], "v": v, "pt": k[0]} for k, v in sorted(model[name].items())]
+            return _pypaimon_rows(cat, name) == expected and not pending(
+                FileSystemCatalog(str(warehouse)).get_table(f"db.{name}"))
+
+        # a partition's count is chosen from the rows pending when it is first placed and fixed from then on:
+        # the first commit is placed alone (lake: 15 rows per partition at 10 per bucket -> 2 buckets), the
+        # later ones join the buckets it made
         for r, ids in enumerate((range(0, 30), range(5, 15), range(10, 20))):
             rows = [{"id": i, "v": f"r{r}", "pt": f"p{i % 2}"} for i in ids]
             builder = cat.get_table("db.py").new_batch_write_builder()
@@ -98,11 +104,8 @@ def test_the_compactor_places_postponed_rows(broker: EmbeddedBroker, tmp_path: P
             assert reply.snapshot_id > 0
             for name in ("py", "lake"):
                 model[name].update({(x["pt"], x["id"]): x["v"] for x in rows})
-
-        def placed(name: str) -> bool:
-            expected = [{"id": k[1], "v": v, "pt": k[0]} for k, v in sorted(model[name].items())]
-            return _pypaimon_rows(cat, name) == expected and not pending(
-                FileSystemCatalog(str(warehouse)).get_table(f"db.{name}"))
+            if r == 0:
+                _wait("the first commits placed", lambda: placed("py") and placed("lake"), compactor)
 
         _wait("pypaimon's postponed rows placed", lambda: placed("py"), compactor)
         _wait("the writer service's postponed rows placed", lambda: placed("lake"), compactor)
