@@ -1,4 +1,4 @@
-"""Reading the catalog's table, scan, sequence and expiration requests into lsmlake's types, within bounds.
+"""Reading the catalog's table, scan, sequence, bucket and expiration requests into lsmlake's types, within bounds.
 
 Column names are quoted in `...` for the schema parser and its type parser recurses per nesting level,
 so both are bounded before either sees them; sequence ranges are bounded so that a request cannot take
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+
+import numpy as np
 
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.bucket import POSTPONE_BUCKET
@@ -22,6 +24,7 @@ MAX_TYPE_CHARS = 4_096
 MAX_TYPE_NESTING = 32
 MAX_RANGES = 10_000
 MAX_SEQUENCES_PER_RANGE = 1 << 40  # far above any flush; keeps 2^62 (the commit checks' bound) out of reach
+MAX_KEY_HASHES = 1_000_000  # per AssignBuckets request: 4 bytes each, well inside gRPC's message limit
 
 
 def check_column(where: str, name: str, type_text: str) -> None:
@@ -113,3 +116,11 @@ def bucket_numbers(buckets: Sequence[int]) -> set[int]:
         raise InvalidInputError(f"buckets {bad} are not bucket numbers (0 and up, or {POSTPONE_BUCKET} for "
                                 "postponed files)")
     return wanted
+
+
+def key_hashes_of(request: catalog_pb2.AssignBucketsRequest) -> np.ndarray:
+    """The key hashes of an AssignBuckets request; InvalidInputError when there are none or too many."""
+    n = len(request.key_hashes)
+    if not 1 <= n <= MAX_KEY_HASHES:
+        raise InvalidInputError(f"key_hashes has {n} entries; send 1 to {MAX_KEY_HASHES}")
+    return np.fromiter(request.key_hashes, np.int32, n)

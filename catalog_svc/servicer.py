@@ -17,9 +17,17 @@ from contextlib import contextmanager
 import grpc
 
 from catalog_svc.metrics import CatalogMetrics
-from catalog_svc.requests import bucket_numbers, expire_options, schema_change, sequence_counts, table_fields
+from catalog_svc.requests import (
+    bucket_numbers,
+    expire_options,
+    key_hashes_of,
+    schema_change,
+    sequence_counts,
+    table_fields,
+)
 from catalog_svc.watch import follow_snapshots
 from lsmlake.auth.principal import current_principal
+from lsmlake.catalog.commit_checks import check_partition
 from lsmlake.catalog.commit_identity import request_id_limit, request_ids_of
 from lsmlake.catalog.commit_request import CommitRequest
 from lsmlake.catalog.commits import AFTER_COMMIT, AFTER_SNAPSHOT, CatalogCommits, CommitOutcome, check_table_identity
@@ -29,14 +37,18 @@ from lsmlake.catalog.snapshot_commit import SnapshotCommitRequest, commit_snapsh
 from lsmlake.catalog.timeline import Timeline, parse_plan_id
 from lsmlake.errors import CommitConflictError, InvalidInputError, LakeError, NotFoundError
 from lsmlake.format.predicate import Predicate
+from lsmlake.format.snapshot import APPEND, BATCH_COMMIT_IDENTIFIER
 from lsmlake.metastore import CompactionPlan, MetaStore, now_ms
 from lsmlake.metastore.request_ids import check_request_ids
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 from lsmlake.rpc import convert
 from lsmlake.rpc.errors import guarded, guarded_stream
 from lsmlake.rpc.events import snapshot_events
+from lsmlake.table import features
+from lsmlake.table.dynamic_bucket import CommittingAssigner, HashFiles, is_dynamic
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.sequence_numbers import committed_floors
+from lsmlake.table.write import CommitMessage
 
 _log = logging.getLogger(__name__)
 
@@ -44,6 +56,7 @@ _ident = convert.table_id
 FAULTS = (None, "exit-after-snapshot", "exit-after-commit")
 _FAULT_POINTS = {AFTER_SNAPSHOT: "exit-after-snapshot", AFTER_COMMIT: "exit-after-commit"}
 KEEP_WRITES_MS = 24 * 3_600_000  # default of how long a committed client write id answers a resend
+BUCKET_ASSIGNER_USER = "lsmlake-bucket-assigner"  # the commit user of AssignBuckets' index commits
 FORGET_WRITES_EVERY_S = 60.0
 
 
@@ -74,6 +87,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
             raise InvalidInputError(f"the retention of request ids must be positive, got {keep_writes_ms} ms")
         self._keep_writes_ms = keep_writes_ms
         self._changed = threading.Condition()  # notified after every commit through this replica
+        self._hash_files: dict[str, HashFiles] = {}  # table uuid -> the HASH index files read for AssignBuckets
         self._forget_writes_at = 0.0  # monotonic time of the next purge of old client write ids
 
     def _table(self, t: common_pb2.TableIdentifier) -> FileStoreTable:
@@ -272,6 +286,41 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
             first = self.store.allocate_sequences(tid, counts, floors, latest)
         self.metrics.sequences.inc(sum(counts.values()))
         return catalog_pb2.AllocateSequencesResponse(first=[first[k] for k in counts])
+
+    @guarded
+    def AssignBuckets(self, request: catalog_pb2.AssignBucketsRequest,
+                      context: grpc.ServicerContext) -> catalog_pb2.AssignBucketsResponse:
+        """The bucket of each key of a partition of a dynamic-bucket table (see `lsmlake.table.dynamic_bucket`).
+
+        Under the table's commit lock, so that catalog replicas take turns: known keys are looked up in the
+        latest snapshot's HASH index, new ones assigned and committed through the ordinary commit path (an
+        APPEND of the replaced buckets' index files, recorded and announced like any commit) before the answer.
+        """
+        tid = _ident(request.table)
+        hashes = key_hashes_of(request)
+        partition = bytes(request.partition)
+        committed: list[int] = []
+        with self.store.commit_lock(tid):
+            table = self.catalog.get_table(tid)
+            check_table_identity(table, request.table_uuid)
+            if not is_dynamic(table.schema):
+                raise InvalidInputError(f"table {tid} does not have dynamic buckets (bucket = -1 on a primary-key "
+                                        "table): its rows are routed by hash")
+            features.check(table.schema, tid, for_write=True)
+            check_partition(table, partition, "partition")
+            self.commits.reconcile(tid, table)
+
+            def commit(messages: list[CommitMessage]) -> None:
+                committed.append(self._run_commit(CommitRequest(
+                    tid, APPEND, BUCKET_ASSIGNER_USER, BATCH_COMMIT_IDENTIFIER, messages,
+                    table_uuid=table.table_uuid)).snapshot_id)
+
+            files = self._hash_files.get(table.table_uuid)
+            if files is None:
+                files = self._hash_files[table.table_uuid] = HashFiles(table.indexes)
+            buckets = CommittingAssigner(table, commit, files=files).assign(partition, hashes)
+        return catalog_pb2.AssignBucketsResponse(buckets=buckets.tolist(),
+                                                 snapshot_id=committed[-1] if committed else 0)
 
     # -- snapshots -----------------------------------------------------------------------------
 

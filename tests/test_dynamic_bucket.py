@@ -4,7 +4,7 @@ pypaimon assigns keys to buckets through the HASH index it keeps in the index ma
 files within their bucket and must leave that index as it is, so that pypaimon keeps every existing key in
 its bucket afterwards. A deletion-vector table reads empty in pypaimon until compacted (its writes are level
 0); after lsmlake's compaction pypaimon and lsmlake read exactly the model's rows, and again after pypaimon
-wrote more. lsmlake itself does not write dynamic-bucket tables yet and says so.
+wrote more. (lsmlake writing such tables: test_dynamic_bucket_writes.py.)
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import pyarrow as pa
 import pytest
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
-from lsmlake.errors import InvalidInputError
 from lsmlake.format.snapshot import COMPACT
 from lsmlake.table.compact import compact_table
 
@@ -73,10 +72,7 @@ def test_lsmlake_compacts_a_dynamic_bucket_table_pypaimon_writes(tmp_path: Any) 
     assert _pypaimon_rows(cat) == {}  # level 0 only: invisible to a deletion-vector read
     index = _hash_index(wh)
     assert len(index) == 4 and sum(n for _, n in index.values()) == len(model)  # 16 keys, 5 per bucket
-    table = FileSystemCatalog(wh).get_table("db.t")
-    with pytest.raises(InvalidInputError, match="dynamic buckets"):
-        table.new_write()
-    compact_table(table)
+    compact_table(FileSystemCatalog(wh).get_table("db.t"))
     assert _pypaimon_rows(cat) == model
     assert {r["id"]: r["v"] for r in FileSystemCatalog(wh).get_table("db.t").to_arrow().to_pylist()} == model
     assert _hash_index(wh) == index  # the compaction left the key index as it was

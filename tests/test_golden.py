@@ -25,6 +25,7 @@ from lsmlake.errors import LakeError
 from lsmlake.format.bucket import bucket_ids
 from lsmlake.table.file_store_table import FileStoreTable
 
+from .dynamic_index import check_index
 from .golden import GOLDEN_WAREHOUSE
 from .values import norm_value
 
@@ -36,7 +37,6 @@ ALL_TABLES = ["alltypes_t", "append_bucket_t", "append_t", "changelog_t", "dv_ap
 UNSUPPORTED = {
     "dv_pk_t": ("deletion",),  # deletion-vectors.enabled: level-0 files are invisible until compacted
     "dv_append_t": ("deletion",),  # deletion vectors (row-id deletes of a data-evolution table)
-    "dyn_t": ("dynamic", "bucket"),  # primary key with bucket = -1 (dynamic bucket, HASH index)
 }
 SUPPORTED = [t for t in ALL_TABLES if t not in UNSUPPORTED]
 
@@ -153,7 +153,11 @@ def test_plans_the_files_pypaimon_plans(warehouse: str, name: str) -> None:
     assert ours == pyp_plan(warehouse, name)
 
 
-@pytest.mark.parametrize("name", [n for n in SUPPORTED if n not in ("alltypes_t", "append_t")])
+def test_rows_of_the_dynamic_bucket_table_sit_where_its_hash_index_says(warehouse: str) -> None:
+    assert check_index(warehouse, "db.dyn_t") == {(1,): 0, (2,): 0, (3,): 0}  # three keys, one bucket
+
+
+@pytest.mark.parametrize("name", [n for n in SUPPORTED if n not in ("alltypes_t", "append_t", "dyn_t")])
 def test_rows_sit_in_the_bucket_lsmlake_computes(warehouse: str, name: str) -> None:
     t = lsm(warehouse, name)
     n = t.schema.num_buckets

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 import grpc
+import numpy as np
 
 from lsmlake.errors import CommitStateUnknownError, LakeError, ServiceUnavailableError
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
@@ -24,6 +25,7 @@ from lsmlake.table.write import CommitMessage
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
+ASSIGN_BATCH = 500_000  # distinct key hashes per AssignBuckets request (the catalog takes up to 1,000,000)
 
 
 class CommitRefusedError(LakeError):
@@ -45,6 +47,21 @@ class CatalogSequences:
 
     def allocate(self, counts: Mapping[tuple[bytes, int], int]) -> dict[tuple[bytes, int], int]:
         return self.client.allocate_sequences(self.table_id, counts, self.table_uuid)
+
+
+class CatalogBuckets:
+    """The catalog as the bucket assigner of one dynamic-bucket table (see `lsmlake.table.dynamic_bucket`)."""
+
+    def __init__(self, client: CatalogClient, table_id: str, table_uuid: str) -> None:
+        self.client = client
+        self.table_id = table_id
+        self.table_uuid = table_uuid
+
+    def assign(self, partition: bytes, hashes: np.ndarray) -> np.ndarray:
+        return self.client.assign_buckets(self.table_id, partition, hashes, self.table_uuid)
+
+    def index_messages(self) -> list[CommitMessage]:
+        return []  # the catalog committed every assignment before answering
 
 
 def ident(table_id: str) -> common_pb2.TableIdentifier:
@@ -101,6 +118,27 @@ class CatalogClient:
         first = self._retrying(lambda: self.stub.AllocateSequences(request, timeout=self.timeout_s).first,
                                f"sequence numbers for {table_id}", "sequence numbers", unknown)
         return dict(zip(keys, first, strict=True))
+
+    def assign_buckets(self, table_id: str, partition: bytes, hashes: np.ndarray, table_uuid: str = "") -> np.ndarray:
+        """The bucket of each key hash of a partition, assigned (and committed) by the catalog.
+
+        Asked in pieces of at most `ASSIGN_BATCH` distinct hashes; a lost reply is asked again (an assignment
+        is committed before its answer, so the same question gets the same buckets).
+        """
+        uniq, inverse = np.unique(np.asarray(hashes, np.int32), return_inverse=True)
+        out = np.empty(len(uniq), np.int32)
+        for at in range(0, len(uniq), ASSIGN_BATCH):
+            piece = uniq[at:at + ASSIGN_BATCH]
+            request = catalog_pb2.AssignBucketsRequest(table=ident(table_id), partition=partition,
+                                                       key_hashes=piece.tolist(), table_uuid=table_uuid)
+            def unknown(e: grpc.RpcError) -> LakeError:
+                return ServiceUnavailableError(f"the catalog at {self.target} assigned no buckets for {table_id} "
+                                               f"({e.code().name}: {e.details()}); nothing was written, retry")
+            def ask(r: catalog_pb2.AssignBucketsRequest = request) -> Sequence[int]:
+                return self.stub.AssignBuckets(r, timeout=self.timeout_s).buckets
+            buckets = self._retrying(ask, f"buckets for {table_id}", "to assign buckets", unknown)
+            out[at:at + len(piece)] = np.fromiter(buckets, np.int32, len(piece))
+        return out[inverse.reshape(-1)]
 
     def _retrying(self, call: Callable[[], T], what: str, refused: str,
                   unknown: Callable[[grpc.RpcError], LakeError]) -> T:

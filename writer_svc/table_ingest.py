@@ -41,12 +41,13 @@ from lsmlake.errors import (
     StorageError,
 )
 from lsmlake.mergetree.levels import writers_stall
+from lsmlake.table.dynamic_bucket import is_dynamic
 from lsmlake.table.file_store import table_identity
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.input_rows import conform
 from lsmlake.table.write import CommitMessage
 from lsmlake.table.write_buffer import BufferedTableWrite
-from writer_svc.catalog_client import CatalogClient, CatalogSequences, CommitRefusedError
+from writer_svc.catalog_client import CatalogBuckets, CatalogClient, CatalogSequences, CommitRefusedError
 from writer_svc.metrics import WriterMetrics
 
 _log = logging.getLogger(__name__)
@@ -118,7 +119,13 @@ class TableIngest:
         """Write buffers numbering their rows with ranges the catalog hands out at each flush: the one
         authority per bucket shared by every writer replica and ingestion path (docs/writer-service.md)."""
         return BufferedTableWrite(self.table, spill_root=self._spill_root,
-                                  sequences=CatalogSequences(self.client, self.table_id, self.table.table_uuid))
+                                  sequences=CatalogSequences(self.client, self.table_id, self.table.table_uuid),
+                                  assigner=self._assigner())
+
+    def _assigner(self) -> CatalogBuckets | None:
+        """The catalog as the bucket assigner of a dynamic-bucket table, shared by every writer replica."""
+        return CatalogBuckets(self.client, self.table_id, self.table.table_uuid) if is_dynamic(self.table.schema) \
+            else None
 
     def _note_refusal(self, error: BaseException) -> None:
         """After the catalog refused a commit or sequence numbers: is the table this writer holds gone?"""
@@ -289,7 +296,7 @@ class TableIngest:
 
     def _buckets_of(self, data: pa.Table) -> set[tuple[bytes, int]]:
         rows, _ = conform(self.table.schema, data)
-        return {(t.partition, t.bucket) for t, _ in self.table.new_write().route(rows).runs()}
+        return {(t.partition, t.bucket) for t, _ in self.table.new_write(assigner=self._assigner()).route(rows).runs()}
 
     def _runs_of(self, key: tuple[bytes, int]) -> int:
         """Sorted runs a bucket has once the commits under way land: committed + files being committed."""

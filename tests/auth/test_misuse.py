@@ -10,7 +10,7 @@ import json
 import os
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import grpc
@@ -22,10 +22,12 @@ from catalog_svc.server import Settings as CatalogSettings
 from lsmlake import Client
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
-from lsmlake.rpc.convert import changes_to_proto, file_to_proto
+from lsmlake.rpc.convert import changes_to_proto, file_to_proto, index_to_proto
 from lsmlake.rpc.security import ChannelSecurity, ServerSecurity
 from writer_svc.server import Settings as WriterSettings
 from writer_svc.server import WriterServer
+
+from ..dynamic_index import check_index
 
 TIMEOUT_S = 30.0
 PRINCIPALS = {"root": "admin", "writer-svc": "service", "compactor-a": "service", "compactor-b": "service",
@@ -270,3 +272,32 @@ def test_external_paths_outside_the_tables_roots_are_refused(cluster: Cluster, t
         assert commit(str(moved), 9).snapshot_id >= 1
     assert outside.read_text() == "not the table's"
     assert cluster.ids(table) == [1]
+
+
+def test_a_writer_token_cannot_move_keys_of_a_dynamic_bucket_table(cluster: Cluster) -> None:
+    """A writer who could assign buckets or replace a bucket's HASH index could put a key in a second bucket
+    (two live rows for one key): both are for the services only, and change nothing when a writer tries."""
+    table = _table(cluster, "dyn", {"bucket": "-1", "dynamic-bucket.target-row-num": "2"}, pk=True)
+    with cluster.client("bob") as bob:
+        bob.write(table, pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}), commit_now=True)
+    t = FileSystemCatalog(cluster.warehouse).get_table(table)
+    before = t.snapshots.latest_id()
+    hash_entry = next(e for e in t.indexes.read(t.snapshots.latest().index_manifest) if e.index_type == "HASH")
+    empty = t.indexes.write_index_file(b"")  # a writer can put files in the table's folder
+    forged = common_pb2.FileChanges(partition=hash_entry.partition, bucket=hash_entry.bucket, total_buckets=-1,
+                                    new_index_files=[index_to_proto(replace(hash_entry, file_name=empty, file_size=0,
+                                                                            row_count=0))],
+                                    deleted_index_files=[index_to_proto(hash_entry)])
+    ch, eve = cluster.stub("eve")
+    with ch:
+        details = _refused(lambda: eve.Commit(catalog_pb2.CommitRequest(
+            table=_ident(table), commit_user="eve-dyn", commit_identifier=1, kind=common_pb2.COMMIT_KIND_APPEND,
+            changes=[forged]), timeout=TIMEOUT_S), grpc.StatusCode.PERMISSION_DENIED)
+        assert "HASH index" in details and "nothing was applied" in details
+        _refused(lambda: eve.AssignBuckets(catalog_pb2.AssignBucketsRequest(
+            table=_ident(table), key_hashes=[1, 2, 3]), timeout=TIMEOUT_S), grpc.StatusCode.PERMISSION_DENIED)
+    assert FileSystemCatalog(cluster.warehouse).get_table(table).snapshots.latest_id() == before
+    with cluster.client("bob") as bob:  # the same keys again, and new ones: each key in one bucket
+        bob.write(table, pa.table({"id": [1, 2, 3, 4, 5], "v": ["x"] * 5}), commit_now=True)
+    assert cluster.ids(table) == [1, 2, 3, 4, 5]
+    assert len(check_index(cluster.warehouse, table)) == 5

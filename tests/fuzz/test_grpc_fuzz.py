@@ -144,6 +144,7 @@ REQUESTS: dict[str, st.SearchStrategy[Any]] = {
     "/lsmlake.v1.CatalogService/ListCompactionPlans": message_of(catalog_pb2.ListCompactionPlansRequest),
     "/lsmlake.v1.CatalogService/FindWrites": message_of(catalog_pb2.FindWritesRequest),
     "/lsmlake.v1.CatalogService/AllocateSequences": message_of(catalog_pb2.AllocateSequencesRequest),
+    "/lsmlake.v1.CatalogService/AssignBuckets": message_of(catalog_pb2.AssignBucketsRequest),
     "/lsmlake.v1.WriterService/Write": _write_streams(),
     "/lsmlake.v1.WriterService/WriteRows": message_of(
         writer_pb2.WriteRowsRequest, lsmlake__v1__WriteRowsRequest__rows_json=st.lists(json_rows, max_size=4),
@@ -268,6 +269,13 @@ def test_a_refusal_names_the_problem(lake: Lake) -> None:
         (lambda: lake.catalog.RollbackCompaction(catalog_pb2.RollbackCompactionRequest(
             table=pk, plan_id="1", output_files=["data-1.parquet", "../data-2.parquet"]), timeout=30),
          grpc.StatusCode.INVALID_ARGUMENT, "output_files[1]"),
+        (lambda: lake.catalog.AssignBuckets(catalog_pb2.AssignBucketsRequest(table=pk, key_hashes=[1]), timeout=30),
+         grpc.StatusCode.INVALID_ARGUMENT, "does not have dynamic buckets"),
+        (lambda: lake.catalog.AssignBuckets(catalog_pb2.AssignBucketsRequest(table=pk), timeout=30),
+         grpc.StatusCode.INVALID_ARGUMENT, "key_hashes has 0 entries"),
+        (lambda: lake.catalog.AssignBuckets(catalog_pb2.AssignBucketsRequest(
+            table=pk, key_hashes=[0] * 1_000_001), timeout=30),
+         grpc.StatusCode.INVALID_ARGUMENT, "key_hashes has 1000001 entries"),
         (lambda: lake.channels["lsmlake.v1.CatalogService"].unary_unary("/lsmlake.v1.CatalogService/GetTable")(
             b"\x0f\x00", timeout=30), grpc.StatusCode.INVALID_ARGUMENT, "GetTableRequest"),
     ]

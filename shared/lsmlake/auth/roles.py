@@ -53,6 +53,7 @@ METHOD_ROLES: dict[str, Role] = {
     f"/{_C}/Commit": Role.WRITER,
     # catalog: the writer and compactor services' own calls (a compaction replaces a table's files)
     f"/{_C}/AllocateSequences": Role.SERVICE,
+    f"/{_C}/AssignBuckets": Role.SERVICE,
     f"/{_C}/RequestCompaction": Role.SERVICE,
     f"/{_C}/StartCompaction": Role.SERVICE,
     f"/{_C}/CompleteCompaction": Role.SERVICE,

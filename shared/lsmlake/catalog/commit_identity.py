@@ -32,6 +32,7 @@ from lsmlake.auth.tokens import Principal
 from lsmlake.errors import AlreadyExistsError, NotFoundError, PermissionDeniedError
 from lsmlake.format.snapshot import COMPACT, OVERWRITE
 from lsmlake.metastore.request_ids import MAX_REQUEST_ID, MAX_STORED_REQUEST_ID
+from lsmlake.table.dynamic_bucket import HASH_INDEX
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.write import CommitMessage
 
@@ -50,8 +51,11 @@ def require(principal: Principal | None, role: Role, what: str) -> None:
 
 
 def check_rights(kind: str, properties: Mapping[str, str], principal: Principal | None,
-                 planned: bool = False) -> None:
+                 planned: bool = False, changes: Sequence[CommitMessage] = ()) -> None:
     """The role a commit needs for what it does (the method's own role was checked before)."""
+    if any(e.index_type == HASH_INDEX for m in changes for e in (*m.new_index_files, *m.deleted_index_files)):
+        # a wrong key set sends keys to a second bucket: only the assigner (AssignBuckets) writes it
+        require(principal, Role.SERVICE, "changing the HASH index of a dynamic-bucket table")
     if kind == OVERWRITE:
         require(principal, Role.ADMIN, "an OVERWRITE commit (it removes rows)")
     if kind == COMPACT and not planned:

@@ -16,6 +16,7 @@ from lsmlake.catalog.reconcile import WRITES_PROPERTY
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.snapshot import APPEND, COMPACT, OVERWRITE
 from lsmlake.metastore.request_ids import check_request_ids
+from lsmlake.table.dynamic_bucket import HASH_INDEX
 from lsmlake.table.write import CommitMessage
 
 # Bounds on one commit (gRPC's message size limit bounds the bytes; these bound the work).
@@ -67,7 +68,8 @@ def check_request(request: CommitRequest, principal: Principal | None) -> None:
     for i, c in enumerate(changes):
         if c.bucket < -2 or c.total_buckets < -2:  # -1 / -2: Paimon's dynamic and postpone bucket modes
             raise InvalidInputError(f"changes[{i}]: bucket {c.bucket} / total_buckets {c.total_buckets} is invalid")
-        if kind == APPEND and (c.deleted_files or c.deleted_index_files):
+        # an APPEND may replace a bucket's HASH index (a dynamic-bucket assignment), never delete data
+        if kind == APPEND and (c.deleted_files or any(e.index_type != HASH_INDEX for e in c.deleted_index_files)):
             raise InvalidInputError(f"changes[{i}]: an APPEND commit cannot delete files; use COMPACT or OVERWRITE")
     if kind != OVERWRITE and (request.overwrite_all or request.overwrite_partitions):
         raise InvalidInputError("overwrite_all_partitions and overwrite_partitions are for OVERWRITE commits only")

@@ -93,7 +93,8 @@ class CatalogCommits:
         """
         principal = current_principal()
         check_request(request, principal)
-        check_rights(request.kind, request.properties, principal, planned=plan_check is not None)
+        check_rights(request.kind, request.properties, principal, planned=plan_check is not None,
+                     changes=request.changes)
         tid, kind, number = request.table_id, request.kind, request.identifier
         me = CommitIdentity.of(kind, request.commit_user, request.request_ids, request.changes,
                                request.overwrite_all, request.overwrite_partitions)

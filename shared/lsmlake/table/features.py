@@ -18,8 +18,8 @@ def _truthy(schema: TableSchema, key: str) -> bool:
 
 def unsupported(schema: TableSchema, for_write: bool, compaction: bool = False) -> list[str]:
     """Reasons the table cannot be read (or written, when `for_write`; compacted, with `compaction` too) correctly
-    by lsmlake. A dynamic-bucket table can be compacted though not written: a compaction rewrites files within
-    their bucket and leaves the key -> bucket index (the HASH index files) as it is."""
+    by lsmlake. A compaction of a dynamic-bucket table rewrites files within their bucket and leaves the key ->
+    bucket index (the HASH index files) as it is, so it needs nothing a write needs."""
     o = schema.table_options
     reasons = []
     if _truthy(schema, opts.DELETION_VECTORS_ENABLED.key) and _truthy(schema, "deletion-vectors.bitmap64"):
@@ -35,8 +35,10 @@ def unsupported(schema: TableSchema, for_write: bool, compaction: bool = False) 
     if bucket < -2 or bucket == 0 or (bucket == -2 and not schema.is_primary_key_table):
         reasons.append(f"bucket={bucket} (not a bucket count: N > 0, -1, or -2 for primary-key tables)")
     if for_write:
-        if schema.is_primary_key_table and bucket == -1 and not compaction:
-            reasons.append("bucket=-1 on a primary-key table (dynamic buckets are not supported yet for writes)")
+        if schema.is_primary_key_table and bucket == -1 and not compaction and not set(schema.partition_keys) <= set(
+                schema.primary_keys):
+            reasons.append("bucket=-1 with a primary key that leaves out partition keys (cross-partition upsert is "
+                           "not supported yet for writes)")
         try:
             o.get(opts.CHANGELOG_PRODUCER)
         except InvalidInputError:

@@ -24,10 +24,11 @@ from lsmlake.format.index_manifest import IndexManifestStore
 from lsmlake.format.manifest import ManifestStore
 from lsmlake.format.predicate import Predicate
 from lsmlake.format.schema import SchemaHistory, SchemaManager, TableSchema
-from lsmlake.format.snapshot import OVERWRITE, Snapshot, SnapshotManager
+from lsmlake.format.snapshot import APPEND, OVERWRITE, Snapshot, SnapshotManager
 from lsmlake.fs.file_io import FileIO
 from lsmlake.table import features
 from lsmlake.table.commit import CommitResult, FileStoreCommit
+from lsmlake.table.dynamic_bucket import BucketAssigner, CommittingAssigner, is_dynamic
 from lsmlake.table.read import TableRead
 from lsmlake.table.scan import Split, TableScan
 from lsmlake.table.sequence_numbers import RestoredSequences, SequenceAllocator
@@ -109,15 +110,27 @@ class FileStore:
 
     # -- write ---------------------------------------------------------------------------------
 
-    def new_write(self, sequences: SequenceAllocator | None = None) -> TableWrite:
+    def new_write(self, sequences: SequenceAllocator | None = None,
+                  assigner: BucketAssigner | None = None) -> TableWrite:
         """A writer of the latest schema (re-read here, so that rows written after an alter carry it).
 
         Without `sequences` the writer numbers rows above each bucket's maximum in the latest snapshot,
-        which is right when it is the only writer of its buckets (see `sequence_numbers`).
+        which is right when it is the only writer of its buckets (see `sequence_numbers`). Without
+        `assigner`, a dynamic-bucket table's keys are assigned by commits straight to the table
+        (see `dynamic_bucket`).
         """
         self.refresh_schema()
         features.check(self.schema, self.identifier, for_write=True)
-        return TableWrite(self.io, self.path, self.schema, sequences or RestoredSequences(self.max_sequence_restorer()))
+        if assigner is None and is_dynamic(self.schema):
+            assigner = self.index_committing_assigner()
+        return TableWrite(self.io, self.path, self.schema, sequences or RestoredSequences(self.max_sequence_restorer()),
+                          assigner=assigner)
+
+    def index_committing_assigner(self, commit_user: str | None = None) -> CommittingAssigner:
+        """The bucket assigner of a dynamic-bucket table whose assignments commit straight to the table."""
+        def commit(messages: list[CommitMessage]) -> CommitResult:
+            return self.new_commit(commit_user).commit(messages, kind=APPEND)
+        return CommittingAssigner(self, commit)
 
     def max_sequence_restorer(self) -> Callable[[bytes, int], int]:
         """The largest sequence number of a bucket in the latest snapshot (-1 when empty), read on the first call."""

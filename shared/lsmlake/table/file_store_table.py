@@ -14,6 +14,7 @@ from lsmlake.format.predicate import Predicate
 from lsmlake.format.snapshot import BATCH_COMMIT_IDENTIFIER
 from lsmlake.table.commit import CommitResult
 from lsmlake.table.compact import compact_table
+from lsmlake.table.dynamic_bucket import FreshAssigner, is_dynamic
 from lsmlake.table.file_store import FileStore, table_identity
 from lsmlake.table.write import CommitMessage
 
@@ -65,7 +66,8 @@ class FileStoreTable(FileStore):
 
     def overwrite_arrow(self, data: pa.Table, partition: Mapping[str, Any] | None = None) -> CommitResult:
         """Replace the partitions the rows fall into (or the given static partition, or the whole table)."""
-        w = self.new_write()
+        # a dynamic-bucket table's replaced partitions lose their index with their files: assign afresh
+        w = self.new_write(assigner=FreshAssigner(self.schema, self.indexes) if is_dynamic(self.schema) else None)
         try:
             w.write(data)
             messages = w.prepare_commit()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +20,6 @@ from lsmlake.format.binary_row import serialize_row
 from lsmlake.format.bucket import POSTPONE_BUCKET, bucket_ids
 from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.data_file_writer import DataFileWriter, bucket_dir
-from lsmlake.format.index_manifest import IndexEntry
 from lsmlake.format.partition import partition_path
 from lsmlake.format.row_kind import is_retract
 from lsmlake.format.schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
@@ -29,24 +28,14 @@ from lsmlake.mergetree.dedupe import group_ends, sort_and_group
 from lsmlake.mergetree.merge.factory import merge_function_for
 from lsmlake.mergetree.merge.first_row import FirstRow
 from lsmlake.mergetree.merge.merge_function import MergeFunction
+from lsmlake.table.commit_message import CommitMessage
+from lsmlake.table.dynamic_bucket import BucketAssigner, is_dynamic, key_hashes
 from lsmlake.table.input_rows import conform
 from lsmlake.table.sequence_numbers import SequenceAllocator
 
+__all__ = ["BucketTarget", "CommitMessage", "Routing", "TableWrite", "fold_rows", "group_ids"]
+
 _GROUP = "__lsmlake_group"  # carried through the merge to regroup rows by (partition, bucket)
-
-
-@dataclass
-class CommitMessage:
-    """The file changes of one (partition, bucket), handed from a writer to a committer."""
-
-    partition: bytes
-    bucket: int
-    total_buckets: int
-    new_files: list[DataFileMeta] = field(default_factory=list)
-    deleted_files: list[DataFileMeta] = field(default_factory=list)
-    changelog_files: list[DataFileMeta] = field(default_factory=list)
-    new_index_files: list[IndexEntry] = field(default_factory=list)
-    deleted_index_files: list[IndexEntry] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -95,8 +84,12 @@ class TableWrite:
     """Buffers nothing: each `write` call turns its rows into files and returns the commit messages."""
 
     def __init__(self, fio: FileIO, table_path: str, schema: TableSchema, sequences: SequenceAllocator,
-                 file_prefix: str = "data-") -> None:
-        """`file_prefix` starts every data file's name (a compaction run's own prefix, for its rollback)."""
+                 file_prefix: str = "data-", assigner: BucketAssigner | None = None) -> None:
+        """`file_prefix` starts every data file's name (a compaction run's own prefix, for its rollback);
+        `assigner` puts the keys of a dynamic-bucket table in buckets (required for one)."""
+        if is_dynamic(schema) and assigner is None:
+            raise InvalidInputError("a writer of a dynamic-bucket table needs a bucket assigner")
+        self.assigner = assigner
         self.file_prefix = file_prefix
         self.io = fio
         self.table_path = table_path
@@ -179,29 +172,38 @@ class TableWrite:
         num_buckets = schema.num_buckets
         pgroup, pfirst = group_ids([rows.column(k) for k in schema.partition_keys], n) \
             if schema.partition_keys else (np.zeros(n, np.int64), np.zeros(1, np.int64))
+        partitions: dict[int, tuple[bytes, str]] = {}
+        for pid, first_row in enumerate(pfirst.tolist()):
+            values = [rows.column(k)[first_row].as_py() for k in schema.partition_keys]
+            partitions[pid] = (serialize_row(values, self.partition_types),
+                               partition_path(values, list(schema.partition_keys), self.partition_types,
+                                              self.default_partition))
         if num_buckets > 0:
             bkeys = schema.bucket_keys
             buckets = bucket_ids([rows.column(k) for k in bkeys], schema.types_of(bkeys), num_buckets)
             buckets = np.asarray(buckets, dtype=np.int64)
+        elif self.assigner is not None and is_dynamic(schema):
+            buckets = self._assign(rows, pgroup, partitions)
         else:  # unaware append tables have bucket 0; postpone tables put every row in bucket -2 (`target`)
             buckets = np.zeros(n, np.int64)
-        span = max(num_buckets, 1)
+        span = max(num_buckets, int(buckets.max()) + 1 if n else 1, 1)
         g = pgroup * span + buckets
         order = np.argsort(g, kind="stable")
         g_sorted = g[order]
         starts = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]]) if n else np.zeros(0, np.int64)
-        partitions: dict[int, tuple[bytes, str]] = {}
-        targets = []
-        for gid in g_sorted[starts].tolist():
-            pid, bucket = divmod(gid, span)
-            if pid not in partitions:
-                first_row = int(pfirst[pid])
-                values = [rows.column(k)[first_row].as_py() for k in schema.partition_keys]
-                partitions[pid] = (serialize_row(values, self.partition_types),
-                                   partition_path(values, list(schema.partition_keys), self.partition_types,
-                                                  self.default_partition))
-            targets.append(self.target(partitions[pid], bucket))
+        targets = [self.target(partitions[pid], bucket)
+                   for pid, bucket in (divmod(gid, span) for gid in g_sorted[starts].tolist())]
         return Routing(g, order, starts, targets, span, partitions)
+
+    def _assign(self, rows: pa.Table, pgroup: np.ndarray, partitions: dict[int, tuple[bytes, str]]) -> np.ndarray:
+        """The dynamic bucket of every row: the assigner's answer for its key in its partition."""
+        assert self.assigner is not None
+        hashes = key_hashes(self.schema, rows)
+        buckets = np.empty(rows.num_rows, np.int64)
+        for pid, (partition, _) in partitions.items():
+            mine = np.flatnonzero(pgroup == pid) if len(partitions) > 1 else slice(None)
+            buckets[mine] = self.assigner.assign(partition, hashes[mine])
+        return buckets
 
     def target(self, partition: tuple[bytes, str], bucket: int) -> BucketTarget:
         """The bucket a routing group writes to: a postpone table writes every group to bucket -2."""
@@ -244,6 +246,8 @@ class TableWrite:
         """The commit messages of everything written so far (and forget them)."""
         out = list(self.messages.values())
         self.messages = {}
+        if self.assigner is not None:
+            out.extend(self.assigner.index_messages())
         return out
 
     def abort(self) -> None:

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.table.bucket_buffer import WriteBuffer, WriteBufferOptions, WriteBufferStats
+from lsmlake.table.dynamic_bucket import BucketAssigner
 from lsmlake.table.input_rows import conform
 from lsmlake.table.sequence_numbers import RestoredSequences, SequenceAllocator
 from lsmlake.table.write import BucketTarget, CommitMessage
@@ -50,14 +51,16 @@ class BufferedTableWrite:
     """
 
     def __init__(self, table: FileStoreTable, spill_root: str | None = None, streaming: bool = True,
-                 sequences: SequenceAllocator | None = None) -> None:
+                 sequences: SequenceAllocator | None = None, assigner: BucketAssigner | None = None) -> None:
+        """`sequences` and `assigner` default to the table's own (a writer alone on its buckets; assignments
+        committed straight to the table)."""
         self.table = table
         self.options = WriteBufferOptions.from_table(table.options, object_store=not table.io.local,
                                                      streaming=streaming)
         self.spill_dir = os.path.join(spill_root or tempfile.gettempdir(), f"lsmlake-write-buffer-{uuid.uuid4().hex}")
         # one allocator for the life of the buffers: alone on its buckets, it restores each bucket once
         self.sequences = sequences or RestoredSequences(table.max_sequence_restorer())
-        self._write = table.new_write(self.sequences)
+        self._write = table.new_write(self.sequences, assigner)
         self._buffers: dict[tuple[bytes, int], WriteBuffer] = {}
         self._pending: dict[tuple[bytes, int], CommitMessage] = {}  # files flushed since the last prepare_commit
         self._paths: dict[bytes, str] = {}  # partition -> directory, for delete_files

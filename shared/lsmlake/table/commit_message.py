@@ -1,0 +1,22 @@
+"""The file changes of one (partition, bucket) that a writer, a compaction or an assigner hands to a commit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lsmlake.format.data_file_meta import DataFileMeta
+from lsmlake.format.index_manifest import IndexEntry
+
+
+@dataclass
+class CommitMessage:
+    """The file changes of one (partition, bucket), handed from a writer to a committer."""
+
+    partition: bytes
+    bucket: int
+    total_buckets: int
+    new_files: list[DataFileMeta] = field(default_factory=list)
+    deleted_files: list[DataFileMeta] = field(default_factory=list)
+    changelog_files: list[DataFileMeta] = field(default_factory=list)
+    new_index_files: list[IndexEntry] = field(default_factory=list)
+    deleted_index_files: list[IndexEntry] = field(default_factory=list)

@@ -1,0 +1,307 @@
+"""Dynamic buckets (`bucket = -1`): which bucket a key of a partition lives in, kept in the table's HASH index.
+
+Each (partition, bucket) of a dynamic-bucket table has one HASH index file: the bucket's whole key set as
+4-byte big-endian murmur3 hashes of the trimmed primary key, no header (docs/bucket-modes.md). A known key
+stays in its bucket; a new key goes to the first bucket (in index-manifest order) with fewer than
+`dynamic-bucket.target-row-num` keys, else to the lowest unused bucket while there are fewer than
+`dynamic-bucket.max-buckets`, else to an existing bucket chosen by its hash (Paimon chooses at random: any
+choice is correct once the index records it). Keys are never removed.
+
+Two writers must never put one key in two buckets, so an assignment is made durable before any file holds
+the rows it routes: `CommittingAssigner` reads the partition's index at the latest snapshot, assigns, writes
+a new complete index file for every bucket that gained keys and commits them alone (an APPEND that replaces
+those buckets' HASH entries). A concurrent assignment to the same bucket makes the commit conflict (the
+replaced entry is gone) and the assignment is redone on the newer index; a new bucket two writers both
+create conflicts the same way (a bucket cannot have two HASH files). The catalog service runs the same
+assigner under the table's commit lock for its writers (`AssignBuckets`), so replicas take turns.
+
+An overwrite replaces the partitions' indexes with the rows it writes: `FreshAssigner` assigns from an empty
+index in memory and hands the new index files to the overwrite's own commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from lsmlake.errors import CommitConflictError, CorruptMetadataError, InvalidInputError
+from lsmlake.format import options as opts
+from lsmlake.format.binary_row_columns import encode_rows
+from lsmlake.format.bucket import DYNAMIC_BUCKET, murmur3_rows
+from lsmlake.format.index_manifest import IndexEntry, IndexManifestStore
+from lsmlake.format.schema import TableSchema
+from lsmlake.format.snapshot import Snapshot, SnapshotManager
+from lsmlake.table.commit_message import CommitMessage
+
+HASH_INDEX = "HASH"
+#: Paimon's bucket ids of dynamic-bucket tables are Java shorts: 0..32767
+MAX_DYNAMIC_BUCKETS = 1 << 15
+
+
+def is_dynamic(schema: TableSchema) -> bool:
+    """True for a primary-key table with dynamic buckets."""
+    return schema.is_primary_key_table and schema.num_buckets == DYNAMIC_BUCKET
+
+
+def key_hashes(schema: TableSchema, rows: pa.Table) -> np.ndarray:
+    """The HASH index value of every row: murmur3 of its trimmed primary key's BinaryRow, as int32."""
+    keys = schema.trimmed_primary_keys
+    if not keys:
+        raise InvalidInputError(f"a dynamic-bucket table needs a primary key beside its partition keys; "
+                                f"{list(schema.primary_keys)} are all partition keys")
+    return murmur3_rows(*encode_rows([rows.column(k) for k in keys], schema.types_of(keys), rows.num_rows))
+
+
+def encode_hashes(hashes: np.ndarray) -> bytes:
+    """A HASH index file's bytes: the hashes as sorted 4-byte big-endian ints (pypaimon sorts them too)."""
+    return np.sort(np.asarray(hashes, np.int32)).astype(">i4").tobytes()
+
+
+def decode_hashes(data: bytes, where: str) -> np.ndarray:
+    """The hashes of a HASH index file, sorted."""
+    if len(data) % 4:
+        raise CorruptMetadataError(f"HASH index {where} has {len(data)} bytes, not a multiple of 4")
+    return np.sort(np.frombuffer(data, ">i4").astype(np.int32))
+
+
+@dataclass(frozen=True)
+class AssignOptions:
+    """The two options that decide where a new key goes."""
+
+    target_rows: int
+    max_buckets: int
+
+    @staticmethod
+    def of(schema: TableSchema) -> AssignOptions:
+        o = schema.table_options
+        target, most = o.require(opts.DYNAMIC_BUCKET_TARGET_ROW_NUM), o.require(opts.DYNAMIC_BUCKET_MAX_BUCKETS)
+        if target <= 0:
+            raise InvalidInputError(f"option 'dynamic-bucket.target-row-num' must be positive, got {target}")
+        if most != -1 and not 1 <= most <= MAX_DYNAMIC_BUCKETS:
+            raise InvalidInputError(f"option 'dynamic-bucket.max-buckets' must be -1 or 1..{MAX_DYNAMIC_BUCKETS}, "
+                                    f"got {most}")
+        return AssignOptions(target, MAX_DYNAMIC_BUCKETS if most == -1 else most)
+
+
+@dataclass
+class PartitionIndex:
+    """The HASH index of one partition: each bucket's sorted key hashes and its index entry, in manifest order."""
+
+    partition: bytes
+    hashes: dict[int, np.ndarray] = field(default_factory=dict)
+    entries: dict[int, IndexEntry] = field(default_factory=dict)
+
+    def lookup(self, hashes: np.ndarray) -> np.ndarray:
+        """The bucket of each hash, -1 where the partition does not know it."""
+        out = np.full(len(hashes), -1, np.int32)
+        if not self.hashes or not len(hashes):
+            return out
+        known = np.concatenate(list(self.hashes.values()))
+        owner = np.concatenate([np.full(len(h), b, np.int32) for b, h in self.hashes.items()])
+        order = np.argsort(known, kind="stable")
+        known, owner = known[order], owner[order]
+        at = np.minimum(np.searchsorted(known, hashes), len(known) - 1)
+        hit = known[at] == hashes
+        out[hit] = owner[at[hit]]
+        return out
+
+    def assign(self, hashes: np.ndarray, options: AssignOptions) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+        """The bucket of each hash, assigning new ones by Paimon's rule; and the new hashes of each bucket."""
+        hashes = np.asarray(hashes, np.int32)
+        buckets = self.lookup(hashes)
+        new_rows = buckets < 0
+        if not new_rows.any():
+            return buckets, {}
+        # the new keys in order of first arrival, each once
+        uniq, first = np.unique(hashes[new_rows], return_index=True)
+        fresh = uniq[np.argsort(first, kind="stable")]
+        plan: list[tuple[int, int]] = []  # (bucket, how many of `fresh` it takes), in assignment order
+        left = len(fresh)
+        for b, h in self.hashes.items():
+            room = options.target_rows - len(h)
+            if left and room > 0:
+                plan.append((b, min(room, left)))
+                left -= plan[-1][1]
+        used = set(self.hashes)
+        candidate = 0
+        while left and len(used) < options.max_buckets:
+            while candidate in used:
+                candidate += 1
+            take = min(options.target_rows, left)
+            plan.append((candidate, take))
+            used.add(candidate)
+            left -= take
+        gained: dict[int, list[np.ndarray]] = {}
+        at = 0
+        for b, take in plan:
+            gained.setdefault(b, []).append(fresh[at:at + take])
+            at += take
+        if left:  # every bucket full and no more allowed: spread the rest over the buckets by hash
+            pool = np.array(sorted(used), np.int32)
+            rest = fresh[at:]
+            chosen = pool[np.abs(rest.astype(np.int64)) % len(pool)]
+            for b in np.unique(chosen).tolist():
+                gained.setdefault(b, []).append(rest[chosen == b])
+        assigned = {b: np.concatenate(parts) for b, parts in gained.items()}
+        fresh_bucket = PartitionIndex(self.partition, assigned).lookup(hashes[new_rows])
+        buckets[new_rows] = fresh_bucket
+        return buckets, assigned
+
+    def changes(self, indexes: IndexManifestStore, gained: dict[int, np.ndarray]) -> list[CommitMessage]:
+        """Write a complete index file for each bucket that gained keys; the messages that replace the old ones.
+
+        The written files are named by the messages' `new_index_files` (for `delete_index_files`).
+        """
+        out = []
+        for b, new in sorted(gained.items()):
+            old = self.hashes.get(b)
+            merged = new if old is None else np.concatenate([old, new])
+            name = indexes.write_index_file(encode_hashes(merged))
+            entry = IndexEntry(self.partition, b, HASH_INDEX, name, 4 * len(merged), len(merged))
+            previous = self.entries.get(b)
+            out.append(CommitMessage(self.partition, b, DYNAMIC_BUCKET, new_index_files=[entry],
+                                     deleted_index_files=[previous] if previous is not None else []))
+        return out
+
+    def apply(self, gained: dict[int, np.ndarray], messages: Sequence[CommitMessage]) -> None:
+        """Take the committed (or handed over) assignment into this index."""
+        for b, new in gained.items():
+            old = self.hashes.get(b)
+            self.hashes[b] = np.sort(new if old is None else np.concatenate([old, new]))
+        for m in messages:
+            for e in m.new_index_files:
+                self.entries[m.bucket] = e
+
+
+def delete_index_files(indexes: IndexManifestStore, messages: Sequence[CommitMessage]) -> None:
+    """Delete the index files `messages` add (they were never committed)."""
+    for m in messages:
+        for e in m.new_index_files:
+            indexes.io.delete_quietly(indexes.index_path(e.file_name))
+
+
+class HashFiles:
+    """Reads HASH index files once each: they never change, a newer assignment writes a new file."""
+
+    def __init__(self, indexes: IndexManifestStore) -> None:
+        self.indexes = indexes
+        self._read: dict[str, np.ndarray] = {}
+
+    def partition(self, all_entries: Sequence[IndexEntry], partition: bytes) -> PartitionIndex:
+        """The partition's index from a snapshot's index entries (files no longer live are forgotten)."""
+        live = {e.file_name for e in all_entries if e.index_type == HASH_INDEX}
+        for name in [n for n in self._read if n not in live]:
+            del self._read[name]
+        out = PartitionIndex(partition)
+        for e in all_entries:
+            if e.index_type != HASH_INDEX or e.partition != partition:
+                continue
+            if e.bucket in out.entries:
+                raise CorruptMetadataError(f"bucket {e.bucket} has two HASH index files: "
+                                           f"{out.entries[e.bucket].file_name} and {e.file_name}")
+            hashes = self._read.get(e.file_name)
+            if hashes is None:
+                path = e.external_path or self.indexes.index_path(e.file_name)
+                hashes = self._read[e.file_name] = decode_hashes(self.indexes.io.read_bytes(path), path)
+            out.entries[e.bucket] = e
+            out.hashes[e.bucket] = hashes
+        return out
+
+
+class BucketAssigner(Protocol):
+    """Where the rows of a dynamic-bucket table go: one bucket per key hash of a partition."""
+
+    def assign(self, partition: bytes, hashes: np.ndarray) -> np.ndarray:
+        """The bucket of each hash (int32), durable before this returns unless `index_messages` says otherwise."""
+        ...
+
+    def index_messages(self) -> list[CommitMessage]:
+        """Index changes the writer's own commit must carry (none when assignments commit themselves)."""
+        ...
+
+
+class IndexedTable(Protocol):
+    """What an assigner reads of a table (a `FileStore`)."""
+
+    @property
+    def identifier(self) -> str: ...
+    @property
+    def schema(self) -> TableSchema: ...
+    @property
+    def snapshots(self) -> SnapshotManager: ...
+    @property
+    def indexes(self) -> IndexManifestStore: ...
+
+
+class CommittingAssigner:
+    """Assigns on the latest index and commits each assignment that adds keys before returning (see the module).
+
+    `commit` publishes index-only messages as one snapshot (raising CommitConflictError when another commit
+    changed those buckets' index first); the library commits straight to the table, the catalog service
+    through its own commit path.
+    """
+
+    def __init__(self, table: IndexedTable, commit: Callable[[list[CommitMessage]], object],
+                 max_attempts: int = 20, files: HashFiles | None = None) -> None:
+        """`files` is a cache of index files to share between assigners of one table (one is made if not)."""
+        self.table = table
+        self.options = AssignOptions.of(table.schema)
+        self.commit = commit
+        self.max_attempts = max_attempts
+        self.files = files or HashFiles(table.indexes)
+
+    def index_of(self, partition: bytes, snapshot: Snapshot | None) -> PartitionIndex:
+        entries = self.table.indexes.read(snapshot.index_manifest if snapshot else None)
+        return self.files.partition(entries, partition)
+
+    def assign(self, partition: bytes, hashes: np.ndarray) -> np.ndarray:
+        for _ in range(self.max_attempts):
+            index = self.index_of(partition, self.table.snapshots.latest())
+            buckets, gained = index.assign(hashes, self.options)
+            if not gained:
+                return buckets
+            messages = index.changes(self.table.indexes, gained)
+            try:
+                self.commit(messages)
+            except CommitConflictError:
+                delete_index_files(self.table.indexes, messages)
+                continue  # another writer assigned in these buckets first: assign again on its index
+            except BaseException:
+                # the outcome may be unknown: an index file that was published must stay (it is harmless
+                # unreferenced: orphan-file removal takes it)
+                raise
+            return buckets
+        raise CommitConflictError(f"assigning buckets in {self.table.identifier} lost to other writers "
+                                  f"{self.max_attempts} times; nothing was written")
+
+    def index_messages(self) -> list[CommitMessage]:
+        return []
+
+
+class FreshAssigner:
+    """Assigns from an empty index (an overwrite's), in memory; `index_messages` are the overwrite's new index."""
+
+    def __init__(self, schema: TableSchema, indexes: IndexManifestStore) -> None:
+        self.options = AssignOptions.of(schema)
+        self.indexes = indexes
+        self._partitions: dict[bytes, PartitionIndex] = {}
+
+    def assign(self, partition: bytes, hashes: np.ndarray) -> np.ndarray:
+        index = self._partitions.setdefault(partition, PartitionIndex(partition))
+        buckets, gained = index.assign(hashes, self.options)
+        index.apply(gained, [])
+        return buckets
+
+    def index_messages(self) -> list[CommitMessage]:
+        out = []
+        for p, index in self._partitions.items():
+            for b, hashes in sorted(index.hashes.items()):
+                name = self.indexes.write_index_file(encode_hashes(hashes))
+                out.append(CommitMessage(p, b, DYNAMIC_BUCKET, new_index_files=[
+                    IndexEntry(p, b, HASH_INDEX, name, 4 * len(hashes), len(hashes))]))
+        self._partitions = {}
+        return out
