@@ -118,9 +118,17 @@ def bucket_numbers(buckets: Sequence[int]) -> set[int]:
     return wanted
 
 
-def key_hashes_of(request: catalog_pb2.AssignBucketsRequest) -> np.ndarray:
-    """The key hashes of an AssignBuckets request; InvalidInputError when there are none or too many."""
-    n = len(request.key_hashes)
-    if not 1 <= n <= MAX_KEY_HASHES:
-        raise InvalidInputError(f"key_hashes has {n} entries; send 1 to {MAX_KEY_HASHES}")
-    return np.fromiter(request.key_hashes, np.int32, n)
+def partition_keys(request: catalog_pb2.AssignBucketsRequest) -> list[tuple[bytes, np.ndarray]]:
+    """The (partition, key hashes) of an AssignBuckets request; InvalidInputError when there are none, too many,
+    or a partition twice."""
+    total = sum(len(p.key_hashes) for p in request.partitions)
+    if not 1 <= total <= MAX_KEY_HASHES:
+        raise InvalidInputError(f"the request has {total} key hashes; send 1 to {MAX_KEY_HASHES}")
+    seen: set[bytes] = set()
+    out = []
+    for i, p in enumerate(request.partitions):
+        if p.partition in seen:
+            raise InvalidInputError(f"partitions[{i}]: that partition is named twice")
+        seen.add(p.partition)
+        out.append((bytes(p.partition), np.fromiter(p.key_hashes, np.int32, len(p.key_hashes))))
+    return out

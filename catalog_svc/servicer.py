@@ -20,7 +20,7 @@ from catalog_svc.metrics import CatalogMetrics
 from catalog_svc.requests import (
     bucket_numbers,
     expire_options,
-    key_hashes_of,
+    partition_keys,
     schema_change,
     sequence_counts,
     table_fields,
@@ -290,15 +290,14 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     @guarded
     def AssignBuckets(self, request: catalog_pb2.AssignBucketsRequest,
                       context: grpc.ServicerContext) -> catalog_pb2.AssignBucketsResponse:
-        """The bucket of each key of a partition of a dynamic-bucket table (see `lsmlake.table.dynamic_bucket`).
+        """The bucket of each key of a dynamic-bucket table, per partition (see `lsmlake.table.dynamic_bucket`).
 
         Under the table's commit lock, so that catalog replicas take turns: known keys are looked up in the
-        latest snapshot's HASH index, new ones assigned and committed through the ordinary commit path (an
+        latest snapshot's HASH index, new ones assigned and committed through the ordinary commit path (one
         APPEND of the replaced buckets' index files, recorded and announced like any commit) before the answer.
         """
         tid = _ident(request.table)
-        hashes = key_hashes_of(request)
-        partition = bytes(request.partition)
+        keys = partition_keys(request)
         committed: list[int] = []
         with self.store.commit_lock(tid):
             table = self.catalog.get_table(tid)
@@ -307,7 +306,8 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
                 raise InvalidInputError(f"table {tid} does not have dynamic buckets (bucket = -1 on a primary-key "
                                         "table): its rows are routed by hash")
             features.check(table.schema, tid, for_write=True)
-            check_partition(table, partition, "partition")
+            for i, (partition, _) in enumerate(keys):
+                check_partition(table, partition, f"partitions[{i}].partition")
             self.commits.reconcile(tid, table)
 
             def commit(messages: list[CommitMessage]) -> None:
@@ -318,9 +318,14 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
             files = self._hash_files.get(table.table_uuid)
             if files is None:
                 files = self._hash_files[table.table_uuid] = HashFiles(table.indexes)
-            buckets = CommittingAssigner(table, commit, files=files).assign(partition, hashes)
-        return catalog_pb2.AssignBucketsResponse(buckets=buckets.tolist(),
-                                                 snapshot_id=committed[-1] if committed else 0)
+            answers = CommittingAssigner(table, commit, files=files).assign(keys)
+        return catalog_pb2.AssignBucketsResponse(
+            snapshot_id=committed[-1] if committed else 0,
+            partitions=[catalog_pb2.PartitionBuckets(
+                buckets=a.buckets.tolist(), elsewhere_positions=a.elsewhere.positions.tolist(),
+                elsewhere_buckets=a.elsewhere.buckets.tolist(),
+                elsewhere_partitions=[a.elsewhere.partitions[i] for i in a.elsewhere.partition_ids.tolist()])
+                for a in answers])
 
     # -- snapshots -----------------------------------------------------------------------------
 

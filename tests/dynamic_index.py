@@ -11,15 +11,17 @@ from lsmlake.table.dynamic_bucket import HashFiles, key_hashes
 
 
 def check_index(wh: str, name: str = "db.t") -> dict[tuple[Any, ...], int]:
-    """Every row's key is in exactly one bucket, the one its partition's HASH index names; no hash is in two
-    buckets of a partition; returns the bucket of each (partition values..., key values...)."""
+    """Every row's primary key is in exactly one bucket of the table (for a cross-partition table: of one
+    partition), the one its partition's HASH index names; no hash is in two buckets of a partition; returns the
+    bucket of each key (its partition values first, then the other key values, for a key that holds them all)."""
     table = FileSystemCatalog(wh).get_table(name)
     snap = table.snapshots.latest()
     if snap is None:
         return {}
     entries = table.indexes.read(snap.index_manifest)
     files = HashFiles(table.indexes)
-    columns = [*table.schema.partition_keys, *table.schema.trimmed_primary_keys]
+    pk = set(table.schema.primary_keys)
+    columns = [k for k in table.schema.partition_keys if k in pk] + list(table.schema.trimmed_primary_keys)
     placed: dict[tuple[Any, ...], int] = {}
     for split in table.plan():
         rows = table.new_read().read([split])

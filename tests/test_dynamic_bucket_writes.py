@@ -234,3 +234,106 @@ def test_random_writes_deletes_target_changes_and_compactions_match_the_model(
         placed = check_index(wh)
         assert set(placed) == set(model)
         assert _pypaimon_rows(cat) == model
+
+
+def _create_cross(wh: str, **options: str) -> Any:
+    """A table whose primary key (`id`) leaves out its partition key (`pt`): a key moves between partitions."""
+    cat = pypaimon.CatalogFactory.create({"warehouse": wh})
+    cat.create_database("db", True)
+    cat.create_table("db.t", pypaimon.Schema.from_pyarrow_schema(
+        SCHEMA, partition_keys=["pt"], primary_keys=["id"],
+        options={"bucket": "-1", "file.format": "parquet", **options}), False)
+    return cat
+
+
+def test_cross_partition_upsert_moves_a_key_and_pypaimon_reads_it_once(tmp_path: Any) -> None:
+    wh = str(tmp_path)
+    cat = _create_cross(wh, **{"dynamic-bucket.target-row-num": "3"})
+    table = FileSystemCatalog(wh).get_table("db.t")
+    table.write_arrow(pa.Table.from_pylist([{"id": i, "v": "a", "pt": "x"} for i in range(6)], schema=SCHEMA))
+    table.write_arrow(pa.Table.from_pylist([{"id": i, "v": "b", "pt": "y"} for i in range(3, 9)], schema=SCHEMA))
+    # in one batch: key 1 to y then on to z; key 4 back to x
+    table.write_arrow(pa.Table.from_pylist([{"id": 1, "v": "c", "pt": "y"}, {"id": 1, "v": "d", "pt": "z"},
+                                            {"id": 4, "v": "e", "pt": "x"}], schema=SCHEMA))
+    expected = {0: ("a", "x"), 1: ("d", "z"), 2: ("a", "x"), 3: ("b", "y"), 4: ("e", "x"), 5: ("b", "y"),
+                6: ("b", "y"), 7: ("b", "y"), 8: ("b", "y")}
+    rb = cat.get_table("db.t").new_read_builder()
+    got = {r["id"]: (r["v"], r["pt"]) for r in rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist()}
+    assert got == expected
+    assert {r["id"]: (r["v"], r["pt"]) for r in table.to_arrow().to_pylist()} == expected
+    assert set(check_index(wh)) == {(i,) for i in expected}
+    # a delete takes the key out of whichever partition holds it
+    table.write_arrow(pa.table({"id": pa.array([3], pa.int64()), "v": ["gone"], "pt": ["x"], "_row_kind": ["-D"]}))
+    del expected[3]
+    assert {r["id"]: (r["v"], r["pt"]) for r in FileSystemCatalog(wh).get_table("db.t").to_arrow().to_pylist()} \
+        == expected
+
+
+@pytest.mark.parametrize(("options", "words"), [({"merge-engine": "partial-update"}, "deduplicate only"),
+                                                ({"ignore-delete": "true"}, "ignore-delete"),
+                                                ({"sequence.field": "v"}, "sequence.field")])
+def test_cross_partition_upsert_refuses_what_it_cannot_move(tmp_path: Any, options: dict[str, str],
+                                                            words: str) -> None:
+    wh = str(tmp_path)
+    _create_cross(wh, **options)
+    with pytest.raises(InvalidInputError, match=words):
+        FileSystemCatalog(wh).get_table("db.t").write_arrow(_rows(range(3), "x"))
+    assert FileSystemCatalog(wh).get_table("db.t").snapshots.latest() is None
+
+
+def test_cross_partition_upsert_with_part_of_the_partition_in_the_key_is_refused(tmp_path: Any) -> None:
+    """Keys (1, a) and (1, b) hash alike (the hash leaves partition columns out): a delete meant for one partition
+    would hit the other key."""
+    lake = FileSystemCatalog(str(tmp_path))
+    lake.create_database("db")
+    lake.create_table("db.t", "id BIGINT NOT NULL, a STRING NOT NULL, b STRING NOT NULL", partition_keys=["a", "b"],
+                      primary_keys=["id", "a"], options={"bucket": "-1"})
+    with pytest.raises(InvalidInputError, match="some of the partition keys"):
+        lake.get_table("db.t").write_arrow(pa.table({"id": pa.array([1], pa.int64()), "a": ["x"], "b": ["y"]}))
+
+
+def test_cross_partition_tables_refuse_an_overwrite(tmp_path: Any) -> None:
+    """An overwrite replaces some partitions, but the keys it writes may live in others."""
+    wh = str(tmp_path)
+    _create_cross(wh)
+    table = FileSystemCatalog(wh).get_table("db.t")
+    table.write_arrow(_rows(range(4), "a"))
+    with pytest.raises(InvalidInputError, match="overwrite"):
+        table.overwrite_arrow(_rows(range(3), "x"))
+    assert {r["v"] for r in FileSystemCatalog(wh).get_table("db.t").to_arrow().to_pylist()} == {"a"}
+
+
+MOVE = st.lists(st.tuples(st.integers(0, 25), st.sampled_from(["+I", "+U", "-D"]), st.sampled_from("abc"),
+                          st.sampled_from(["x", "y", "z"])), min_size=1, max_size=30)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(st.one_of(MOVE.map(lambda w: ("write", w)), st.just(("compact", None))), min_size=1,
+                      max_size=8), target=st.integers(1, 8), dv=st.booleans())
+def test_random_cross_partition_writes_match_the_model(steps: list[tuple[str, Any]], target: int, dv: bool) -> None:
+    """Every key lives in one partition: the one its last write named (a delete removes it wherever it is)."""
+    with tempfile.TemporaryDirectory() as wh:
+        cat = _create_cross(wh, **{"dynamic-bucket.target-row-num": str(target),
+                                   "deletion-vectors.enabled": str(dv).lower(), "write-only": "true"})
+        model: dict[int, tuple[str, str]] = {}
+        for kind, arg in steps:
+            table = FileSystemCatalog(wh).get_table("db.t")
+            if kind == "compact":
+                compact_table(table)
+                continue
+            table.write_arrow(pa.table({"id": pa.array([k for k, _, _, _ in arg], pa.int64()),
+                                        "v": [v for _, _, v, _ in arg], "pt": [p for _, _, _, p in arg],
+                                        "_row_kind": [rk for _, rk, _, _ in arg]}))
+            for k, rk, v, p in arg:
+                if rk == "-D":
+                    model.pop(k, None)
+                else:
+                    model[k] = (v, p)
+        compact_table(FileSystemCatalog(wh).get_table("db.t"))
+        lake = FileSystemCatalog(wh).get_table("db.t").to_arrow().to_pylist()
+        assert sorted(r["id"] for r in lake) == sorted(model)  # no key twice
+        assert {r["id"]: (r["v"], r["pt"]) for r in lake} == model
+        assert set(check_index(wh)) == {(k,) for k in model}
+        rb = cat.get_table("db.t").new_read_builder()
+        got = {r["id"]: (r["v"], r["pt"]) for r in rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist()}
+        assert got == model

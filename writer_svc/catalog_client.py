@@ -21,6 +21,7 @@ from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_p
 from lsmlake.rpc.convert import changes_to_proto
 from lsmlake.rpc.errors import UNDECIDED
 from lsmlake.rpc.security import ChannelSecurity
+from lsmlake.table.dynamic_bucket import Assignment, elsewhere_of
 from lsmlake.table.write import CommitMessage
 
 _log = logging.getLogger(__name__)
@@ -57,8 +58,8 @@ class CatalogBuckets:
         self.table_id = table_id
         self.table_uuid = table_uuid
 
-    def assign(self, partition: bytes, hashes: np.ndarray) -> np.ndarray:
-        return self.client.assign_buckets(self.table_id, partition, hashes, self.table_uuid)
+    def assign(self, keys: Sequence[tuple[bytes, np.ndarray]]) -> list[Assignment]:
+        return self.client.assign_buckets(self.table_id, keys, self.table_uuid)
 
     def index_messages(self) -> list[CommitMessage]:
         return []  # the catalog committed every assignment before answering
@@ -119,26 +120,58 @@ class CatalogClient:
                                f"sequence numbers for {table_id}", "sequence numbers", unknown)
         return dict(zip(keys, first, strict=True))
 
-    def assign_buckets(self, table_id: str, partition: bytes, hashes: np.ndarray, table_uuid: str = "") -> np.ndarray:
-        """The bucket of each key hash of a partition, assigned (and committed) by the catalog.
+    def assign_buckets(self, table_id: str, keys: Sequence[tuple[bytes, np.ndarray]],
+                       table_uuid: str = "") -> list[Assignment]:
+        """The bucket of each key hash per partition, assigned (and committed) by the catalog, and where else the
+        table holds the hashes (cross-partition tables).
 
-        Asked in pieces of at most `ASSIGN_BATCH` distinct hashes; a lost reply is asked again (an assignment
-        is committed before its answer, so the same question gets the same buckets).
+        The distinct hashes are sent, in requests of at most `ASSIGN_BATCH` hashes; a lost reply is asked
+        again (an assignment is committed before its answer, so the same question gets the same buckets).
         """
-        uniq, inverse = np.unique(np.asarray(hashes, np.int32), return_inverse=True)
-        out = np.empty(len(uniq), np.int32)
-        for at in range(0, len(uniq), ASSIGN_BATCH):
-            piece = uniq[at:at + ASSIGN_BATCH]
-            request = catalog_pb2.AssignBucketsRequest(table=ident(table_id), partition=partition,
-                                                       key_hashes=piece.tolist(), table_uuid=table_uuid)
+        distinct = [(p, *np.unique(np.asarray(h, np.int32), return_inverse=True)) for p, h in keys]
+        replies: list[catalog_pb2.PartitionBuckets] = []
+        pending: list[catalog_pb2.PartitionKeys] = []
+        size = 0
+
+        def send() -> None:
+            request = catalog_pb2.AssignBucketsRequest(table=ident(table_id), partitions=pending,
+                                                       table_uuid=table_uuid)
             def unknown(e: grpc.RpcError) -> LakeError:
                 return ServiceUnavailableError(f"the catalog at {self.target} assigned no buckets for {table_id} "
                                                f"({e.code().name}: {e.details()}); nothing was written, retry")
-            def ask(r: catalog_pb2.AssignBucketsRequest = request) -> Sequence[int]:
-                return self.stub.AssignBuckets(r, timeout=self.timeout_s).buckets
-            buckets = self._retrying(ask, f"buckets for {table_id}", "to assign buckets", unknown)
-            out[at:at + len(piece)] = np.fromiter(buckets, np.int32, len(piece))
-        return out[inverse.reshape(-1)]
+            def ask() -> catalog_pb2.AssignBucketsResponse:
+                return self.stub.AssignBuckets(request, timeout=self.timeout_s)
+            replies.extend(self._retrying(ask, f"buckets for {table_id}", "to assign buckets", unknown).partitions)
+
+        for partition, uniq, _ in distinct:
+            for at in range(0, len(uniq), ASSIGN_BATCH):  # a partition larger than one request is split
+                piece = uniq[at:at + ASSIGN_BATCH]
+                if size + len(piece) > ASSIGN_BATCH or any(p.partition == partition for p in pending):
+                    send()
+                    pending, size = [], 0
+                pending.append(catalog_pb2.PartitionKeys(partition=partition, key_hashes=piece.tolist()))
+                size += len(piece)
+        if pending:
+            send()
+        out = []
+        answers = iter(replies)
+        for _, uniq, inverse in distinct:
+            buckets: list[np.ndarray] = [np.zeros(0, np.int32)]
+            positions: list[np.ndarray] = [np.zeros(0, np.int32)]
+            parts: list[bytes] = []
+            where_buckets: list[np.ndarray] = [np.zeros(0, np.int32)]
+            taken = 0
+            while taken < len(uniq):
+                reply = next(answers)
+                buckets.append(np.fromiter(reply.buckets, np.int32))
+                positions.append(np.fromiter(reply.elsewhere_positions, np.int32) + taken)
+                parts.extend(reply.elsewhere_partitions)
+                where_buckets.append(np.fromiter(reply.elsewhere_buckets, np.int32))
+                taken += len(buckets[-1])
+            inverse = inverse.reshape(-1)
+            out.append(Assignment(np.concatenate(buckets)[inverse], elsewhere_of(
+                inverse, np.concatenate(positions), parts, np.concatenate(where_buckets))))
+        return out
 
     def _retrying(self, call: Callable[[], T], what: str, refused: str,
                   unknown: Callable[[grpc.RpcError], LakeError]) -> T:

@@ -295,7 +295,8 @@ def test_a_writer_token_cannot_move_keys_of_a_dynamic_bucket_table(cluster: Clus
             changes=[forged]), timeout=TIMEOUT_S), grpc.StatusCode.PERMISSION_DENIED)
         assert "HASH index" in details and "nothing was applied" in details
         _refused(lambda: eve.AssignBuckets(catalog_pb2.AssignBucketsRequest(
-            table=_ident(table), key_hashes=[1, 2, 3]), timeout=TIMEOUT_S), grpc.StatusCode.PERMISSION_DENIED)
+            table=_ident(table), partitions=[catalog_pb2.PartitionKeys(key_hashes=[1, 2, 3])]), timeout=TIMEOUT_S),
+            grpc.StatusCode.PERMISSION_DENIED)
     assert FileSystemCatalog(cluster.warehouse).get_table(table).snapshots.latest_id() == before
     with cluster.client("bob") as bob:  # the same keys again, and new ones: each key in one bucket
         bob.write(table, pa.table({"id": [1, 2, 3, 4, 5], "v": ["x"] * 5}), commit_now=True)

@@ -269,13 +269,18 @@ def test_a_refusal_names_the_problem(lake: Lake) -> None:
         (lambda: lake.catalog.RollbackCompaction(catalog_pb2.RollbackCompactionRequest(
             table=pk, plan_id="1", output_files=["data-1.parquet", "../data-2.parquet"]), timeout=30),
          grpc.StatusCode.INVALID_ARGUMENT, "output_files[1]"),
-        (lambda: lake.catalog.AssignBuckets(catalog_pb2.AssignBucketsRequest(table=pk, key_hashes=[1]), timeout=30),
+        (lambda: lake.catalog.AssignBuckets(catalog_pb2.AssignBucketsRequest(
+            table=pk, partitions=[catalog_pb2.PartitionKeys(key_hashes=[1])]), timeout=30),
          grpc.StatusCode.INVALID_ARGUMENT, "does not have dynamic buckets"),
         (lambda: lake.catalog.AssignBuckets(catalog_pb2.AssignBucketsRequest(table=pk), timeout=30),
-         grpc.StatusCode.INVALID_ARGUMENT, "key_hashes has 0 entries"),
+         grpc.StatusCode.INVALID_ARGUMENT, "the request has 0 key hashes"),
         (lambda: lake.catalog.AssignBuckets(catalog_pb2.AssignBucketsRequest(
-            table=pk, key_hashes=[0] * 1_000_001), timeout=30),
-         grpc.StatusCode.INVALID_ARGUMENT, "key_hashes has 1000001 entries"),
+            table=pk, partitions=[catalog_pb2.PartitionKeys(key_hashes=[0] * 1_000_001)]), timeout=30),
+         grpc.StatusCode.INVALID_ARGUMENT, "the request has 1000001 key hashes"),
+        (lambda: lake.catalog.AssignBuckets(catalog_pb2.AssignBucketsRequest(
+            table=pk, partitions=[catalog_pb2.PartitionKeys(key_hashes=[1]), catalog_pb2.PartitionKeys(
+                key_hashes=[2])]), timeout=30),
+         grpc.StatusCode.INVALID_ARGUMENT, "partitions[1]: that partition is named twice"),
         (lambda: lake.channels["lsmlake.v1.CatalogService"].unary_unary("/lsmlake.v1.CatalogService/GetTable")(
             b"\x0f\x00", timeout=30), grpc.StatusCode.INVALID_ARGUMENT, "GetTableRequest"),
     ]

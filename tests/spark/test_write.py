@@ -183,3 +183,26 @@ def test_a_postpone_table_written_by_spark_is_read_once_its_rows_are_placed(spar
     assert rows(table.to_arrow()) == rows(expected)
     assert rows(pypaimon_read(warehouse, "db.later"), expected.column_names) == rows(expected)
     assert {s.total_buckets for s in table.plan()} == {3} and not pending(table)
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_a_dynamic_bucket_table_written_by_spark_tasks_keeps_one_key_index(spark, warehouse, cross: bool) -> None:
+    """Spark's tasks assign new keys through the table's HASH index as they write (several tasks race for the
+    same new keys); with `cross` the primary key leaves out `dt` and keys move between partitions."""
+    from ..dynamic_index import check_index
+
+    cat = FileSystemCatalog(warehouse)
+    cat.create_table("db.dyn", COLUMNS, partition_keys=["dt"], primary_keys=["id"] if cross else ["dt", "id"],
+                     options={"bucket": "-1", "dynamic-bucket.target-row-num": "40"})
+    first = batch(list(range(150)), "a", ["p1" if i % 3 else "p2" for i in range(150)])
+    _save(spark, spark.createDataFrame(first).repartition(3), warehouse, "db.dyn")
+    moved = list(range(0, 150, 5))  # these keys are written again: to p3 when keys move, else where they are
+    second = batch(moved, "b", ["p3" if cross else ("p1" if i % 3 else "p2") for i in moved])
+    _save(spark, spark.createDataFrame(second).repartition(1), warehouse, "db.dyn")
+    keep = first.filter(pc.invert(pc.field("id").isin(moved)))
+    expected = pa.concat_tables([keep, second])
+    assert rows(cat.get_table("db.dyn").to_arrow()) == rows(expected)
+    assert rows(pypaimon_read(warehouse, "db.dyn"), expected.column_names) == rows(expected)
+    placed = check_index(warehouse, "db.dyn")
+    assert len(placed) == 150
+    assert {s.total_buckets for s in cat.get_table("db.dyn").plan()} == {-1}

@@ -109,3 +109,39 @@ def test_writer_replicas_and_pypaimon_share_one_key_index(cat: Local) -> None:
     assert {s.total_buckets for s in table.plan()} == {-1}
     # 7 keys per bucket at most: 23 keys per partition need at least 4 buckets
     assert all(n <= 7 for n in (e.row_count for e in table.indexes.read(table.snapshots.latest().index_manifest)))
+
+
+def test_keys_move_between_partitions_through_every_writer_replica(cat: Local) -> None:
+    """Cross-partition upsert (the primary key leaves out the partition key): replicas in turn move the same
+    keys between partitions, one restarts in between; each key is read once, in the partition last written."""
+    stub = catalog_pb2_grpc.CatalogServiceStub(grpc.insecure_channel(f"127.0.0.1:{cat.server.port}"))
+    stub.CreateDatabase(catalog_pb2.CreateDatabaseRequest(name="db"), timeout=TIMEOUT_S)
+    stub.CreateTable(catalog_pb2.CreateTableRequest(
+        table=IDENT, columns=[catalog_pb2.Column(name="id", type="BIGINT NOT NULL"),
+                              catalog_pb2.Column(name="v", type="STRING"),
+                              catalog_pb2.Column(name="pt", type="STRING NOT NULL")],
+        partition_keys=["pt"], primary_keys=["id"],
+        options={"bucket": "-1", "dynamic-bucket.target-row-num": "5", "deletion-vectors.enabled": "true"}),
+        timeout=TIMEOUT_S)
+    a, b = _writer(cat), _writer(cat)
+    model: dict[int, tuple[str, str]] = {}
+    try:
+        for r in range(6):
+            writer = (a, b)[r % 2]
+            rows = [{"id": i, "v": f"r{r}", "pt": f"p{(i + r) % 3}"} for i in range(r * 3, r * 3 + 12)]
+            _write(writer, rows)  # acknowledged before the next is sent: the next one wins
+            model.update({x["id"]: (x["v"], x["pt"]) for x in rows})
+            if r == 2:
+                a.stop()
+                a = _writer(cat)
+    finally:
+        a.stop()
+        b.stop()
+    wh = cat.warehouse
+    compact_table(FileSystemCatalog(wh).get_table("db.t"))
+    assert set(check_index(wh)) == {(k,) for k in model}
+    py = pypaimon.CatalogFactory.create({"warehouse": wh})
+    rb = py.get_table("db.t").new_read_builder()
+    got = rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist()
+    assert len(got) == len(model)
+    assert {x["id"]: (x["v"], x["pt"]) for x in got} == model

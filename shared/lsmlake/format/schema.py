@@ -220,15 +220,15 @@ def new_table_schema(fields: tuple[DataField, ...], partition_keys: list[str] | 
     bucket = table_opts.get(opts.BUCKET)
     if primary_keys:
         missing = [p for p in partition_keys if p not in primary_keys]
-        if missing:
-            raise InvalidInputError(f"the primary key {list(primary_keys)} must include the partition keys {missing}")
+        if missing and bucket != -1:
+            raise InvalidInputError(f"the primary key {list(primary_keys)} must include the partition keys {missing} "
+                                    "(or the table needs dynamic buckets, bucket=-1, for cross-partition upsert)")
         if set(primary_keys) == set(partition_keys):
             raise InvalidInputError("the primary key must have a column that is not a partition key")
         if bucket is None:
             raise InvalidInputError(
-                "primary-key tables need a bucket count: set the option bucket=N with N > 0, or -2 to postpone the "
-                "choice to the compactor (-1, dynamic buckets, makes a table other Paimon engines write and "
-                "lsmlake compacts, but does not write yet)")
+                "primary-key tables need a bucket count: set the option bucket=N with N > 0, -1 for dynamic buckets "
+                "(a key index assigns them) or -2 to postpone the choice to the compactor")
         if bucket <= 0 and bucket not in (-1, -2):
             raise InvalidInputError(f"option 'bucket' must be a positive number, -1 (dynamic) or -2 (postpone) for "
                                     f"primary-key tables, got {bucket}")

@@ -17,6 +17,13 @@ assigner under the table's commit lock for its writers (`AssignBuckets`), so rep
 
 An overwrite replaces the partitions' indexes with the rows it writes: `FreshAssigner` assigns from an empty
 index in memory and hands the new index files to the overwrite's own commit.
+
+Cross-partition upsert (a primary key that leaves out partition keys): a key lives in one partition at a time.
+Each partition keeps its HASH index as above, and an assignment also reports where else the table's indexes
+hold the key's hash (`Assignment.elsewhere`); the writer adds a delete of the key to each of those buckets,
+numbered after everything written there before. A hash can be another key's (32-bit hashes collide) or a key
+that already moved on: the delete then removes nothing, so it is always safe. Hashes are never taken out of
+an index, so a key that moved keeps drawing such no-op deletes into its old bucket until that is compacted.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from lsmlake.format.binary_row_columns import encode_rows
 from lsmlake.format.bucket import DYNAMIC_BUCKET, murmur3_rows
 from lsmlake.format.index_manifest import IndexEntry, IndexManifestStore
 from lsmlake.format.schema import TableSchema
-from lsmlake.format.snapshot import Snapshot, SnapshotManager
+from lsmlake.format.snapshot import SnapshotManager
 from lsmlake.table.commit_message import CommitMessage
 
 HASH_INDEX = "HASH"
@@ -45,6 +52,55 @@ MAX_DYNAMIC_BUCKETS = 1 << 15
 def is_dynamic(schema: TableSchema) -> bool:
     """True for a primary-key table with dynamic buckets."""
     return schema.is_primary_key_table and schema.num_buckets == DYNAMIC_BUCKET
+
+
+def is_cross_partition(schema: TableSchema) -> bool:
+    """True for a dynamic-bucket table whose primary key leaves out partition keys: a key moves between partitions."""
+    return is_dynamic(schema) and not set(schema.partition_keys) <= set(schema.primary_keys)
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """Where other partitions' indexes hold hashes of an assignment: the hash's position, the partition and bucket."""
+
+    positions: np.ndarray  # into the hashes that were assigned
+    partitions: list[bytes]  # the distinct partitions named
+    partition_ids: np.ndarray  # per position: an index into `partitions`
+    buckets: np.ndarray
+
+    @staticmethod
+    def none() -> Elsewhere:
+        empty = np.zeros(0, np.int32)
+        return Elsewhere(empty, [], empty, empty)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+
+def elsewhere_of(inverse: np.ndarray, unique_positions: np.ndarray, partitions: Sequence[bytes],
+                 buckets: np.ndarray) -> Elsewhere:
+    """An `Elsewhere` over the hashes `unique[inverse]` from one answered over the distinct hashes `unique`:
+    each (position, partition, bucket) of a distinct hash repeated for every row that has it."""
+    if not len(unique_positions):
+        return Elsewhere.none()
+    parts = sorted(set(partitions))
+    pid = {p: i for i, p in enumerate(parts)}
+    part_ids = np.array([pid[p] for p in partitions], np.int32)
+    rows_by_hash = np.argsort(inverse, kind="stable")
+    first = np.searchsorted(inverse[rows_by_hash], unique_positions, "left")
+    last = np.searchsorted(inverse[rows_by_hash], unique_positions, "right")
+    counts = last - first
+    at = np.repeat(first, counts) + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
+    return Elsewhere(rows_by_hash[at].astype(np.int32), parts, np.repeat(part_ids, counts),
+                     np.repeat(buckets.astype(np.int32), counts))
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """The bucket of each hash in the partition asked for, and (cross-partition tables) where else it is."""
+
+    buckets: np.ndarray
+    elsewhere: Elsewhere = field(default_factory=Elsewhere.none)
 
 
 def key_hashes(schema: TableSchema, rows: pa.Table) -> np.ndarray:
@@ -190,6 +246,8 @@ class HashFiles:
     def __init__(self, indexes: IndexManifestStore) -> None:
         self.indexes = indexes
         self._read: dict[str, np.ndarray] = {}
+        # every partition's hashes, sorted, with their owners, for the live files they were built from
+        self._table_index: tuple[tuple[str, ...], list[bytes], np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def partition(self, all_entries: Sequence[IndexEntry], partition: bytes) -> PartitionIndex:
         """The partition's index from a snapshot's index entries (files no longer live are forgotten)."""
@@ -203,20 +261,52 @@ class HashFiles:
             if e.bucket in out.entries:
                 raise CorruptMetadataError(f"bucket {e.bucket} has two HASH index files: "
                                            f"{out.entries[e.bucket].file_name} and {e.file_name}")
-            hashes = self._read.get(e.file_name)
-            if hashes is None:
-                path = e.external_path or self.indexes.index_path(e.file_name)
-                hashes = self._read[e.file_name] = decode_hashes(self.indexes.io.read_bytes(path), path)
             out.entries[e.bucket] = e
-            out.hashes[e.bucket] = hashes
+            out.hashes[e.bucket] = self._hashes(e)
         return out
+
+
+    def elsewhere(self, all_entries: Sequence[IndexEntry], partition: bytes, hashes: np.ndarray) -> Elsewhere:
+        """Every (position, partition, bucket) where a partition other than `partition` indexes a hash."""
+        files = tuple(sorted(e.file_name for e in all_entries if e.index_type == HASH_INDEX))
+        if self._table_index is None or self._table_index[0] != files:
+            live = [e for e in all_entries if e.index_type == HASH_INDEX]
+            parts = sorted({e.partition for e in live})
+            pid = {p: i for i, p in enumerate(parts)}
+            arrays = [(self._hashes(e), pid[e.partition], e.bucket) for e in live]
+            empty = np.zeros(0, np.int32)
+            known = np.concatenate([a for a, _, _ in arrays]) if arrays else empty
+            owner_p = np.concatenate([np.full(len(a), i, np.int32) for a, i, _ in arrays]) if arrays else empty
+            owner_b = np.concatenate([np.full(len(a), b, np.int32) for a, _, b in arrays]) if arrays else empty
+            order = np.argsort(known, kind="stable")
+            self._table_index = (files, parts, known[order], owner_p[order], owner_b[order])
+        _, parts, known, owner_p, owner_b = self._table_index
+        lo, hi = np.searchsorted(known, hashes, "left"), np.searchsorted(known, hashes, "right")
+        counts = hi - lo
+        positions = np.repeat(np.arange(len(hashes), dtype=np.int32), counts)
+        at = np.repeat(lo, counts) + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts))
+        if partition in parts:  # the partition asked for is not "elsewhere"
+            other = owner_p[at] != parts.index(partition)
+            positions, at = positions[other], at[other]
+        used = np.unique(owner_p[at])
+        remap = np.full(len(parts), -1, np.int32)
+        remap[used] = np.arange(len(used), dtype=np.int32)
+        return Elsewhere(positions, [parts[i] for i in used.tolist()], remap[owner_p[at]], owner_b[at])
+
+    def _hashes(self, e: IndexEntry) -> np.ndarray:
+        hashes = self._read.get(e.file_name)
+        if hashes is None:
+            path = e.external_path or self.indexes.index_path(e.file_name)
+            hashes = self._read[e.file_name] = decode_hashes(self.indexes.io.read_bytes(path), path)
+        return hashes
 
 
 class BucketAssigner(Protocol):
     """Where the rows of a dynamic-bucket table go: one bucket per key hash of a partition."""
 
-    def assign(self, partition: bytes, hashes: np.ndarray) -> np.ndarray:
-        """The bucket of each hash (int32), durable before this returns unless `index_messages` says otherwise."""
+    def assign(self, keys: Sequence[tuple[bytes, np.ndarray]]) -> list[Assignment]:
+        """For each (partition, key hashes): the bucket of each hash, durable before this returns unless
+        `index_messages` says otherwise; for a cross-partition table also where else the table indexes them."""
         ...
 
     def index_messages(self) -> list[CommitMessage]:
@@ -254,17 +344,22 @@ class CommittingAssigner:
         self.max_attempts = max_attempts
         self.files = files or HashFiles(table.indexes)
 
-    def index_of(self, partition: bytes, snapshot: Snapshot | None) -> PartitionIndex:
-        entries = self.table.indexes.read(snapshot.index_manifest if snapshot else None)
-        return self.files.partition(entries, partition)
-
-    def assign(self, partition: bytes, hashes: np.ndarray) -> np.ndarray:
+    def assign(self, keys: Sequence[tuple[bytes, np.ndarray]]) -> list[Assignment]:
+        """Assign the keys of every partition on one snapshot's index and commit what they add as one snapshot."""
+        cross = is_cross_partition(self.table.schema)
         for _ in range(self.max_attempts):
-            index = self.index_of(partition, self.table.snapshots.latest())
-            buckets, gained = index.assign(hashes, self.options)
-            if not gained:
-                return buckets
-            messages = index.changes(self.table.indexes, gained)
+            snapshot = self.table.snapshots.latest()
+            entries = self.table.indexes.read(snapshot.index_manifest if snapshot else None)
+            answers, messages = [], []
+            for partition, hashes in keys:
+                index = self.files.partition(entries, partition)
+                buckets, gained = index.assign(hashes, self.options)
+                if gained:
+                    messages += index.changes(self.table.indexes, gained)
+                answers.append(Assignment(buckets, self.files.elsewhere(entries, partition, hashes) if cross
+                                          else Elsewhere.none()))
+            if not messages:
+                return answers
             try:
                 self.commit(messages)
             except CommitConflictError:
@@ -274,7 +369,7 @@ class CommittingAssigner:
                 # the outcome may be unknown: an index file that was published must stay (it is harmless
                 # unreferenced: orphan-file removal takes it)
                 raise
-            return buckets
+            return answers
         raise CommitConflictError(f"assigning buckets in {self.table.identifier} lost to other writers "
                                   f"{self.max_attempts} times; nothing was written")
 
@@ -290,11 +385,14 @@ class FreshAssigner:
         self.indexes = indexes
         self._partitions: dict[bytes, PartitionIndex] = {}
 
-    def assign(self, partition: bytes, hashes: np.ndarray) -> np.ndarray:
-        index = self._partitions.setdefault(partition, PartitionIndex(partition))
-        buckets, gained = index.assign(hashes, self.options)
-        index.apply(gained, [])
-        return buckets
+    def assign(self, keys: Sequence[tuple[bytes, np.ndarray]]) -> list[Assignment]:
+        out = []
+        for partition, hashes in keys:
+            index = self._partitions.setdefault(partition, PartitionIndex(partition))
+            buckets, gained = index.assign(hashes, self.options)
+            index.apply(gained, [])
+            out.append(Assignment(buckets))
+        return out
 
     def index_messages(self) -> list[CommitMessage]:
         out = []

@@ -35,10 +35,21 @@ def unsupported(schema: TableSchema, for_write: bool, compaction: bool = False) 
     if bucket < -2 or bucket == 0 or (bucket == -2 and not schema.is_primary_key_table):
         reasons.append(f"bucket={bucket} (not a bucket count: N > 0, -1, or -2 for primary-key tables)")
     if for_write:
-        if schema.is_primary_key_table and bucket == -1 and not compaction and not set(schema.partition_keys) <= set(
-                schema.primary_keys):
-            reasons.append("bucket=-1 with a primary key that leaves out partition keys (cross-partition upsert is "
-                           "not supported yet for writes)")
+        cross = schema.is_primary_key_table and bucket == -1 and not set(schema.partition_keys) <= set(
+            schema.primary_keys)
+        if cross and not compaction:
+            engine = o.raw.get("merge-engine", "deduplicate")
+            if engine != "deduplicate":
+                reasons.append(f"merge-engine={engine} with cross-partition upsert (bucket=-1, a primary key without "
+                               "the partition keys): lsmlake moves keys between partitions for deduplicate only")
+            if set(schema.partition_keys) & set(schema.primary_keys):
+                reasons.append("cross-partition upsert with a primary key that holds some of the partition keys "
+                               "(lsmlake moves keys whose primary key holds none of them)")
+            if _truthy(schema, "ignore-delete") or _truthy(schema, "deduplicate.ignore-delete"):
+                reasons.append("ignore-delete with cross-partition upsert (moving a key deletes it where it was)")
+            if o.raw.get("sequence.field"):
+                reasons.append("sequence.field with cross-partition upsert (a key's delete in the partition it leaves "
+                               "must win whatever the field holds there)")
         try:
             o.get(opts.CHANGELOG_PRODUCER)
         except InvalidInputError:

@@ -8,13 +8,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from lsmlake.errors import CommitConflictError, CommitStateUnknownError, StorageError
+from lsmlake.errors import CommitConflictError, CommitStateUnknownError, InvalidInputError, StorageError
 from lsmlake.format import options as opts
 from lsmlake.format.predicate import Predicate
 from lsmlake.format.snapshot import BATCH_COMMIT_IDENTIFIER
 from lsmlake.table.commit import CommitResult
 from lsmlake.table.compact import compact_table
-from lsmlake.table.dynamic_bucket import FreshAssigner, is_dynamic
+from lsmlake.table.dynamic_bucket import FreshAssigner, is_cross_partition, is_dynamic
 from lsmlake.table.file_store import FileStore, table_identity
 from lsmlake.table.write import CommitMessage
 
@@ -66,6 +66,9 @@ class FileStoreTable(FileStore):
 
     def overwrite_arrow(self, data: pa.Table, partition: Mapping[str, Any] | None = None) -> CommitResult:
         """Replace the partitions the rows fall into (or the given static partition, or the whole table)."""
+        if is_cross_partition(self.schema):
+            raise InvalidInputError(f"cannot overwrite {self.identifier}: a cross-partition upsert table's keys can be "
+                                    "in partitions the overwrite does not replace; delete and write instead")
         # a dynamic-bucket table's replaced partitions lose their index with their files: assign afresh
         w = self.new_write(assigner=FreshAssigner(self.schema, self.indexes) if is_dynamic(self.schema) else None)
         try:

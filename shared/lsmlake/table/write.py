@@ -16,20 +16,21 @@ import pyarrow.compute as pc
 
 from lsmlake.errors import InvalidInputError
 from lsmlake.format import options as opts
-from lsmlake.format.binary_row import serialize_row
+from lsmlake.format.binary_row import deserialize_row, serialize_row
 from lsmlake.format.bucket import POSTPONE_BUCKET, bucket_ids
 from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.data_file_writer import DataFileWriter, bucket_dir
 from lsmlake.format.partition import partition_path
-from lsmlake.format.row_kind import is_retract
+from lsmlake.format.row_kind import DELETE, is_retract
 from lsmlake.format.schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 from lsmlake.fs.file_io import FileIO
 from lsmlake.mergetree.dedupe import group_ends, sort_and_group
-from lsmlake.mergetree.merge.factory import merge_function_for
+from lsmlake.mergetree.merge.deduplicate import Deduplicate
+from lsmlake.mergetree.merge.factory import merge_function_for, ordering_of
 from lsmlake.mergetree.merge.first_row import FirstRow
 from lsmlake.mergetree.merge.merge_function import MergeFunction
 from lsmlake.table.commit_message import CommitMessage
-from lsmlake.table.dynamic_bucket import BucketAssigner, is_dynamic, key_hashes
+from lsmlake.table.dynamic_bucket import BucketAssigner, Elsewhere, is_cross_partition, is_dynamic, key_hashes
 from lsmlake.table.input_rows import conform
 from lsmlake.table.sequence_numbers import SequenceAllocator
 
@@ -99,6 +100,12 @@ class TableWrite:
         self.partition_types = schema.types_of(schema.partition_keys)
         self.default_partition = schema.table_options.get(opts.PARTITION_DEFAULT_NAME)
         self.merge_function = merge_function_for(schema) if schema.is_primary_key_table else None
+        # the batch fold merges rows of one key within one (partition, bucket): a cross-partition table's key can
+        # be in two partitions of a batch (a row and the delete that moves it), so its partition joins the key
+        self.fold_keys = list(schema.primary_keys)
+        if is_cross_partition(schema):
+            self.fold_keys += [k for k in schema.partition_keys if k not in self.fold_keys]
+            self.merge_function = Deduplicate(self.fold_keys, ordering_of(schema))
         self.changelog_input = schema.table_options.get(opts.CHANGELOG_PRODUCER) == "input"
         self.messages: dict[tuple[bytes, int], CommitMessage] = {}
         self._written: list[str] = []  # every file written, for abort
@@ -106,12 +113,12 @@ class TableWrite:
     def write(self, data: pa.Table | pa.RecordBatch) -> None:
         """Validate the rows and write them as level-0 files (nothing is written if they are invalid)."""
         rows, kinds_arr = conform(self.schema, data)
-        n = rows.num_rows
-        if n == 0:
+        if rows.num_rows == 0:
             return
-        kinds = kinds_arr.to_numpy(zero_copy_only=False)
+        kinds = kinds_arr.to_numpy(zero_copy_only=False).astype(np.int8)
         schema = self.schema
-        routing = self.route(rows)
+        rows, kinds, routing = self.route_rows(rows, kinds)
+        n = rows.num_rows
         g, order, starts, span, partitions = routing.group, routing.order, routing.starts, routing.span, \
             routing.partitions
         # Rank of each row inside its group, in input order: the sequence number offset.
@@ -167,23 +174,28 @@ class TableWrite:
 
     def route(self, rows: pa.Table) -> Routing:
         """The (partition, bucket) of every row of a conformed batch, computed on whole columns."""
+        return self.route_rows(rows, np.zeros(rows.num_rows, np.int8))[2]
+
+    def route_rows(self, rows: pa.Table, kinds: np.ndarray) -> tuple[pa.Table, np.ndarray, Routing]:
+        """`route`, and the rows and kinds to write: for a cross-partition table the batch plus the deletes that take
+        each key out of the partitions it leaves (see `dynamic_bucket`)."""
         schema = self.schema
         n = rows.num_rows
         num_buckets = schema.num_buckets
-        pgroup, pfirst = group_ids([rows.column(k) for k in schema.partition_keys], n) \
-            if schema.partition_keys else (np.zeros(n, np.int64), np.zeros(1, np.int64))
-        partitions: dict[int, tuple[bytes, str]] = {}
-        for pid, first_row in enumerate(pfirst.tolist()):
-            values = [rows.column(k)[first_row].as_py() for k in schema.partition_keys]
-            partitions[pid] = (serialize_row(values, self.partition_types),
-                               partition_path(values, list(schema.partition_keys), self.partition_types,
-                                              self.default_partition))
+        pgroup, partitions = self._partitions(rows)
         if num_buckets > 0:
             bkeys = schema.bucket_keys
             buckets = bucket_ids([rows.column(k) for k in bkeys], schema.types_of(bkeys), num_buckets)
             buckets = np.asarray(buckets, dtype=np.int64)
         elif self.assigner is not None and is_dynamic(schema):
-            buckets = self._assign(rows, pgroup, partitions)
+            buckets, elsewhere = self._assign(rows, pgroup, partitions)
+            deletes = self._moves(rows, pgroup, partitions, buckets, elsewhere) if is_cross_partition(schema) else None
+            if deletes is not None:
+                rows = pa.concat_tables([rows, deletes[0]])
+                kinds = np.r_[kinds, np.full(deletes[0].num_rows, DELETE, np.int8)]
+                buckets = np.r_[buckets, deletes[1]]
+                pgroup, partitions = self._partitions(rows)
+                n = rows.num_rows
         else:  # unaware append tables have bucket 0; postpone tables put every row in bucket -2 (`target`)
             buckets = np.zeros(n, np.int64)
         span = max(num_buckets, int(buckets.max()) + 1 if n else 1, 1)
@@ -193,17 +205,75 @@ class TableWrite:
         starts = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]]) if n else np.zeros(0, np.int64)
         targets = [self.target(partitions[pid], bucket)
                    for pid, bucket in (divmod(gid, span) for gid in g_sorted[starts].tolist())]
-        return Routing(g, order, starts, targets, span, partitions)
+        return rows, kinds, Routing(g, order, starts, targets, span, partitions)
 
-    def _assign(self, rows: pa.Table, pgroup: np.ndarray, partitions: dict[int, tuple[bytes, str]]) -> np.ndarray:
-        """The dynamic bucket of every row: the assigner's answer for its key in its partition."""
+    def _partitions(self, rows: pa.Table) -> tuple[np.ndarray, dict[int, tuple[bytes, str]]]:
+        """The partition id of every row, and each id's (BinaryRow bytes, directory path)."""
+        schema = self.schema
+        n = rows.num_rows
+        pgroup, pfirst = group_ids([rows.column(k) for k in schema.partition_keys], n) \
+            if schema.partition_keys else (np.zeros(n, np.int64), np.zeros(1, np.int64))
+        partitions: dict[int, tuple[bytes, str]] = {}
+        for pid, first_row in enumerate(pfirst.tolist()):
+            values = [rows.column(k)[first_row].as_py() for k in schema.partition_keys]
+            partitions[pid] = (serialize_row(values, self.partition_types),
+                               partition_path(values, list(schema.partition_keys), self.partition_types,
+                                              self.default_partition))
+        return pgroup, partitions
+
+    def _assign(self, rows: pa.Table, pgroup: np.ndarray, partitions: dict[int, tuple[bytes, str]]
+                ) -> tuple[np.ndarray, list[tuple[np.ndarray, Elsewhere]]]:
+        """The dynamic bucket of every row (the assigner's answer for its key in its partition), and per partition
+        of the batch its rows and where else the table holds their keys."""
         assert self.assigner is not None
         hashes = key_hashes(self.schema, rows)
         buckets = np.empty(rows.num_rows, np.int64)
-        for pid, (partition, _) in partitions.items():
-            mine = np.flatnonzero(pgroup == pid) if len(partitions) > 1 else slice(None)
-            buckets[mine] = self.assigner.assign(partition, hashes[mine])
-        return buckets
+        elsewhere = []
+        order = np.argsort(pgroup, kind="stable")
+        cuts = np.cumsum(np.bincount(pgroup, minlength=len(partitions)))[:-1]
+        rows_of = dict(zip(partitions, np.split(order, cuts), strict=True))  # partition ids are 0..P-1
+        answers = self.assigner.assign([(partitions[pid][0], hashes[mine]) for pid, mine in rows_of.items()])
+        for mine, answer in zip(rows_of.values(), answers, strict=True):
+            buckets[mine] = answer.buckets
+            if len(answer.elsewhere):
+                elsewhere.append((mine, answer.elsewhere))
+        return buckets, elsewhere
+
+    def _moves(self, rows: pa.Table, pgroup: np.ndarray, partitions: dict[int, tuple[bytes, str]], buckets: np.ndarray,
+               elsewhere: list[tuple[np.ndarray, Elsewhere]]) -> tuple[pa.Table, np.ndarray] | None:
+        """The deletes of a cross-partition batch and their buckets: each key's last row decides its partition; the
+        key is deleted from every other partition the batch wrote it to or the table's indexes hold its hash in."""
+        schema = self.schema
+        n = rows.num_rows
+        kg, _ = group_ids([rows.column(k) for k in schema.primary_keys], n)
+        last = np.zeros(int(kg.max()) + 1, np.int64)
+        np.maximum.at(last, kg, np.arange(n))
+        final = last[kg]  # per row: its key's last row in the batch
+        # the batch's own earlier rows in other partitions (one delete per key and partition)
+        left = np.flatnonzero(pgroup != pgroup[final])
+        _, first = np.unique(kg[left] * len(partitions) + pgroup[left], return_index=True)
+        left = left[first]
+        sources = [final[left]]
+        targets = [[partitions[p][0] for p in pgroup[left].tolist()]]
+        del_buckets = [buckets[left]]
+        for mine, where in elsewhere:  # the table's other partitions, for each key's last row only
+            rows_at = mine[where.positions]
+            keep = final[rows_at] == rows_at
+            sources.append(rows_at[keep])
+            targets.append([where.partitions[i] for i in where.partition_ids[keep].tolist()])
+            del_buckets.append(where.buckets[keep].astype(np.int64))
+        src = np.concatenate(sources)
+        if not len(src):
+            return None
+        # one Python step per moved key (moves are few), to decode the partitions they leave
+        decoded: dict[bytes, list[object]] = {}
+        values = [decoded.setdefault(p, deserialize_row(p, self.partition_types)) for t in targets for p in t]
+        deletes = rows.take(pa.array(src, pa.int64()))
+        for j, k in enumerate(schema.partition_keys):
+            col = deletes.schema.get_field_index(k)
+            deletes = deletes.set_column(col, deletes.schema.field(col),
+                                         pa.array([v[j] for v in values], deletes.schema.field(col).type))
+        return deletes, np.concatenate(del_buckets)
 
     def target(self, partition: tuple[bytes, str], bucket: int) -> BucketTarget:
         """The bucket a routing group writes to: a postpone table writes every group to bucket -2."""
@@ -240,7 +310,7 @@ class TableWrite:
     def _fold(self, rows: pa.Table, g: np.ndarray, seq: np.ndarray,
               kinds: np.ndarray) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         assert self.merge_function is not None
-        return fold_rows(self.merge_function, self.schema.primary_keys, rows, g, seq, kinds)
+        return fold_rows(self.merge_function, self.fold_keys, rows, g, seq, kinds)
 
     def prepare_commit(self) -> list[CommitMessage]:
         """The commit messages of everything written so far (and forget them)."""

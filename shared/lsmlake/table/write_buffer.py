@@ -74,7 +74,8 @@ class BufferedTableWrite:
             return
         kinds = kinds_arr.to_numpy(zero_copy_only=False).astype(np.int8)
         self._write.check_kinds(kinds)
-        routing = self._write.route(rows)
+        rows, kinds, routing = self._write.route_rows(rows, kinds)
+        n = rows.num_rows
         for target, idx in routing.runs():
             buffer = self._buffer(target)
             if len(idx) == n:  # the whole batch goes to one bucket: no copy
