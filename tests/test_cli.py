@@ -718,3 +718,21 @@ def test_progress_is_shown_on_a_terminal_only(capsys: pytest.CaptureFixture[str]
         assert t.num_rows == 100
     err = capsys.readouterr().err
     assert "writing db.t [" in err and "/200 rows" in err and err.endswith("\r")
+
+
+def test_levels_and_files_of_a_dynamic_bucket_table(lake: Lake, tmp_path: Path) -> None:
+    """`lake write` assigns keys to buckets through the HASH index; `lake levels` shows each bucket's keys, and a
+    key written to another partition (cross-partition upsert) moves there."""
+    lake.ok("table", "create", "db.dyn", "--schema", "id BIGINT NOT NULL, v STRING, dt STRING NOT NULL",
+            "--primary-key", "id", "--partition-key", "dt", "--option", "bucket=-1",
+            "--option", "dynamic-bucket.target-row-num=3")
+    write_rows(lake, tmp_path, "db.dyn", "id,v,dt", ["1,a,x", "2,b,x", "3,c,x", "4,d,x", "5,e,y"])
+    write_rows(lake, tmp_path, "db.dyn", "id,v,dt", ["1,z,y"])
+    assert sorted((r["id"], r["dt"]) for r in scan_sorted(lake, "db.dyn")) == [(1, "y"), (2, "x"), (3, "x"),
+                                                                               (4, "x"), (5, "y")]
+    heads = [line for line in lake.ok("levels", "db.dyn").splitlines() if " bucket " in line]
+    assert [h.split(":")[0] for h in heads] == ["dt=x bucket 0", "dt=x bucket 1", "dt=y bucket 0"]
+    assert [h.rsplit(", ", 1)[1] for h in heads] == ["3 keys in its HASH index", "1 key in its HASH index",
+                                                     "2 keys in its HASH index"]
+    assert {(f["partition"], f["bucket"]) for f in lake.jsonl("files", "db.dyn")} == {("dt=x", 0), ("dt=x", 1),
+                                                                                       ("dt=y", 0)}

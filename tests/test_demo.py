@@ -20,3 +20,4 @@ def test_demo_runs_and_both_readers_agree() -> None:
     assert "everything agrees" in out and "cluster stopped" in out
     assert "freshness" in out and "rows/s" in out
     assert "through the REST catalog" in out and "as written" in out  # pypaimon's postponed rows, placed
+    assert "each key once, in its last tier" in out and "pypaimon too" in out  # the dynamic-bucket table

@@ -37,8 +37,8 @@ READ = {"CatalogService": {"ListDatabases", "GetTable", "ListTables", "GetSnapsh
 WRITE = {"CatalogService": {"Commit"},
          "WriterService": {"Write", "WriteRows"},
          "CompactorService": {"TriggerCompaction"}}
-SERVICE = {"CatalogService": {"AllocateSequences", "RequestCompaction", "StartCompaction", "CompleteCompaction",
-                              "RollbackCompaction"}}
+SERVICE = {"CatalogService": {"AllocateSequences", "AssignBuckets", "RequestCompaction", "StartCompaction",
+                              "CompleteCompaction", "RollbackCompaction"}}
 ADMIN = {"CatalogService": {"CreateDatabase", "DropDatabase", "CreateTable", "DropTable", "AlterTable",
                             "ExpireSnapshots", "RemoveOrphanFiles"}}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
 from lsmlake.cli.errors import CliError, UsageError
@@ -17,6 +17,7 @@ from lsmlake.mergetree.levels import Levels, writers_stall
 from lsmlake.metastore import PLAN_STATES, now_ms, open_store
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
 from lsmlake.table.compact import restore_levels
+from lsmlake.table.dynamic_bucket import HASH_INDEX, is_dynamic
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.postpone import postpone_splits
 
@@ -46,18 +47,36 @@ def bucket_levels(table: FileStoreTable, snapshot_id: int | None = None) -> list
     snapshot = table.require_snapshot(snapshot_id) if snapshot_id is not None else table.latest_snapshot()
     if snapshot is None:
         return []
+    name = _partition_names(table)
+    buckets = []
+    # a postpone table's rows waiting for placement show as bucket -2, all on level 0
+    for split in table.new_scan(None, snapshot, all_levels=True).plan() + postpone_splits(table, snapshot):
+        buckets.append((name(split.partition_values), split.bucket, restore_levels(table, split)))
+    buckets.sort(key=lambda b: (b[0], b[1]))
+    return buckets
+
+
+def _partition_names(table: FileStoreTable) -> Callable[[Sequence[Any]], str]:
+    """`key=value/...` of partition values, as `lake scan` prints the values (see `bucket_levels`)."""
     schema = table.schema
     keys = list(schema.partition_keys)
     as_json = JsonValues(schema.types_of(keys))
     default_name = schema.table_options.get(opts.PARTITION_DEFAULT_NAME)
-    buckets = []
-    # a postpone table's rows waiting for placement show as bucket -2, all on level 0
-    for split in table.new_scan(None, snapshot, all_levels=True).plan() + postpone_splits(table, snapshot):
-        shown = [default_name if v is None else cell(v) for v in as_json(split.partition_values)]
-        name = "/".join(f"{k}={v}" for k, v in zip(keys, shown, strict=True))
-        buckets.append((name, split.bucket, restore_levels(table, split)))
-    buckets.sort(key=lambda b: (b[0], b[1]))
-    return buckets
+
+    def name(values: Sequence[Any]) -> str:
+        shown = [default_name if v is None else cell(v) for v in as_json(list(values))]
+        return "/".join(f"{k}={v}" for k, v in zip(keys, shown, strict=True))
+    return name
+
+
+def index_keys(table: FileStoreTable, snapshot_id: int | None = None) -> dict[tuple[str, int], int]:
+    """The keys each bucket of a dynamic-bucket table holds in its HASH index, by (partition, bucket)."""
+    snapshot = table.require_snapshot(snapshot_id) if snapshot_id is not None else table.latest_snapshot()
+    if snapshot is None or not is_dynamic(table.schema):
+        return {}
+    name = _partition_names(table)
+    return {(name(table.partition_values(e.partition)), e.bucket): e.row_count
+            for e in table.indexes.read(snapshot.index_manifest) if e.index_type == HASH_INDEX}
 
 
 def _bucket_records(table: FileStoreTable, bucket: BucketLevels) -> list[dict[str, Any]]:
@@ -86,8 +105,10 @@ def _key_text(key: Sequence[Any]) -> str:
     return cells[0] if len(cells) == 1 else "(" + ", ".join(cells) + ")"
 
 
-def print_levels(table: FileStoreTable, buckets: Sequence[BucketLevels], stream: IO[str]) -> None:
-    """The text picture of `lake levels`: per bucket a header, then a line per file, aligned throughout."""
+def print_levels(table: FileStoreTable, buckets: Sequence[BucketLevels], stream: IO[str],
+                 keys: Mapping[tuple[str, int], int] | None = None) -> None:
+    """The text picture of `lake levels`: per bucket a header, then a line per file, aligned throughout;
+    `keys` adds the keys a dynamic bucket holds (`index_keys`)."""
     if not buckets:
         stream.write("no data files\n")
         return
@@ -100,7 +121,9 @@ def print_levels(table: FileStoreTable, buckets: Sequence[BucketLevels], stream:
         where = f"{partition} bucket {number}" if partition else f"bucket {number}"
         counted = plural(runs, "sorted run") if keyed else plural(len(levels.all_files()), "file")
         header = [f"{where}: {counted}, highest level {levels.non_empty_highest_level()} "
-                  f"(max {levels.max_level}), {human_size(levels.total_size())}"]
+                  f"(max {levels.max_level}), {human_size(levels.total_size())}"
+                  + (f", {plural(keys[(partition, number)], 'key')} in its HASH index"
+                     if keys and (partition, number) in keys else "")]
         if keyed and writers_stall(runs, stop_trigger):
             header.append(f"  STALL: {runs} sorted runs > stop trigger {stop_trigger}; "
                           "writers wait for compaction (run `lake compact`)")
@@ -134,7 +157,7 @@ def cmd_levels(args: argparse.Namespace) -> int:
     if args.format == "jsonl":
         print_records(level_records(table, buckets), LEVEL_KEYS, "jsonl")
     else:
-        print_levels(table, buckets, sys.stdout)
+        print_levels(table, buckets, sys.stdout, index_keys(table, args.snapshot))
     return 0
 
 
