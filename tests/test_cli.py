@@ -736,3 +736,36 @@ def test_levels_and_files_of_a_dynamic_bucket_table(lake: Lake, tmp_path: Path) 
                                                      "2 keys in its HASH index"]
     assert {(f["partition"], f["bucket"]) for f in lake.jsonl("files", "db.dyn")} == {("dt=x", 0), ("dt=x", 1),
                                                                                        ("dt=y", 0)}
+
+
+@pytest.mark.parametrize("through_catalog", [False, True])
+def test_rescale_a_postpone_table(lake: Lake, tmp_path: Path, through_catalog: bool) -> None:
+    """`lake rescale` rewrites the matching partitions into N buckets in one OVERWRITE snapshot; the rows stay
+    what they were (pypaimon reads them too); through a catalog service the commit goes through it."""
+    from contextlib import nullcontext
+
+    from .catalog_svc.local_server import local_server
+
+    lake.ok("table", "create", "db.p", "--schema", "id BIGINT NOT NULL, v STRING, dt STRING NOT NULL",
+            "--primary-key", "id,dt", "--partition-key", "dt", "--option", "bucket=-2",
+            "--option", "postpone.default-bucket-num=2")
+    write_rows(lake, tmp_path, "db.p", "id,v,dt", [f"{i},v{i},{'x' if i % 3 else 'y'}" for i in range(60)])
+    assert lake.ok("rescale", "db.p", "--buckets", "3") == "nothing to rescale in db.p (no partition has buckets yet)\n"
+    lake.ok("compact", "db.p")
+    before = scan_sorted(lake, "db.p")
+    next_id = lake.snapshot_ids("db.p")[-1] + 1
+    with local_server(str(lake.warehouse)) if through_catalog else nullcontext() as cat:
+        extra = ["--catalog-service", f"127.0.0.1:{cat.server.port}"] if cat is not None else []
+        assert lake.ok(*extra, "rescale", "db.p", "--buckets", "4", "--partition", "dt=x") \
+            == f"rescaled db.p in snapshot {next_id}: 1 partition now has 4 buckets\n"
+    table = lake.table("db.p")
+    assert {(table.partition_values(s.partition)[0], s.total_buckets) for s in table.plan()} == {("x", 4), ("y", 2)}
+    assert table.snapshots.latest().commit_kind == "OVERWRITE"
+    assert ("lake-rescale" in table.snapshots.latest().commit_user) == through_catalog  # the catalog's commit
+    assert scan_sorted(lake, "db.p") == before
+    from pypaimon import CatalogFactory
+    rb = CatalogFactory.create({"warehouse": str(lake.warehouse)}).get_table("db.p").new_read_builder()
+    assert len(rb.new_read().to_arrow(rb.new_scan().plan().splits())) == 60
+    lake.ok("table", "create", "db.fixed", "--schema", "id BIGINT NOT NULL", "--primary-key", "id",
+            "--option", "bucket=2")
+    assert "rescale is for postpone-bucket tables" in lake.fails("rescale", "db.fixed", "--buckets", "3")

@@ -16,6 +16,14 @@ def key_value(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    value = non_negative(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
 def non_negative(text: str) -> int:
     try:
         n = int(text)

@@ -74,6 +74,11 @@ class Backend(Protocol):
         """Compact the table, or the partitions whose columns equal the given texts."""
         ...
 
+    def rescale(self, identifier: str, buckets: int, partition: Sequence[tuple[str, str]]) -> tuple[int | None, int]:
+        """Give a postpone-bucket table's partitions (those matching, or all) `buckets` buckets in one OVERWRITE
+        snapshot; returns its id (None: no partition has buckets yet) and how many partitions it rewrote."""
+        ...
+
     def expire(self, identifier: str, retain_min: int | None, retain_max: int | None,
                older_than_ms: int | None) -> list[int]:
         """Expire old snapshots; returns the ids of the expired ones."""

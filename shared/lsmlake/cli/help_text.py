@@ -264,3 +264,17 @@ The partition is key=value/... with values as `lake scan` prints them (the form 
 jsonl prints one object per file: partition, bucket, level, run, file, size (bytes), rows, min_key,
 max_key (lists; empty for append tables), min_seq, max_seq.
 """
+
+RESCALE_EPILOG = """\
+examples:
+  lake rescale shop.events --buckets 8                        # every partition of a bucket = -2 table
+  lake rescale shop.events --buckets 2 --partition dt=2024-01-31
+
+A postpone-bucket table (bucket = -2) gives each partition its own bucket count when its rows are first
+placed (postpone.default-bucket-num, postpone.target-row-num-per-bucket, postpone.target-size-per-bucket).
+This changes it: each matching partition's merged rows are rewritten into N buckets and the old files
+dropped, in ONE OVERWRITE snapshot, so readers see the old buckets or the new ones, never a mix. Rows
+still waiting in bucket-postpone are placed later with the new count. Through a cluster the new files are
+written into the warehouse and committed through the catalog service (an admin token).
+Prints: rescaled DB.TABLE in snapshot S: P partitions now have N buckets, or: nothing to rescale.
+"""

@@ -13,13 +13,17 @@ from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.cli.backend import NewTable
 from lsmlake.cli.errors import CliError, UsageError
 from lsmlake.cli.output import plural
-from lsmlake.errors import NotFoundError
+from lsmlake.errors import CommitStateUnknownError, NotFoundError
 from lsmlake.format import options as opts
+from lsmlake.format.predicate import Predicate
+from lsmlake.format.snapshot import OVERWRITE
 from lsmlake.ingest.csv_rows import text_value
 from lsmlake.ingest.values import BadValue
 from lsmlake.table.compact import TableCompactResult, compact_table
 from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.postpone import delete_new_files, is_postpone, rescale
 from lsmlake.table.schema_change import SchemaChange
+from lsmlake.table.write import CommitMessage
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,20 @@ class LocalBackend:
         table = self.catalog.get_table(identifier)
         return LocalCompaction(compact_table(table, full=full, partition=partition_filter(table, partition)))
 
+    def rescale(self, identifier: str, buckets: int, partition: Sequence[tuple[str, str]]) -> tuple[int | None, int]:
+        table = self.catalog.get_table(identifier)
+        messages = rescale_messages(table, buckets, partition)
+        if not messages:
+            return None, 0
+        try:
+            result = table.new_commit().commit(messages, kind=OVERWRITE)
+        except CommitStateUnknownError:
+            raise
+        except BaseException:
+            delete_new_files(table, messages)
+            raise
+        return result.snapshot_id, len({m.partition for m in messages})
+
     def expire(self, identifier: str, retain_min: int | None, retain_max: int | None,
                older_than_ms: int | None) -> list[int]:
         result = expire_snapshots(self.catalog.get_table(identifier), retain_min=retain_min, retain_max=retain_max,
@@ -123,3 +141,16 @@ def partition_filter(table: FileStoreTable, pairs: Sequence[tuple[str, str]]
     if any(v is None for v in values.values()):
         return [(k, "is_null") if v is None else (k, "=", v) for k, v in values.items()]
     return values
+
+
+def rescale_messages(table: FileStoreTable, buckets: int, pairs: Sequence[tuple[str, str]]) -> list[CommitMessage]:
+    """The OVERWRITE messages of `lake rescale` (see `lsmlake.table.postpone.rescale`), files written."""
+    if not is_postpone(table.schema):
+        raise CliError(f"table {table.identifier} has bucket = {table.schema.num_buckets}: rescale is for "
+                       "postpone-bucket tables (bucket = -2), whose partitions each have their own count")
+    selected = partition_filter(table, pairs)
+    partitions = None if selected is None else sorted(
+        {s.partition for s in table.new_scan(Predicate.of(selected), all_levels=True).plan()})
+    if partitions == []:
+        return []
+    return rescale(table, buckets, partitions)

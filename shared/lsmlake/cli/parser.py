@@ -13,12 +13,13 @@ from lsmlake.cli.arguments import (
     add_column,
     key_value,
     non_negative,
+    positive,
     remove_option,
     rename_column,
     set_option,
 )
 from lsmlake.cli.commands.cluster import cmd_down, cmd_status, cmd_up
-from lsmlake.cli.commands.compaction import cmd_compact, cmd_levels, cmd_timeline
+from lsmlake.cli.commands.compaction import cmd_compact, cmd_levels, cmd_rescale, cmd_timeline
 from lsmlake.cli.commands.read import cmd_changelog, cmd_expire, cmd_files, cmd_scan, cmd_snapshots
 from lsmlake.cli.commands.table import (
     cmd_table_alter,
@@ -192,6 +193,14 @@ def _other_commands(commands: Any, sub: Sub) -> None:
     p.add_argument("--partition", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                    help="compact only the partitions where column KEY equals VALUE (repeatable)")
     p.set_defaults(func=cmd_compact)
+
+    p = sub(commands, "rescale", "change the bucket count of a postpone-bucket table's partitions",
+            h.RESCALE_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE")
+    p.add_argument("--buckets", type=positive, required=True, metavar="N", help="the new bucket count")
+    p.add_argument("--partition", action="append", type=key_value, default=[], metavar="KEY=VALUE",
+                   help="rescale only the partitions where column KEY equals VALUE (repeatable)")
+    p.set_defaults(func=cmd_rescale)
 
     p = sub(commands, "produce", "send rows or change events to a table's Kafka ingest topic", h.PRODUCE_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")

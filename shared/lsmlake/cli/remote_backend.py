@@ -6,20 +6,23 @@ into the warehouse folder; without a compactor, the table is compacted here (`lo
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from lsmlake.cli.backend import CompactOutcome, NewTable, Services, WriteOutcome
-from lsmlake.cli.local_backend import LocalBackend
+from lsmlake.cli.local_backend import LocalBackend, rescale_messages
 from lsmlake.cli.output import plural
 from lsmlake.cli.progress import Progress
 from lsmlake.client.client import Client
 from lsmlake.client.compaction import CompactResult
+from lsmlake.errors import CommitStateUnknownError
 from lsmlake.metastore.request_ids import part_request_id
 from lsmlake.rpc.security import ChannelSecurity
 from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.postpone import delete_new_files
 from lsmlake.table.schema_change import SchemaChange
 
 #: rows per write request; each part is committed before the next is sent
@@ -114,6 +117,23 @@ class RemoteBackend:
         with self._client() as client:
             return ServiceCompaction(client.compact(identifier, full=full, wait=True,
                                                     partition=dict(partition) or None))
+
+    def rescale(self, identifier: str, buckets: int, partition: Sequence[tuple[str, str]]) -> tuple[int | None, int]:
+        """The new files are written into the shared warehouse, then committed through the catalog (admin)."""
+        table = self.local.catalog.get_table(identifier)
+        messages = rescale_messages(table, buckets, partition)
+        if not messages:
+            return None, 0
+        try:
+            with self._client() as client:
+                result = client.commit(identifier, messages, commit_user=f"lake-rescale-{uuid.uuid4()}",
+                                       overwrite=True, partitions=[])
+        except CommitStateUnknownError:
+            raise
+        except BaseException:
+            delete_new_files(table, messages)
+            raise
+        return result.snapshot_id, len({m.partition for m in messages})
 
     def expire(self, identifier: str, retain_min: int | None, retain_max: int | None,
                older_than_ms: int | None) -> list[int]:

@@ -205,3 +205,11 @@ def rescale(table: FileStore, buckets: int, partitions: Sequence[bytes] | None =
         messages.extend(CommitMessage(partition, s.bucket, s.total_buckets, deleted_files=list(s.files))
                         for s in mine)
     return messages
+
+
+def delete_new_files(table: FileStore, messages: Sequence[CommitMessage]) -> None:
+    """Delete the files `rescale`'s messages add (their commit definitely failed)."""
+    for m in messages:
+        directory = bucket_dir(table.path, table.schema.partition_dir(table.partition_values(m.partition)), m.bucket)
+        for f in m.new_files:
+            table.io.delete_quietly(f"{directory}/{f.file_name}")

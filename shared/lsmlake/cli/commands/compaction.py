@@ -151,6 +151,16 @@ def print_levels(table: FileStoreTable, buckets: Sequence[BucketLevels], stream:
             stream.write(f"  {cells[0]}  {cells[1]} {'  '.join(cells[2:])}".rstrip() + "\n")
 
 
+def cmd_rescale(args: argparse.Namespace) -> int:
+    snapshot, partitions = open_backend(args).rescale(args.table, args.buckets, args.partition)
+    if snapshot is None:
+        out(f"nothing to rescale in {args.table} (no partition has buckets yet)")
+    else:
+        out(f"rescaled {args.table} in snapshot {snapshot}: {plural(partitions, 'partition')} now "
+            f"{'has' if partitions == 1 else 'have'} {plural(args.buckets, 'bucket')}")
+    return 0
+
+
 def cmd_levels(args: argparse.Namespace) -> int:
     table = open_catalog(args).get_table(args.table)
     buckets = bucket_levels(table, args.snapshot)
