@@ -19,6 +19,8 @@ from pypaimon import CatalogFactory, Schema
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
 
+from .pypaimon_io import write as pypaimon_write  # re-exported: the REST tests import it from here
+
 TIMEOUT_S = 30.0
 ERROR_KEYS = {"message", "resourceType", "resourceName", "code"}
 MAX_MESSAGE_CHARS = 2_000
@@ -100,21 +102,6 @@ def pk_schema(**options: str) -> Schema:
 
 def rows(ids: range, tag: str) -> pa.Table:
     return pa.table({"id": pa.array(list(ids), pa.int64()), "v": [f"{tag}{i}" for i in ids]}, schema=PK_SCHEMA)
-
-
-def pypaimon_write(table: Any, data: pa.Table, overwrite: bool = False,
-                   properties: dict[str, str] | None = None) -> None:
-    """One batch write and commit by pypaimon."""
-    wb = table.new_batch_write_builder()
-    if overwrite:
-        wb = wb.overwrite()
-    w, c = wb.new_write(), wb.new_commit()
-    try:
-        w.write_arrow(data)
-        c.commit(w.prepare_commit(), snapshot_properties=properties)
-    finally:
-        w.close()
-        c.close()
 
 
 def no_retries(table: Any) -> Any:

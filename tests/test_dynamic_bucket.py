@@ -18,25 +18,19 @@ from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.format.snapshot import COMPACT
 from lsmlake.table.compact import compact_table
 
+from .pypaimon_io import read, write
+
 pypaimon = pytest.importorskip("pypaimon", reason="pypaimon (the test extra) is not installed")
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 
 
 def _write(cat: Any, rows: list[dict[str, Any]]) -> None:
-    builder = cat.get_table("db.t").new_batch_write_builder()
-    w, c = builder.new_write(), builder.new_commit()
-    try:
-        w.write_arrow(pa.Table.from_pylist(rows, schema=SCHEMA))
-        c.commit(w.prepare_commit())
-    finally:
-        w.close()
-        c.close()
+    write(cat.get_table("db.t"), pa.Table.from_pylist(rows, schema=SCHEMA))
 
 
 def _pypaimon_rows(cat: Any) -> dict[int, str]:
-    rb = cat.get_table("db.t").new_read_builder()
-    return {r["id"]: r["v"] for r in rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist()}
+    return {r["id"]: r["v"] for r in read(cat.get_table("db.t")).to_pylist()}
 
 
 def _hash_index(wh: str) -> dict[int, tuple[str, int]]:

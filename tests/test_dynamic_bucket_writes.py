@@ -24,6 +24,7 @@ from lsmlake.table.schema_change import SetOption
 from lsmlake.table.write import CommitMessage
 
 from .dynamic_index import check_index
+from .pypaimon_io import read, write
 
 pypaimon = pytest.importorskip("pypaimon", reason="pypaimon (the test extra) is not installed")
 
@@ -36,23 +37,11 @@ def _rows(ids: Any, v: str) -> pa.Table:
 
 
 def _pypaimon_rows(cat: Any) -> dict[tuple[str, int], str]:
-    rb = cat.get_table("db.t").new_read_builder()
-    return {(r["pt"], r["id"]): r["v"] for r in rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist()}
+    return {(r["pt"], r["id"]): r["v"] for r in read(cat.get_table("db.t")).to_pylist()}
 
 
 def _lake_rows(wh: str) -> dict[tuple[str, int], str]:
     return {(r["pt"], r["id"]): r["v"] for r in FileSystemCatalog(wh).get_table("db.t").to_arrow().to_pylist()}
-
-
-def _pypaimon_write(cat: Any, data: pa.Table) -> None:
-    builder = cat.get_table("db.t").new_batch_write_builder()
-    w, c = builder.new_write(), builder.new_commit()
-    try:
-        w.write_arrow(data)
-        c.commit(w.prepare_commit())
-    finally:
-        w.close()
-        c.close()
 
 
 def _create(wh: str, **options: str) -> Any:
@@ -82,7 +71,7 @@ def test_lsmlake_writes_pypaimon_reads_and_writes_on(tmp_path: Any, dv: bool) ->
     assert counts == [3, 3, 4, 4, 4, 4]
     # pypaimon writes on with lsmlake's index: updates stay put, new keys fill the buckets with room
     data = _rows(range(8, 20), "py")
-    _pypaimon_write(cat, data)
+    write(cat.get_table("db.t"), data)
     model.update({(x["pt"], x["id"]): x["v"] for x in data.to_pylist()})
     compact_table(FileSystemCatalog(wh).get_table("db.t"))
     assert _pypaimon_rows(cat) == model == _lake_rows(wh)
@@ -94,7 +83,7 @@ def test_pypaimon_writes_lsmlake_writes_on(tmp_path: Any) -> None:
     wh = str(tmp_path)
     cat = _create(wh, **{"dynamic-bucket.target-row-num": "3"})
     data = _rows(range(10), "py")
-    _pypaimon_write(cat, data)
+    write(cat.get_table("db.t"), data)
     model = {(x["pt"], x["id"]): x["v"] for x in data.to_pylist()}
     before = check_index(wh)
     data = _rows(range(5, 16), "lake")
@@ -148,7 +137,7 @@ def test_an_overwrite_replaces_the_index_of_its_partitions(tmp_path: Any) -> Non
     entries = t.indexes.read(t.snapshots.latest().index_manifest)
     # 3 buckets of p0 anew, 3 of p1 kept
     assert sorted(e.row_count for e in entries if e.index_type == "HASH") == [2, 2, 2, 2, 2, 2]
-    _pypaimon_write(cat, _rows(range(12, 16), "py"))
+    write(cat.get_table("db.t"), _rows(range(12, 16), "py"))
     expected |= {(f"p{i % 2}", i): "py" for i in range(12, 16)}
     assert _pypaimon_rows(cat) == expected
     check_index(wh)
@@ -212,7 +201,7 @@ def test_random_writes_deletes_target_changes_and_compactions_match_the_model(
                 continue
             rows = [{"id": k, "v": v, "pt": f"p{k % 2}"} for k, rk, v in arg if kind != "pypaimon" or rk != "-D"]
             if kind == "pypaimon":
-                _pypaimon_write(cat, pa.Table.from_pylist(rows, schema=SCHEMA))
+                write(cat.get_table("db.t"), pa.Table.from_pylist(rows, schema=SCHEMA))
             else:
                 data = pa.Table.from_pylist(rows, schema=SCHEMA).append_column(
                     "_row_kind", pa.array([rk for _, rk, _ in arg]))
@@ -257,8 +246,7 @@ def test_cross_partition_upsert_moves_a_key_and_pypaimon_reads_it_once(tmp_path:
                                             {"id": 4, "v": "e", "pt": "x"}], schema=SCHEMA))
     expected = {0: ("a", "x"), 1: ("d", "z"), 2: ("a", "x"), 3: ("b", "y"), 4: ("e", "x"), 5: ("b", "y"),
                 6: ("b", "y"), 7: ("b", "y"), 8: ("b", "y")}
-    rb = cat.get_table("db.t").new_read_builder()
-    got = {r["id"]: (r["v"], r["pt"]) for r in rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist()}
+    got = {r["id"]: (r["v"], r["pt"]) for r in read(cat.get_table("db.t")).to_pylist()}
     assert got == expected
     assert {r["id"]: (r["v"], r["pt"]) for r in table.to_arrow().to_pylist()} == expected
     assert set(check_index(wh)) == {(i,) for i in expected}
@@ -334,6 +322,5 @@ def test_random_cross_partition_writes_match_the_model(steps: list[tuple[str, An
         assert sorted(r["id"] for r in lake) == sorted(model)  # no key twice
         assert {r["id"]: (r["v"], r["pt"]) for r in lake} == model
         assert set(check_index(wh)) == {(k,) for k in model}
-        rb = cat.get_table("db.t").new_read_builder()
-        got = {r["id"]: (r["v"], r["pt"]) for r in rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist()}
+        got = {r["id"]: (r["v"], r["pt"]) for r in read(cat.get_table("db.t")).to_pylist()}
         assert got == model

@@ -23,6 +23,8 @@ from lsmlake.format.snapshot import APPEND, COMPACT, OVERWRITE
 from lsmlake.table.compact import compact_table
 from lsmlake.table.postpone import bucket_count, pending, rescale
 
+from .pypaimon_io import read, write
+
 pypaimon = pytest.importorskip("pypaimon", reason="pypaimon (the test extra) is not installed")
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string()),
@@ -39,19 +41,11 @@ def _pypaimon_table(wh: str, options: dict[str, str]) -> Any:
 
 
 def _pypaimon_write(cat: Any, rows: list[dict[str, Any]]) -> None:
-    builder = cat.get_table("db.t").new_batch_write_builder()
-    w, c = builder.new_write(), builder.new_commit()
-    try:
-        w.write_arrow(pa.Table.from_pylist(rows, schema=SCHEMA))
-        c.commit(w.prepare_commit())
-    finally:
-        w.close()
-        c.close()
+    write(cat.get_table("db.t"), pa.Table.from_pylist(rows, schema=SCHEMA))
 
 
 def _pypaimon_read(cat: Any) -> list[tuple[str, int, str]]:
-    rb = cat.get_table("db.t").new_read_builder()
-    return sorted((r["pt"], r["id"], r["v"]) for r in rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist())
+    return sorted((r["pt"], r["id"], r["v"]) for r in read(cat.get_table("db.t")).to_pylist())
 
 
 def _lake_read(wh: str) -> list[tuple[str, int, str]]:

@@ -23,6 +23,7 @@ from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.format.snapshot import APPEND, COMPACT
 from lsmlake.table.compact import compact_buckets
 
+from ..pypaimon_io import read, write
 from .local_server import Local, local_server
 
 pypaimon = pytest.importorskip("pypaimon", reason="pypaimon (the test extra) is not installed")
@@ -52,21 +53,8 @@ def _create(cat: Any, name: str, fields: list[pa.Field], primary_keys: list[str]
     return cat.get_table(f"db.{name}")
 
 
-def _write(table: Any, data: pa.Table) -> None:
-    builder = table.new_batch_write_builder()
-    w, c = builder.new_write(), builder.new_commit()
-    try:
-        w.write_arrow(data)
-        c.commit(w.prepare_commit())
-    finally:
-        w.close()
-        c.close()
-
-
 def _read(cat: Any, name: str) -> list[dict[str, Any]]:
-    rb = cat.get_table(f"db.{name}").new_read_builder()
-    got = rb.new_read().to_arrow(rb.new_scan().plan().splits())
-    return sorted(got.to_pylist(), key=lambda r: r["id"])
+    return sorted(read(cat.get_table(f"db.{name}")).to_pylist(), key=lambda r: r["id"])
 
 
 def _read_rust(options: dict[str, str], name: str) -> list[dict[str, Any]]:
@@ -106,7 +94,7 @@ def test_deletion_vector_table_written_by_pypaimon_is_read_after_lsmlake_compact
     model: dict[int, str] = {}
     for r in range(4):
         ids = list(range(r * 5, r * 5 + 10))  # each round overwrites half of the previous round's keys
-        _write(table, pa.table({"id": pa.array(ids, pa.int64()), "v": [f"r{r}"] * len(ids)}))
+        write(table, pa.table({"id": pa.array(ids, pa.int64()), "v": [f"r{r}"] * len(ids)}))
         model.update((i, f"r{r}") for i in ids)
     expected = [{"id": k, "v": v} for k, v in sorted(model.items())]
     # pypaimon writes level 0 only, which a deletion-vector read skips: nothing is visible before a compaction
@@ -116,7 +104,7 @@ def test_deletion_vector_table_written_by_pypaimon_is_read_after_lsmlake_compact
     assert _read(cat, "dv") == expected
     assert _read_rust(options, "dv") == expected
     # more pypaimon commits build on lsmlake's compaction
-    _write(cat.get_table("db.dv"), pa.table({"id": pa.array([0, 100], pa.int64()), "v": ["late", "late"]}))
+    write(cat.get_table("db.dv"), pa.table({"id": pa.array([0, 100], pa.int64()), "v": ["late", "late"]}))
     model.update({0: "late", 100: "late"})
     _compact(local, "dv")
     assert _read(cat, "dv") == [{"id": k, "v": v} for k, v in sorted(model.items())]
@@ -130,7 +118,7 @@ def test_append_and_partial_update_tables(served: Any) -> None:
                   partition_keys=["dt"], options={"bucket": "-1"})
     rows = [{"id": i, "dt": f"d{i % 2}", "n": i * i} for i in range(20)]
     for part in (rows[:7], rows[7:]):
-        _write(log, pa.Table.from_pylist(part, schema=pa.schema([_ID, ("dt", pa.string()), ("n", pa.int64())])))
+        write(log, pa.Table.from_pylist(part, schema=pa.schema([_ID, ("dt", pa.string()), ("n", pa.int64())])))
     assert _read(cat, "log") == rows
     assert _read_rust(options, "log") == rows
     specs = sorted(p.spec["dt"] for p in cat.list_partitions_paged("db.log").elements)
@@ -139,8 +127,8 @@ def test_append_and_partial_update_tables(served: Any) -> None:
     pu = _create(cat, "pu", [_ID, pa.field("a", pa.string()), pa.field("b", pa.int64())], ["id"],
                  {"bucket": "1", "merge-engine": "partial-update"})
     schema = pa.schema([_ID, ("a", pa.string()), ("b", pa.int64())])
-    _write(pu, pa.Table.from_pylist([{"id": 1, "a": "x", "b": None}, {"id": 2, "a": None, "b": 20}], schema=schema))
-    _write(pu, pa.Table.from_pylist([{"id": 1, "a": None, "b": 10}, {"id": 2, "a": "y", "b": None}], schema=schema))
+    write(pu, pa.Table.from_pylist([{"id": 1, "a": "x", "b": None}, {"id": 2, "a": None, "b": 20}], schema=schema))
+    write(pu, pa.Table.from_pylist([{"id": 1, "a": None, "b": 10}, {"id": 2, "a": "y", "b": None}], schema=schema))
     merged = [{"id": 1, "a": "x", "b": 10}, {"id": 2, "a": "y", "b": 20}]
     assert _read(cat, "pu") == merged  # pypaimon merges level 0 itself when the table has no deletion vectors
     _compact(local, "pu")
@@ -154,8 +142,8 @@ def test_commit_that_loses_its_id_to_a_compaction_is_retried_and_lands_once(serv
     local, options = served
     cat = _catalog(options)
     table = _create(cat, "race", [_ID, pa.field("v", pa.string())], ["id"], {"bucket": "1"})
-    _write(table, pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", "a"]}))
-    _write(table, pa.table({"id": pa.array([2, 3], pa.int64()), "v": ["b", "b"]}))
+    write(table, pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", "a"]}))
+    write(table, pa.table({"id": pa.array([2, 3], pa.int64()), "v": ["b", "b"]}))
     service = local.server._servicer
     assert service is not None
     original = service.commit_snapshot
@@ -168,7 +156,7 @@ def test_commit_that_loses_its_id_to_a_compaction_is_retried_and_lands_once(serv
         return answers[-1]
 
     service.commit_snapshot = compaction_first  # type: ignore[method-assign]
-    _write(cat.get_table("db.race"), pa.table({"id": pa.array([3, 4], pa.int64()), "v": ["c", "c"]}))
+    write(cat.get_table("db.race"), pa.table({"id": pa.array([3, 4], pa.int64()), "v": ["c", "c"]}))
     assert answers == [False, True]  # refused as a lost race (HTTP 200, success false), then landed on retry
     snaps = FileSystemCatalog(local.warehouse).get_table("db.race").snapshots.snapshots()
     assert [s.commit_kind for s in snaps] == [APPEND, APPEND, COMPACT, APPEND]
@@ -187,7 +175,7 @@ def test_tables_are_defined_altered_listed_tagged_renamed_and_dropped(served: An
     cat = _catalog(options)
     table = _create(cat, "t", [_ID, pa.field("v", pa.string())], ["id"], {"bucket": "1"})
     assert cat.load_snapshot("db.t") is None  # an empty table: no snapshot, not "no table"
-    _write(table, pa.table({"id": pa.array([1], pa.int64()), "v": ["a"]}))
+    write(table, pa.table({"id": pa.array([1], pa.int64()), "v": ["a"]}))
     assert cat.load_snapshot("db.t").snapshot.id == 1
     assert cat.list_tables("db") == ["t"]
     cat.alter_table("db.t", [SchemaChange.add_column("w", AtomicType("BIGINT"))])

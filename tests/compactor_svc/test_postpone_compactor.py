@@ -24,6 +24,7 @@ from lsmlake.kafka.broker import EmbeddedBroker, free_port
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2, writer_pb2_grpc
 from lsmlake.table.postpone import pending
 
+from ..pypaimon_io import read, write
 from ..writer_svc import procs
 from ..writer_svc.test_writer_local import write_requests
 
@@ -47,9 +48,7 @@ def _wait(what: str, done: Callable[[], bool], service: procs.Service) -> None:
 
 
 def _pypaimon_rows(cat: Any, name: str) -> list[dict[str, Any]]:
-    rb = cat.get_table(f"db.{name}").new_read_builder()
-    rows = rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist()
-    return sorted(rows, key=lambda r: (r["pt"], r["id"]))
+    return sorted(read(cat.get_table(f"db.{name}")).to_pylist(), key=lambda r: (r["pt"], r["id"]))
 
 
 def test_the_compactor_places_postponed_rows(broker: EmbeddedBroker, tmp_path: Path) -> None:
@@ -94,12 +93,7 @@ def test_the_compactor_places_postponed_rows(broker: EmbeddedBroker, tmp_path: P
         # later ones join the buckets it made
         for r, ids in enumerate((range(0, 30), range(5, 15), range(10, 20))):
             rows = [{"id": i, "v": f"r{r}", "pt": f"p{i % 2}"} for i in ids]
-            builder = cat.get_table("db.py").new_batch_write_builder()
-            w, c = builder.new_write(), builder.new_commit()
-            w.write_arrow(pa.Table.from_pylist(rows, schema=schema))
-            c.commit(w.prepare_commit())
-            w.close()
-            c.close()
+            write(cat.get_table("db.py"), pa.Table.from_pylist(rows, schema=schema))
             reply = wstub.Write(write_requests(lake_ident, pa.Table.from_pylist(rows, schema=schema)), timeout=60)
             assert reply.snapshot_id > 0
             for name in ("py", "lake"):
@@ -121,12 +115,7 @@ def test_the_compactor_places_postponed_rows(broker: EmbeddedBroker, tmp_path: P
             for path in ("py", "a", "b"):
                 rows = [{"id": i, "v": f"{path}{r}", "pt": f"p{i % 2}"} for i in range(r * 4, r * 4 + 12)]
                 if path == "py":
-                    builder = cat.get_table("db.mixed").new_batch_write_builder()
-                    w, c = builder.new_write(), builder.new_commit()
-                    w.write_arrow(pa.Table.from_pylist(rows, schema=schema))
-                    c.commit(w.prepare_commit())
-                    w.close()
-                    c.close()
+                    write(cat.get_table("db.mixed"), pa.Table.from_pylist(rows, schema=schema))
                 else:
                     stub = stubs[path == "b"]
                     reply = stub.Write(write_requests(mixed_ident, pa.Table.from_pylist(rows, schema=schema)),

@@ -23,6 +23,7 @@ from lsmlake.format.snapshot import COMPACT
 from lsmlake.kafka.broker import EmbeddedBroker, free_port
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 
+from ..pypaimon_io import read, write
 from ..writer_svc import procs
 
 pytestmark = pytest.mark.integration
@@ -40,19 +41,11 @@ def broker() -> Iterator[EmbeddedBroker]:
 
 
 def _write(cat: Any, name: str, rows: list[dict[str, Any]], schema: pa.Schema) -> None:
-    builder = cat.get_table(f"db.{name}").new_batch_write_builder()
-    w, c = builder.new_write(), builder.new_commit()
-    try:
-        w.write_arrow(pa.Table.from_pylist(rows, schema=schema))
-        c.commit(w.prepare_commit())
-    finally:
-        w.close()
-        c.close()
+    write(cat.get_table(f"db.{name}"), pa.Table.from_pylist(rows, schema=schema))
 
 
 def _read(cat: Any, name: str) -> list[dict[str, Any]]:
-    rb = cat.get_table(f"db.{name}").new_read_builder()
-    return sorted(rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist(), key=lambda r: r["id"])
+    return sorted(read(cat.get_table(f"db.{name}")).to_pylist(), key=lambda r: r["id"])
 
 
 def _read_rust(options: dict[str, str], name: str) -> list[dict[str, Any]]:

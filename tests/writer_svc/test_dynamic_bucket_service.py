@@ -24,6 +24,8 @@ from writer_svc.server import Settings, WriterServer
 
 from ..catalog_svc.local_server import Local, local_server
 from ..dynamic_index import check_index
+from ..pypaimon_io import read as pypaimon_read
+from ..pypaimon_io import write as pypaimon_write
 from .test_writer_local import write_requests
 
 pypaimon = pytest.importorskip("pypaimon", reason="pypaimon (the test extra) is not installed")
@@ -87,12 +89,7 @@ def test_writer_replicas_and_pypaimon_share_one_key_index(cat: Local) -> None:
         wh = cat.warehouse
         py = pypaimon.CatalogFactory.create({"warehouse": wh})
         rows = [{"id": i, "v": "py", "pt": f"p{i % 2}"} for i in range(20, 40)]
-        builder = py.get_table("db.t").new_batch_write_builder()
-        w, c = builder.new_write(), builder.new_commit()
-        w.write_arrow(pa.Table.from_pylist(rows, schema=SCHEMA))
-        c.commit(w.prepare_commit())
-        w.close()
-        c.close()
+        pypaimon_write(py.get_table("db.t"), pa.Table.from_pylist(rows, schema=SCHEMA))
         model.update({(x["pt"], x["id"]): x["v"] for x in rows})
         _write(b, [{"id": i, "v": "last", "pt": f"p{i % 2}"} for i in range(35, 45)])
         model.update({(f"p{i % 2}", i): "last" for i in range(35, 45)})
@@ -102,8 +99,7 @@ def test_writer_replicas_and_pypaimon_share_one_key_index(cat: Local) -> None:
     compact_table(FileSystemCatalog(wh).get_table("db.t"))
     placed = check_index(wh)
     assert set(placed) == {(pt, i) for pt, i in model}
-    rb = py.get_table("db.t").new_read_builder()
-    got = {(x["pt"], x["id"]): x["v"] for x in rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist()}
+    got = {(x["pt"], x["id"]): x["v"] for x in pypaimon_read(py.get_table("db.t")).to_pylist()}
     assert got == model
     table = FileSystemCatalog(wh).get_table("db.t")
     assert {s.total_buckets for s in table.plan()} == {-1}
@@ -141,7 +137,6 @@ def test_keys_move_between_partitions_through_every_writer_replica(cat: Local) -
     compact_table(FileSystemCatalog(wh).get_table("db.t"))
     assert set(check_index(wh)) == {(k,) for k in model}
     py = pypaimon.CatalogFactory.create({"warehouse": wh})
-    rb = py.get_table("db.t").new_read_builder()
-    got = rb.new_read().to_arrow(rb.new_scan().plan().splits()).to_pylist()
+    got = pypaimon_read(py.get_table("db.t")).to_pylist()
     assert len(got) == len(model)
     assert {x["id"]: (x["v"], x["pt"]) for x in got} == model
