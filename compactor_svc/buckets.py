@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
 from compactor_svc.waits import OWNERSHIP_MOVED, BucketKey, CompactionWait
+from lsmlake.mergetree.compact.force_up_level0 import TriggerCount
 from lsmlake.table.scan import Split
 
 _log = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ class BucketState:
     full_owed_at: int = -1  # a trigger asked for a full compaction at this snapshot (-1: none owed)
     failures: int = 0  # failed attempts in a row
     note: str = "queued"  # what the bucket waits for now (a timed-out trigger reports it)
+    # lookup-compact=gentle: plannings that found nothing due since level 0 last moved up
+    lookup_triggers: TriggerCount = field(default_factory=TriggerCount)
 
 
 def sorted_runs(split: Split) -> tuple[int, int]:

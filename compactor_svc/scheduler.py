@@ -252,7 +252,7 @@ class Scheduler:
             b = self.buckets.state(key)
             full = b.full_owed_at >= 0 or self.trigger.due(b.commits_since_full, now - b.last_full)
             # postponed rows go to their buckets as soon as they are seen: until then no reader sees them
-            unit = plan_bucket(table, split, full, history) if split.bucket != POSTPONE_BUCKET \
+            unit = plan_bucket(table, split, full, history, b.lookup_triggers) if split.bucket != POSTPONE_BUCKET \
                 else CompactUnit(0, split.files)
             if unit is None:
                 self.buckets.settle(key, at, full or always_full, "", at)

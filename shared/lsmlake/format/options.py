@@ -33,6 +33,11 @@ class ChangelogProducer(StrEnum):
     LOOKUP = "lookup"
 
 
+class LookupCompactMode(StrEnum):
+    RADICAL = "radical"
+    GENTLE = "gentle"
+
+
 class SortOrder(StrEnum):
     ASCENDING = "ascending"
     DESCENDING = "descending"
@@ -74,6 +79,13 @@ def _parse_int(text: str) -> int:
         return int(text.strip())
     except ValueError:
         raise InvalidInputError(f"bad integer {text!r}") from None
+
+
+def _parse_float(text: str) -> float:
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise InvalidInputError(f"bad number {text!r}") from None
 
 
 def _enum(kind: type[E], key: str) -> Callable[[str], E]:
@@ -137,7 +149,7 @@ def _optional(key: str, parse: Callable[[str], T], description: str,
 
 BUCKET = _optional("bucket", _parse_int,
               "Number of buckets. N > 0 fixes the bucket count; -1 means unaware (append tables) "
-              "or dynamic (primary-key tables, not supported yet); -2 (primary-key tables) postpones: "
+              "or dynamic (primary-key tables: a key index assigns buckets); -2 (primary-key tables) postpones: "
               "writers write without buckets and a compaction places the rows.",
               "-1 for append tables; required for primary-key tables")
 BUCKET_KEY = _optional("bucket-key", str,
@@ -238,6 +250,41 @@ COMPACTION_SIZE_RATIO = _opt("compaction.size-ratio", _parse_int, 1,
                              "Universal compaction: percentage flexibility when comparing run sizes.")
 COMPACTION_OPTIMIZATION_INTERVAL = _optional("compaction.optimization-interval", parse_duration_ms,
                                         "Run a full compaction at least this often (milliseconds; '1 h').")
+COMPACTION_OFFPEAK_START_HOUR = _opt(
+    "compaction.offpeak.start.hour", _parse_int, -1,
+    "Universal compaction: the local hour (0-23) the off-peak window starts (-1: no window).")
+COMPACTION_OFFPEAK_END_HOUR = _opt(
+    "compaction.offpeak.end.hour", _parse_int, -1,
+    "Universal compaction: the local hour (0-23) the off-peak window ends, exclusive (-1 or equal to the start: "
+    "no window; before the start: the window spans midnight).")
+COMPACTION_OFFPEAK_RATIO = _opt(
+    "compaction.offpeak-ratio", _parse_int, 0,
+    "Universal compaction: percent added to compaction.size-ratio inside the off-peak window, so that runs of "
+    "more different sizes are merged then.")
+COMPACTION_TOTAL_SIZE_THRESHOLD = _optional(
+    "compaction.total-size-threshold", parse_memory,
+    "Primary-key tables: a full compaction when a bucket of more than one sorted run holds less than this.")
+COMPACTION_INCREMENTAL_SIZE_THRESHOLD = _optional(
+    "compaction.incremental-size-threshold", parse_memory,
+    "Primary-key tables: a full compaction when the runs of a bucket below its highest level hold more than this.")
+COMPACTION_DELETE_RATIO_THRESHOLD = _opt(
+    "compaction.delete-ratio-threshold", _parse_float, 0.2,
+    "Append tables with deletion vectors and bucket -1: a file with more deleted rows than this ratio of its rows "
+    "is compacted (even alone).")
+COMPACTION_FORCE_UP_LEVEL_0 = _opt(
+    "compaction.force-up-level-0", _parse_bool, False,
+    "Primary-key tables: when nothing else is due, level-0 files are still compacted up (always so for tables "
+    "that look up: deletion vectors, changelog-producer lookup, first-row, force-lookup).")
+FORCE_LOOKUP = _opt("force-lookup", _parse_bool, False,
+                    "Primary-key tables: compact as a lookup table does (level 0 moved up, see lookup-compact).")
+LOOKUP_COMPACT = _opt(
+    "lookup-compact", _enum(LookupCompactMode, "lookup-compact"), LookupCompactMode.RADICAL,
+    "Tables that look up: radical moves level-0 files up at every compaction trigger that finds nothing else "
+    "due; gentle only at every lookup-compact.max-interval-th such trigger (fewer rewrites, staler level 0).")
+LOOKUP_COMPACT_MAX_INTERVAL = _optional(
+    "lookup-compact.max-interval", _parse_int,
+    "lookup-compact=gentle: level 0 moves up at this many compaction triggers that found nothing else due.",
+    "2 x num-sorted-run.compaction-trigger (never below the trigger)")
 FULL_COMPACTION_DELTA_COMMITS = _optional("full-compaction.delta-commits", _parse_int,
                                      "Run a full compaction after this many commits.")
 COMPACTION_MIN_FILE_NUM = _opt("compaction.min.file-num", _parse_int, 5,
@@ -341,6 +388,12 @@ class TableOptions:
         """Paimon's default: spill on object storage (flushing small files there is costly) and in batch writes."""
         v = self.get(WRITE_BUFFER_SPILLABLE)
         return v if v is not None else (object_store or not streaming)
+
+    def lookup_compact_max_interval(self) -> int:
+        """Paimon's rule: the option, else twice the compaction trigger; never below the trigger."""
+        trigger = self.require(NUM_SORTED_RUN_COMPACTION_TRIGGER)
+        v = self.get(LOOKUP_COMPACT_MAX_INTERVAL)
+        return max(trigger, v if v is not None else 2 * trigger)
 
     def num_levels(self) -> int:
         v = self.get(NUM_LEVELS)

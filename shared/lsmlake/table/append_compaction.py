@@ -68,9 +68,27 @@ class AppendCompactManager:
         return []
 
     def plan(self, full: bool = False) -> CompactUnit | None:
-        """The unit `compact` would run (output level 0), or None when fewer than two files qualify."""
+        """The unit `compact` would run (output level 0), or None when fewer than two files qualify; a file with
+        too many deleted rows (`too_deleted`) qualifies alone."""
         picked = [f for f in self.pick(full) if f.row_count > 0] if full else self.pick(full)
+        heavy = [] if full else self.too_deleted()
+        if heavy:
+            names = {f.file_name for f in picked}
+            picked = sorted(picked + [f for f in heavy if f.file_name not in names], key=_order)
+            return CompactUnit(0, tuple(picked))
         return CompactUnit(0, tuple(picked)) if len(picked) >= 2 else None
+
+    def too_deleted(self) -> list[DataFileMeta]:
+        """Paimon's rule for bucket -1 append tables with deletion vectors: the files whose vector marks more than
+        `compaction.delete-ratio-threshold` of their rows (or whose vector's cardinality is unknown)."""
+        o = self.table.options
+        dv_index = getattr(self.split, "dv_index", None)
+        if o.bucket() != -1 or not o.get(opts.DELETION_VECTORS_ENABLED) or dv_index is None:
+            return []
+        cardinality = {r.file_name: r.cardinality for r in dv_index.dv_ranges or ()}
+        threshold = o.require(opts.COMPACTION_DELETE_RATIO_THRESHOLD)
+        return [f for f in self.files if f.file_name in cardinality
+                and (cardinality[f.file_name] is None or cardinality[f.file_name] > f.row_count * threshold)]
 
     def compact(self, full: bool = False) -> CompactResult | None:
         unit = self.plan(full)

@@ -17,6 +17,7 @@ from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.format.index_manifest import dv_index_change
 from lsmlake.format.predicate import Predicate
 from lsmlake.format.snapshot import COMPACT
+from lsmlake.mergetree.compact.force_up_level0 import TriggerCount
 from lsmlake.mergetree.compact.full import EarlyFullCompaction
 from lsmlake.mergetree.compact.lookup import DvCompactResult
 from lsmlake.mergetree.compact.manager import MergeTreeCompactManager
@@ -97,15 +98,16 @@ def compaction_history(table: FileStore, lookback: int = 1000) -> CompactionHist
 
 
 def merge_tree_manager(table: FileStore, split: Split, clock: Callable[[], float] = time.time,
-                       history: CompactionHistory | None = None, *,
-                       with_vectors: bool = True) -> MergeTreeCompactManager:
+                       history: CompactionHistory | None = None, *, with_vectors: bool = True,
+                       triggers: TriggerCount | None = None) -> MergeTreeCompactManager:
     """The compaction manager of a primary-key bucket, restored from a split and the table's history.
 
     `with_vectors=False` skips reading the bucket's deletion vectors: enough for planning, not for running.
+    `triggers` is the bucket's count of plannings for `lookup-compact = gentle` (see `strategy_from_options`).
     """
     o = table.options
     history = history or compaction_history(table)
-    strategy = strategy_from_options(o, clock)
+    strategy = strategy_from_options(o, clock, triggers)
     universal: Any = getattr(strategy, "universal", strategy)  # force-up-level-0 wraps the universal strategy
     # without a full compaction on record, the interval counts from the table's first snapshot
     first = table.snapshots.earliest_id()
@@ -142,15 +144,15 @@ def full_compaction_required(table: FileStore) -> bool:
 
 
 def plan_bucket(table: FileStore, split: Split, full: bool = False,
-                history: CompactionHistory | None = None) -> CompactUnit | None:
+                history: CompactionHistory | None = None, triggers: TriggerCount | None = None) -> CompactUnit | None:
     """The unit `compact_split` would run for a bucket now (None when nothing is due); reads no data file.
 
     The plan is what `run_planned` takes: the unit's file names in order, its output level, and
-    `full or unit.file_rewrite`.
+    `full or unit.file_rewrite`. `triggers`: the bucket's gentle lookup-compact count, kept by the caller.
     """
     full = full or full_compaction_required(table)
     if table.schema.is_primary_key_table:
-        return merge_tree_manager(table, split, history=history, with_vectors=False).plan(full)
+        return merge_tree_manager(table, split, history=history, with_vectors=False, triggers=triggers).plan(full)
     return AppendCompactManager(table, split, split_dir(table, split)).plan(full)
 
 

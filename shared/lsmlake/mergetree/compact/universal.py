@@ -1,20 +1,49 @@
 """Universal (size-tiered) compaction, as Paimon picks it.
 
 `pick` checks, in order:
-1. the optimisation interval: a full compaction when the last one is older than the interval;
-2. size amplification: all runs but the oldest are more than `max_size_amp` percent of the oldest;
-3. size ratio: a prefix of runs, each small enough against the sum of the runs before it;
-4. file number: more runs than the trigger forces a size-ratio pick of the surplus.
-Runs are given newest first. Picking is pure: no I/O; the clock is injected.
+0. early full compaction, for a bucket of more than one run: the optimisation interval (the last full
+   compaction is older), `compaction.total-size-threshold` (all runs hold less), then
+   `compaction.incremental-size-threshold` (the runs below the highest level hold more);
+1. size amplification: all runs but the oldest are more than `max_size_amp` percent of the oldest;
+2. size ratio: a prefix of runs, each small enough against the sum of the runs before it; inside the
+   off-peak window (`OffPeakHours`) the off-peak ratio is added to the size ratio, so more is merged then;
+3. file number: more runs than the trigger forces a size-ratio pick of the surplus.
+Runs are given newest first. Picking is pure: no I/O; the clock and the local hour are injected.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from lsmlake.mergetree.compact.unit import CompactUnit
 from lsmlake.mergetree.sorted_run import LevelSortedRun
+
+
+def local_hour() -> int:
+    """The hour of the local clock, 0-23 (Paimon reads the JVM's local hour)."""
+    return time.localtime().tm_hour
+
+
+@dataclass(frozen=True)
+class OffPeakHours:
+    """Paimon's off-peak window: hours [start, end) of the local clock, spanning midnight when end < start."""
+
+    start: int
+    end: int
+    ratio: int
+
+    @staticmethod
+    def of(start: int, end: int, ratio: int) -> OffPeakHours | None:
+        """None (no window) when either hour is -1 or they are equal, as Paimon has it."""
+        if start == -1 or end == -1 or start == end:
+            return None
+        return OffPeakHours(start, end, ratio)
+
+    def ratio_at(self, hour: int) -> int:
+        inside = self.start <= hour < self.end if self.start <= self.end else hour < self.end or hour >= self.start
+        return self.ratio if inside else 0
 
 
 class UniversalCompaction:
@@ -22,17 +51,23 @@ class UniversalCompaction:
 
     def __init__(self, max_size_amp: int = 200, size_ratio: int = 1, num_run_trigger: int = 5,
                  optimization_interval_ms: int | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, *, total_size_threshold: int | None = None,
+                 incremental_size_threshold: int | None = None, offpeak: OffPeakHours | None = None,
+                 hour: Callable[[], int] = local_hour) -> None:
         self.max_size_amp = max_size_amp
         self.size_ratio = size_ratio
         self.num_run_trigger = num_run_trigger
         self.optimization_interval_ms = optimization_interval_ms
+        self.total_size_threshold = total_size_threshold
+        self.incremental_size_threshold = incremental_size_threshold
+        self.offpeak = offpeak
+        self.hour = hour
         self.clock = clock
         self.last_optimized_ms: float | None = None
 
     def pick(self, num_levels: int, runs: Sequence[LevelSortedRun]) -> CompactUnit | None:
         max_level = num_levels - 1
-        if self._optimization_due():
+        if self._early_full_due(max_level, runs):
             self._mark_optimized()
             return CompactUnit.from_level_runs(max_level, runs)
         unit = self.pick_for_size_amp(max_level, runs)
@@ -63,8 +98,9 @@ class UniversalCompaction:
             return None
         size = sum(r.total_size for r in runs[:candidate_count])
         count = candidate_count
+        offpeak = self.offpeak.ratio_at(self.hour()) if self.offpeak is not None else 0
         for r in runs[candidate_count:]:
-            if size * (100.0 + self.size_ratio) / 100.0 < r.total_size:
+            if size * (100.0 + self.size_ratio + offpeak) / 100.0 < r.total_size:
                 break
             size += r.total_size
             count += 1
@@ -89,6 +125,17 @@ class UniversalCompaction:
             self._mark_optimized()
             output = max_level
         return CompactUnit.from_level_runs(output, runs[:count])
+
+    def _early_full_due(self, max_level: int, runs: Sequence[LevelSortedRun]) -> bool:
+        """Step 0 (see the module); never for a single sorted run."""
+        if len(runs) <= 1:
+            return False
+        if self._optimization_due():
+            return True
+        if self.total_size_threshold is not None and sum(r.total_size for r in runs) < self.total_size_threshold:
+            return True
+        return (self.incremental_size_threshold is not None
+                and sum(r.total_size for r in runs if r.level != max_level) > self.incremental_size_threshold)
 
     def _optimization_due(self) -> bool:
         if self.optimization_interval_ms is None:
