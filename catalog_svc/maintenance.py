@@ -1,5 +1,5 @@
-"""Work the catalog does by itself: announce unrecorded snapshots at start-up, expire snapshots and remove
-orphan files on a schedule.
+"""Work the catalog does by itself: announce unrecorded snapshots at start-up, expire snapshots, remove
+orphan files and update the tables' health gauges on a schedule.
 
 Each expiration batch runs under the table's commit lock, so replicas sharing a metadata store take turns
 and never expire a snapshot a commit is building on; the lock is let go between batches, so commits are not
@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from catalog_svc.metrics import CatalogMetrics
 from lsmlake.catalog.expire import PASS_BUDGET_S, ExpirePass, remove_orphan_files
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.health import table_health
 from lsmlake.catalog.reconcile import reconcile_table
-from lsmlake.metastore import MetaStore
+from lsmlake.metastore import MetaStore, now_ms
 from lsmlake.rpc.events import snapshot_events
 from lsmlake.runtime.background import BackgroundLoop
 
@@ -24,6 +25,7 @@ _log = logging.getLogger(__name__)
 
 ORPHAN_MIN_AGE_MS = 86_400_000  # a file younger than a day may belong to a commit in progress
 TICK_S = 0.5  # how often the thread looks whether a job is due
+PENDING = ("REQUESTED", "INFLIGHT")
 
 
 def table_ids(catalog: FileSystemCatalog) -> Iterator[str]:
@@ -56,7 +58,7 @@ class Maintenance:
 
     def __init__(self, catalog: FileSystemCatalog, store: MetaStore, metrics: CatalogMetrics,
                  expire_interval_s: float, orphan_interval_s: float, reconcile_interval_s: float = 0.0,
-                 expire_budget_s: float = PASS_BUDGET_S) -> None:
+                 expire_budget_s: float = PASS_BUDGET_S, health_interval_s: float = 0.0) -> None:
         self.catalog = catalog
         self.store = store
         self.metrics = metrics
@@ -64,12 +66,15 @@ class Maintenance:
         self.expire_budget_s = expire_budget_s
         self.orphan_interval_s = orphan_interval_s
         self.reconcile_interval_s = reconcile_interval_s
+        self.health_interval_s = health_interval_s
+        self._health_tables: set[str] = set()  # tables with gauges, to drop those of dropped tables
         self._loop = BackgroundLoop("catalog-maintenance", self._step, TICK_S, initial_delay_s=TICK_S,
                                     what="catalog maintenance", logger=_log)
-        self._next_expire = self._next_orphans = self._next_reconcile = 0.0
+        self._next_expire = self._next_orphans = self._next_reconcile = self._next_health = 0.0
 
     def start(self) -> Maintenance:
-        if self.expire_interval_s > 0 or self.orphan_interval_s > 0 or self.reconcile_interval_s > 0:
+        if (self.expire_interval_s > 0 or self.orphan_interval_s > 0 or self.reconcile_interval_s > 0
+                or self.health_interval_s > 0):
             now = time.monotonic()
             self._next_expire = now + self.expire_interval_s
             self._next_orphans = now + self.orphan_interval_s
@@ -93,11 +98,34 @@ class Maintenance:
                 self.expire_once()
             finally:
                 self._next_expire = time.monotonic() + self.expire_interval_s
+        if self.health_interval_s > 0 and now >= self._next_health:
+            try:
+                self.update_health()
+            finally:
+                self._next_health = time.monotonic() + self.health_interval_s
         if self.orphan_interval_s > 0 and now >= self._next_orphans:
             try:
                 self.remove_orphans_once()
             finally:
                 self._next_orphans = time.monotonic() + self.orphan_interval_s
+
+    def update_health(self) -> int:
+        """Set the per-table compaction lag and health gauges (`lsmlake.catalog.health`); how many tables."""
+        seen: set[str] = set()
+        for tid in table_ids(self.catalog):
+            if self._loop.is_stopping():
+                return len(seen)
+            try:
+                health = table_health(self.catalog.get_table(tid), self.store.list_plans(tid, PENDING), now_ms())
+            except Exception:
+                _log.exception("cannot compute the health of %s", tid)
+                continue
+            self.metrics.table_health(health)
+            seen.add(tid)
+        for gone in self._health_tables - seen:
+            self.metrics.forget_table(gone)
+        self._health_tables = seen
+        return len(seen)
 
     def expire_once(self) -> int:
         """Expire snapshots of every table by its `snapshot.*` options, each until caught up (in batches of

@@ -6,6 +6,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from lsmlake.catalog.health import TableHealth
 from lsmlake.metastore import MetaStore
 
 
@@ -43,11 +44,47 @@ class CatalogMetrics:
         self.outbox_purged = Counter("lsmlake_catalog_outbox_purged", "Outbox events deleted by retention: "
                                      "delivered, or undelivered (dropped, never published).", ["state"], registry=r)
 
+        # per table, set by the maintenance thread every --health-interval (docs/operating-tables.md)
+        self.table_lag = Gauge("lsmlake_table_compaction_lag_seconds", "Age of the oldest file not yet compacted "
+                               "(level 0, or postponed) of any bucket of the table.", ["table"], registry=r)
+        self.table_runs = Gauge("lsmlake_table_sorted_runs_max", "Sorted runs of the table's worst bucket.",
+                                ["table"], registry=r)
+        self.table_level0 = Gauge("lsmlake_table_level0_files", "Level-0 (and postponed) files of the table.",
+                                  ["table"], registry=r)
+        self.table_score = Gauge("lsmlake_table_health_score", "Health score, 0 (worst) to 100.", ["table"],
+                                 registry=r)
+        self.table_stalled = Gauge("lsmlake_table_stalled", "1 when a bucket is at num-sorted-run.stop-trigger "
+                                   "(writers wait).", ["table"], registry=r)
+        self.table_plans = Gauge("lsmlake_table_compaction_plans", "Pending compaction plans by state.",
+                                 ["table", "state"], registry=r)
+        self.table_plan_age = Gauge("lsmlake_table_oldest_plan_age_seconds", "Age of the oldest pending plan.",
+                                    ["table"], registry=r)
+
         self.rest_requests = Counter("lsmlake_catalog_rest_requests", "Calls of the Paimon REST catalog API by "
                                      "route and HTTP status.", ["route", "status"], registry=r)
         self.rest_seconds = Histogram("lsmlake_catalog_rest_seconds", "Time to answer a REST catalog call.",
                                       ["route"], registry=r,
                                       buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30))
+
+    def table_health(self, h: TableHealth) -> None:
+        """Set the gauges of one table's health (see `lsmlake.catalog.health`)."""
+        t = h.table
+        self.table_lag.labels(t).set(h.lag_ms / 1000)
+        self.table_runs.labels(t).set(h.max_sorted_runs)
+        self.table_level0.labels(t).set(h.level0_files)
+        self.table_score.labels(t).set(h.score)
+        self.table_stalled.labels(t).set(int(h.stalled))
+        self.table_plans.labels(t, "REQUESTED").set(h.pending_plans)
+        self.table_plans.labels(t, "INFLIGHT").set(h.inflight_plans)
+        self.table_plan_age.labels(t).set(h.oldest_plan_age_ms / 1000)
+
+    def forget_table(self, table: str) -> None:
+        """Drop the gauges of a table that is gone."""
+        for g in (self.table_lag, self.table_runs, self.table_level0, self.table_score, self.table_stalled,
+                  self.table_plan_age):
+            g.remove(table)
+        for state in ("REQUESTED", "INFLIGHT"):
+            self.table_plans.remove(table, state)
 
     def rest_call(self, route: str, status: int, seconds: float) -> None:
         """Count one answered REST call."""

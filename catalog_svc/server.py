@@ -49,6 +49,7 @@ class Settings(ServiceSettings):
     orphan_interval_s: float = 86_400.0
     request_id_retention_s: float = KEEP_WRITES_MS / 1000  # how long a committed request id answers a resend
     reconcile_interval_s: float = 10.0
+    health_interval_s: float = 15.0  # seconds between updates of the per-table health gauges (0: off)
     outbox_retention_s: float = KEEP_DELIVERED_S  # delivered outbox events are purged this long after delivery
     outbox_undelivered_retention_s: float = KEEP_UNDELIVERED_S  # undelivered ones are dropped this long after commit
     rest_port: int | None = None  # Paimon's REST catalog API over HTTP; None: off, 0: a free port
@@ -74,6 +75,9 @@ class Settings(ServiceSettings):
                        help="seconds between snapshot expirations of every table (0: off)")
         p.add_argument("--orphan-interval", type=float, default=float(env.get("LSMLAKE_ORPHAN_INTERVAL", "86400")),
                        help="seconds between orphan-file cleanups of every table (0: off)")
+        p.add_argument("--health-interval", type=float, default=float(env.get("LSMLAKE_HEALTH_INTERVAL", "15")),
+                       help="seconds between updates of the per-table compaction lag and health gauges "
+                            "(0: off; ListTableHealth always answers fresh figures)")
         p.add_argument("--reconcile-interval", type=float,
                        default=float(env.get("LSMLAKE_RECONCILE_INTERVAL", "10")),
                        help="seconds between looks for snapshots written by other engines (0: off)")
@@ -107,7 +111,7 @@ class Settings(ServiceSettings):
                 p.error("--metastore is required for a remote warehouse")
             local = a.warehouse.removeprefix("file://")
             metastore = f"sqlite:///{os.path.abspath(os.path.join(local, METASTORE_FILE))}"
-        for name in ("expire_interval", "orphan_interval", "reconcile_interval"):
+        for name in ("expire_interval", "orphan_interval", "reconcile_interval", "health_interval"):
             if getattr(a, name) < 0:
                 p.error(f"--{name.replace('_', '-')} must not be negative")
         if not a.request_id_retention >= 1:  # also refuses nan
@@ -117,7 +121,8 @@ class Settings(ServiceSettings):
                     f"1 second, got {a.outbox_retention} and {a.outbox_undelivered_retention}")
         return Settings(warehouse=a.warehouse, metastore=metastore, kafka=a.kafka,
                         expire_interval_s=a.expire_interval, orphan_interval_s=a.orphan_interval,
-                        reconcile_interval_s=a.reconcile_interval, request_id_retention_s=a.request_id_retention,
+                        reconcile_interval_s=a.reconcile_interval, health_interval_s=a.health_interval,
+                        request_id_retention_s=a.request_id_retention,
                         outbox_retention_s=a.outbox_retention,
                         outbox_undelivered_retention_s=a.outbox_undelivered_retention, rest_port=a.rest_port,
                         fault=a.fault, **common)
@@ -175,7 +180,8 @@ class CatalogServer(ServiceProcess[Settings]):
         if self._rest is not None:
             self.rest_port = self._rest.start()
         self._maintenance = Maintenance(self._catalog, self._store, self.metrics, s.expire_interval_s,
-                                        s.orphan_interval_s, s.reconcile_interval_s).start()
+                                        s.orphan_interval_s, s.reconcile_interval_s,
+                                        health_interval_s=s.health_interval_s).start()
 
     def _refuse(self) -> None:
         if self._servicer is not None:

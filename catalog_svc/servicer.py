@@ -33,6 +33,7 @@ from lsmlake.catalog.commit_request import CommitRequest
 from lsmlake.catalog.commits import AFTER_COMMIT, AFTER_SNAPSHOT, CatalogCommits, CommitOutcome, check_table_identity
 from lsmlake.catalog.expire import expire_snapshots, remove_orphan_files
 from lsmlake.catalog.filesystem import FileSystemCatalog, check_name
+from lsmlake.catalog.health import ranked, table_health
 from lsmlake.catalog.snapshot_commit import SnapshotCommitRequest, commit_snapshot
 from lsmlake.catalog.timeline import Timeline, parse_plan_id
 from lsmlake.errors import CommitConflictError, InvalidInputError, LakeError, NotFoundError
@@ -58,6 +59,7 @@ _FAULT_POINTS = {AFTER_SNAPSHOT: "exit-after-snapshot", AFTER_COMMIT: "exit-afte
 KEEP_WRITES_MS = 24 * 3_600_000  # default of how long a committed client write id answers a resend
 BUCKET_ASSIGNER_USER = "lsmlake-bucket-assigner"  # the commit user of AssignBuckets' index commits
 FORGET_WRITES_EVERY_S = 60.0
+PENDING_STATES = ("REQUESTED", "INFLIGHT")
 
 
 class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
@@ -477,6 +479,30 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         self.metrics.plans.labels(plan.state).inc()
         return catalog_pb2.RollbackCompactionResponse(plan=convert.plan_to_proto(plan, request.table),
                                                       deleted_paths=deleted)
+
+    @guarded
+    def ListTableHealth(self, request: catalog_pb2.ListTableHealthRequest,
+                        context: grpc.ServicerContext) -> catalog_pb2.ListTableHealthResponse:
+        """The health of one table, a database's tables or all (see `lsmlake.catalog.health`), ranked."""
+        if request.HasField("table"):
+            tids = [_ident(request.table)]
+        elif request.database:
+            tids = [f"{request.database}.{t}" for t in self.catalog.list_tables(check_name(request.database,
+                                                                                             "database"))]
+        else:
+            tids = [f"{db}.{t}" for db in self.catalog.list_databases() for t in self.catalog.list_tables(db)]
+        healths = []
+        for tid in tids:
+            try:
+                table = self.catalog.get_table(tid)
+            except NotFoundError:
+                if request.HasField("table"):
+                    raise
+                continue  # dropped while listing
+            healths.append((table_health(table, self.store.list_plans(tid, PENDING_STATES), now_ms()), table))
+        types = {h.table: t.schema.types_of(t.schema.partition_keys) for h, t in healths}
+        return catalog_pb2.ListTableHealthResponse(tables=[
+            convert.health_to_proto(h, types[h.table], request.with_buckets) for h in ranked([h for h, _ in healths])])
 
     @guarded
     def ListCompactionPlans(self, request: catalog_pb2.ListCompactionPlansRequest,

@@ -32,7 +32,7 @@ TIMEOUT_S = 30.0
 # What each role is meant to do, written out independently of the code's table.
 READ = {"CatalogService": {"ListDatabases", "GetTable", "ListTables", "GetSnapshot", "ListSnapshots",
                            "LatestSnapshot", "SnapshotAtTime", "PlanScan", "WatchSnapshots", "ListCompactionPlans",
-                           "FindWrites"},
+                           "FindWrites", "ListTableHealth"},
         "CompactorService": {"CompactionStatus", "BucketLevels"}}
 WRITE = {"CatalogService": {"Commit"},
          "WriterService": {"Write", "WriteRows"},

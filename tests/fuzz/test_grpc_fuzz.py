@@ -142,6 +142,7 @@ REQUESTS: dict[str, st.SearchStrategy[Any]] = {
     "/lsmlake.v1.CatalogService/RollbackCompaction": message_of(
         catalog_pb2.RollbackCompactionRequest, lsmlake__v1__RollbackCompactionRequest__plan_id=plan_ids),
     "/lsmlake.v1.CatalogService/ListCompactionPlans": message_of(catalog_pb2.ListCompactionPlansRequest),
+    "/lsmlake.v1.CatalogService/ListTableHealth": message_of(catalog_pb2.ListTableHealthRequest),
     "/lsmlake.v1.CatalogService/FindWrites": message_of(catalog_pb2.FindWritesRequest),
     "/lsmlake.v1.CatalogService/AllocateSequences": message_of(catalog_pb2.AllocateSequencesRequest),
     "/lsmlake.v1.CatalogService/AssignBuckets": message_of(catalog_pb2.AssignBucketsRequest),

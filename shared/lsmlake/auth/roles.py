@@ -49,6 +49,7 @@ METHOD_ROLES: dict[str, Role] = {
     f"/{_C}/WatchSnapshots": Role.READER,
     f"/{_C}/ListCompactionPlans": Role.READER,
     f"/{_C}/FindWrites": Role.READER,
+    f"/{_C}/ListTableHealth": Role.READER,
     # catalog: adding data (what a commit may do beyond APPEND is checked in the commit: `commit_roles`)
     f"/{_C}/Commit": Role.WRITER,
     # catalog: the writer and compactor services' own calls (a compaction replaces a table's files)

@@ -278,3 +278,16 @@ still waiting in bucket-postpone are placed later with the new count. Through a 
 written into the warehouse and committed through the catalog service (an admin token).
 Prints: rescaled DB.TABLE in snapshot S: P partitions now have N buckets, or: nothing to rescale.
 """
+
+HEALTH_EPILOG = """\
+examples:
+  lake health                          # every table, the worst first
+  lake health shop.orders
+  lake health --database shop --format jsonl
+
+Per table, from its latest snapshot: the lag (age of the oldest file not yet compacted: level 0, or rows a
+postpone table has not placed), the sorted runs of its worst bucket against num-sorted-run.stop-trigger
+(STALLED: writers wait), level-0 files, pending compaction plans (REQUESTED, INFLIGHT) and the age of the
+oldest, read from the catalog's metadata store when the warehouse has one. The score (100 best) and its
+formula: docs/operating-tables.md. Stalled tables come first, then the lowest score.
+"""

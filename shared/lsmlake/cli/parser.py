@@ -19,7 +19,7 @@ from lsmlake.cli.arguments import (
     set_option,
 )
 from lsmlake.cli.commands.cluster import cmd_down, cmd_status, cmd_up
-from lsmlake.cli.commands.compaction import cmd_compact, cmd_levels, cmd_rescale, cmd_timeline
+from lsmlake.cli.commands.compaction import cmd_compact, cmd_health, cmd_levels, cmd_rescale, cmd_timeline
 from lsmlake.cli.commands.read import cmd_changelog, cmd_expire, cmd_files, cmd_scan, cmd_snapshots
 from lsmlake.cli.commands.table import (
     cmd_table_alter,
@@ -238,6 +238,15 @@ def _other_commands(commands: Any, sub: Sub) -> None:
 
     p = sub(commands, "down", "stop the cluster that `lake up` runs on this warehouse", "")
     p.set_defaults(func=cmd_down)
+
+    p = sub(commands, "health", "rank tables by compaction health: lag, sorted runs, plans", h.HEALTH_EPILOG)
+    p.add_argument("table", metavar="DB.TABLE", nargs="?", help="one table (default: every table)")
+    p.add_argument("--database", metavar="DB", help="the tables of one database")
+    p.add_argument("--metastore", metavar="URL", default=None,
+                   help="the catalog's metadata store, for the plans (default: $LSMLAKE_METASTORE, else the "
+                        "warehouse's SQLite file if there is one)")
+    p.add_argument("--format", choices=("table", "jsonl"), default="table", help="default: table")
+    p.set_defaults(func=cmd_health)
 
     p = sub(commands, "timeline", "list the compaction plans of a table and their states", h.TIMELINE_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
+from lsmlake.catalog.health import ranked, table_health
 from lsmlake.cli.errors import CliError, UsageError
 from lsmlake.cli.output import JsonValues, cell, human_size, out, plural, print_records
 from lsmlake.cli.warehouse import open_backend, open_catalog
@@ -195,17 +196,61 @@ def timeline_records(store: Any, table_id: str, states: Sequence[str] | None, no
     return records
 
 
+HEALTH_KEYS = ("table", "score", "stalled", "lag_s", "runs", "stop_trigger", "level0_files", "requested",
+               "inflight", "oldest_plan_s")
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    """The tables ranked by health (`lsmlake.catalog.health`), plans from the catalog's store when it has one."""
+    catalog = open_catalog(args)
+    if args.table:
+        tids = [args.table]
+    else:
+        dbs = [args.database] if args.database else catalog.list_databases()
+        tids = [f"{db}.{t}" for db in dbs for t in catalog.list_tables(db)]
+    tables = [catalog.get_table(t) for t in tids]
+    url = _metastore_url(args, catalog, required=False)
+    now = now_ms()
+    if url is None:
+        healths = [table_health(t, [], now) for t in tables]
+    else:
+        with open_store(url) as store:
+            healths = [table_health(t, store.list_plans(t.identifier, ("REQUESTED", "INFLIGHT")), now)
+                       for t in tables]
+    records = [{"table": h.table, "score": h.score, "stalled": "STALLED" if h.stalled else "",
+                "lag_s": round(h.lag_ms / 1000, 1), "runs": h.max_sorted_runs, "stop_trigger": h.stop_trigger,
+                "level0_files": h.level0_files, "requested": h.pending_plans, "inflight": h.inflight_plans,
+                "oldest_plan_s": round(h.oldest_plan_age_ms / 1000, 1)} for h in ranked(healths)]
+    if args.format == "jsonl":
+        for r in records:
+            r["stalled"] = bool(r["stalled"])
+    print_records(records, HEALTH_KEYS, args.format, HEALTH_KEYS[1:2] + HEALTH_KEYS[3:])
+    return 0
+
+
+def _metastore_url(args: argparse.Namespace, catalog: Any, required: bool = True) -> str | None:
+    """--metastore, $LSMLAKE_METASTORE, else the warehouse's SQLite file (None when it has none and not required)."""
+    url = args.metastore or os.environ.get("LSMLAKE_METASTORE")
+    if url:
+        return str(url)
+    if not catalog.io.local:
+        if not required:
+            return None
+        raise UsageError("a remote warehouse has no default metadata store: pass --metastore URL")
+    url = f"sqlite:///{os.path.abspath(os.path.join(catalog.root, '_lsmlake_catalog.sqlite'))}"
+    if not os.path.exists(url.removeprefix("sqlite:///")):
+        if not required:
+            return None
+        raise CliError(f"no catalog metadata store in the warehouse ({url}): is the catalog service "
+                       "running on it? pass --metastore URL")
+    return url
+
+
 def cmd_timeline(args: argparse.Namespace) -> int:
     catalog = open_catalog(args)
     catalog.get_table(args.table)  # a clear error for an unknown table
-    url = args.metastore or os.environ.get("LSMLAKE_METASTORE")
-    if not url:
-        if not catalog.io.local:
-            raise UsageError("a remote warehouse has no default metadata store: pass --metastore URL")
-        url = f"sqlite:///{os.path.abspath(os.path.join(catalog.root, '_lsmlake_catalog.sqlite'))}"
-        if not os.path.exists(url.removeprefix("sqlite:///")):
-            raise CliError(f"no catalog metadata store in the warehouse ({url}): is the catalog service "
-                           "running on it? pass --metastore URL")
+    url = _metastore_url(args, catalog)
+    assert url is not None
     bad = [s for s in args.state or () if s not in PLAN_STATES]
     if bad:
         raise UsageError(f"unknown state(s) {bad}: use {', '.join(PLAN_STATES)}")

@@ -1,0 +1,97 @@
+"""Compaction lag and the health score of tables (`lsmlake.catalog.health`), read from real tables, through the
+catalog's `ListTableHealth` on a loopback gRPC server, and as Prometheus gauges."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pyarrow as pa
+import pytest
+
+from catalog_svc.maintenance import Maintenance
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.health import ranked, table_health
+from lsmlake.metastore import now_ms, open_store
+from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
+from lsmlake.table.compact import compact_table
+
+from .local_server import local_server
+
+
+def _table(cat: FileSystemCatalog, name: str, writes: int, **options: str) -> Any:
+    cat.create_table(f"db.{name}", "id BIGINT NOT NULL, v STRING", primary_keys=["id"],
+                     options={"bucket": "1", "write-only": "true", **options})
+    t = cat.get_table(f"db.{name}")
+    for i in range(writes):
+        t.write_arrow(pa.table({"id": pa.array(range(i * 10, i * 10 + 20), pa.int64()), "v": ["x"] * 20}))
+    return cat.get_table(f"db.{name}")
+
+
+def test_lag_runs_and_score_follow_the_files(tmp_path: Any) -> None:
+    cat = FileSystemCatalog(str(tmp_path))
+    cat.create_database("db")
+    busy = _table(cat, "busy", 8, **{"num-sorted-run.stop-trigger": "8"})  # 8 level-0 runs: at the stop trigger
+    calm = _table(cat, "calm", 2)
+    compact_table(calm, full=True)
+    empty = _table(cat, "empty", 0)
+    now = now_ms() + 60_000  # a minute later
+    h_busy, h_calm, h_empty = (table_health(cat.get_table(f"db.{n}"), [], now) for n in ("busy", "calm", "empty"))
+    assert (h_busy.max_sorted_runs, h_busy.level0_files, h_busy.stalled) == (8, 8, True)
+    oldest = min(f.creation_time_ms for s in busy.plan() for f in s.files)  # type: ignore[type-var]
+    assert h_busy.lag_ms == now - oldest >= 60_000
+    assert h_busy.penalties["runs"] == 40.0 and 0 < h_busy.penalties["lag"] < 25
+    assert (h_calm.max_sorted_runs, h_calm.level0_files, h_calm.lag_ms, h_calm.stalled) == (1, 0, 0, False)
+    assert h_calm.score > h_busy.score and h_empty.score == 100 and h_empty.buckets == ()
+    assert [h.table for h in ranked([h_calm, h_empty, h_busy])] == ["db.busy", "db.calm", "db.empty"]
+    assert empty.snapshots.latest() is None
+
+
+def test_deleted_rows_and_small_files_cost_points(tmp_path: Any) -> None:
+    cat = FileSystemCatalog(str(tmp_path))
+    cat.create_database("db")
+    cat.create_table("db.log", "id BIGINT NOT NULL, v STRING", options={"deletion-vectors.enabled": "true"})
+    t = cat.get_table("db.log")
+    for i in range(4):
+        t.write_arrow(pa.table({"id": pa.array(range(i * 10, i * 10 + 10), pa.int64()), "v": ["x"] * 10}))
+    t.delete_where([("id", "<", 20)])
+    h = table_health(cat.get_table("db.log"), [], now_ms())
+    (bucket,) = h.buckets
+    assert (bucket.files, bucket.small_files, bucket.rows, bucket.deleted_rows) == (4, 4, 40, 20)
+    assert h.penalties["small_files"] == 20.0 and h.penalties["deleted"] == 15.0  # half deleted: the full 15
+    assert h.penalties["runs"] == 0.0  # append tables have no sorted runs to stall on
+
+
+def test_list_table_health_over_grpc_and_the_gauges(tmp_path: Any) -> None:
+    with local_server(str(tmp_path)) as lake:
+        cat = FileSystemCatalog(str(tmp_path))
+        cat.create_database("db")
+        _table(cat, "a", 3)
+        _table(cat, "b", 1)
+        with grpc.insecure_channel(f"127.0.0.1:{lake.server.port}") as ch:
+            stub = catalog_pb2_grpc.CatalogServiceStub(ch)
+            got = stub.ListTableHealth(catalog_pb2.ListTableHealthRequest(), timeout=30).tables
+            assert [t.table.table for t in got] == ["a", "b"]  # a has more runs: worse
+            assert [(t.max_sorted_runs, t.level0_files) for t in got] == [(3, 3), (1, 1)]
+            assert all(not t.buckets for t in got)
+            one = stub.ListTableHealth(catalog_pb2.ListTableHealthRequest(
+                table=common_pb2.TableIdentifier(database="db", table="b"), with_buckets=True), timeout=30).tables
+            assert [(b.bucket, b.sorted_runs, b.rows) for b in one[0].buckets] == [(0, 1, 20)]
+            assert one[0].buckets[0].lag_ms >= 0 and one[0].score <= 100
+            with pytest.raises(grpc.RpcError) as e:
+                stub.ListTableHealth(catalog_pb2.ListTableHealthRequest(
+                    table=common_pb2.TableIdentifier(database="db", table="nope")), timeout=30)
+            assert e.value.code() == grpc.StatusCode.NOT_FOUND
+        metrics = lake.server.metrics
+        store = open_store(lake.server.settings.metastore)  # the service's store, opened again
+        maintenance = Maintenance(cat, store, metrics, 0, 0, health_interval_s=1)
+        assert maintenance.update_health() == 2
+        sample = metrics.registry.get_sample_value
+        assert sample("lsmlake_table_sorted_runs_max", {"table": "db.a"}) == 3
+        assert sample("lsmlake_table_level0_files", {"table": "db.b"}) == 1
+        assert 0 < sample("lsmlake_table_health_score", {"table": "db.a"}) < 100
+        assert sample("lsmlake_table_compaction_lag_seconds", {"table": "db.a"}) > 0
+        cat.drop_table("db.b")
+        assert maintenance.update_health() == 1
+        assert sample("lsmlake_table_level0_files", {"table": "db.b"}) is None  # a dropped table's gauges go
+        store.close()
