@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import grpc
 
 from compactor_svc.buckets import Buckets, sorted_runs
+from compactor_svc.fair_queue import Demand, FairQueue
 from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
 from compactor_svc.plan_runs import PlanOrigin, PlanRunner, RunningPlan
@@ -34,6 +35,7 @@ from compactor_svc.triggers import FullCompactionTrigger
 from compactor_svc.waits import NOT_ASSIGNED, OWNED_ELSEWHERE, OWNERSHIP_MOVED, BucketKey, CompactionWait
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import NotFoundError
+from lsmlake.format import options as opts
 from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.mergetree.compact.unit import CompactUnit
@@ -52,6 +54,7 @@ S = catalog_pb2.CompactionPlanState
 HELD_RETRY_S = 1.0  # a bucket whose files a pending plan holds is looked at again after this
 TICK_S = 0.5  # the planning thread looks at the dirty buckets at least this often
 RETRY_ROUND_S = 1.0  # after a round that failed as a whole
+ROUND_BUDGET_S = 60.0  # a round takes no new table after this long: the rest wait, keeping their queue place
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,8 @@ class _Candidate:
 class Scheduler:
     def __init__(self, warehouse: str, timeline: TimelineClient, spark: SparkCompactor, ownership: Ownership,
                  metrics: CompactorMetrics, compactor_id: str, trigger: FullCompactionTrigger,
-                 max_plan_bytes: int = 2 << 30, max_plan_buckets: int = 64, reconcile_interval_s: float = 30.0) -> None:
+                 max_plan_bytes: int = 2 << 30, max_plan_buckets: int = 64, reconcile_interval_s: float = 30.0,
+                 round_budget_s: float = ROUND_BUDGET_S) -> None:
         self.warehouse = warehouse
         self.catalog = FileSystemCatalog(warehouse)
         self.timeline = timeline
@@ -78,6 +82,9 @@ class Scheduler:
         self.max_plan_buckets = max_plan_buckets
         self.reconcile_interval_s = reconcile_interval_s
         self.buckets = Buckets(ownership, metrics)
+        self.queue = FairQueue()
+        self.round_budget_s = round_budget_s
+        self._max_runs: dict[str, int] = {}  # each table's worst bucket at its last planning (stalled tables)
         self._loop = BackgroundLoop("compaction-planner", self._step, TICK_S, initial_delay_s=TICK_S,
                                     what="compaction planning", logger=_log)
         self.runner = PlanRunner(warehouse, timeline, spark, ownership, metrics, compactor_id, self.buckets,
@@ -185,18 +192,32 @@ class Scheduler:
         by_table: dict[str, list[BucketKey]] = defaultdict(list)
         for k in ready:
             by_table[k[0]].append(k)
-        for table_id, keys in by_table.items():
+        started = time.monotonic()
+        for demand in self.queue.order([self._demand(t) for t in by_table]):
+            keys = by_table[demand.table]
             if self._loop.is_stopping():
                 self.buckets.redo(keys, 0.0, "queued")
                 continue
+            if time.monotonic() - started > self.round_budget_s:  # the others keep their place in the queue
+                self.buckets.redo(keys, 0.0, "waiting for its turn (other tables were planned first)")
+                continue
             try:
-                self._compact_table(table_id, keys)
+                self.queue.charge(demand, self._compact_table(demand.table, keys))
             except Exception as e:
-                _log.exception("planning %s failed", table_id)
+                _log.exception("planning %s failed", demand.table)
                 for k in keys:
                     self.buckets.attempt_failed(k, f"planning failed: {type(e).__name__}: {e}")
         if self.buckets.round_done():
             self._loop.wake()  # the others wait for their pause to end (the 0.5 s tick finds them)
+
+    def _demand(self, table_id: str) -> Demand:
+        """The table's place in the fair queue: its priority and share, and whether its writers stall."""
+        try:
+            o = self.catalog.get_table(table_id).options
+        except Exception:  # gone or unreadable: planning reports it
+            return Demand(table_id)
+        stalled = self._max_runs.get(table_id, 0) >= o.stop_trigger()
+        return Demand(table_id, o.require(opts.COMPACTION_PRIORITY), o.require(opts.COMPACTION_SHARE), stalled)
 
     def _tables(self) -> list[str]:
         return [f"{db}.{t}" for db in self.catalog.list_databases() for t in self.catalog.list_tables(db)]
@@ -215,8 +236,9 @@ class Scheduler:
         if marked:
             _log.debug("reconcile: %d bucket(s) to look at", marked)
 
-    def _compact_table(self, table_id: str, keys: list[BucketKey]) -> None:
-        """Plan the due units of a table's dirty buckets as one plan at its latest snapshot, and run it.
+    def _compact_table(self, table_id: str, keys: list[BucketKey]) -> int:
+        """Plan the due units of a table's dirty buckets as one plan at its latest snapshot, and run it; the
+        plan's input bytes (0 when nothing ran).
 
         1. each owned bucket's unit (full when a trigger owes it one); a bucket with nothing due is settled;
         2. buckets whose unit needs a file a pending plan holds wait for that plan to end;
@@ -228,7 +250,9 @@ class Scheduler:
         except NotFoundError as e:
             for key in keys:
                 self.buckets.fail_waits(key, f"the table is gone: {e}")
-            return
+            self.queue.forget(table_id)
+            self._max_runs.pop(table_id, None)
+            return 0
         snap = table.latest_snapshot()
         at = snap.id if snap is not None else 0
         splits = {(s.partition, s.bucket): s for s in _splits(table, snap)}
@@ -259,9 +283,10 @@ class Scheduler:
                 continue
             candidates.append(_Candidate(runs, key, split, unit, full or always_full))
         self.metrics.max_sorted_runs.set(worst)
+        self._max_runs[table_id] = worst
         candidates = self._without_held(table_id, candidates)
         if not candidates:
-            return
+            return 0
         # postponed rows first (nobody sees them until placed), then the most sorted runs
         candidates.sort(key=lambda c: (c.key[2] != POSTPONE_BUCKET, -c.runs))
         chosen: list[_Candidate] = []
@@ -290,10 +315,11 @@ class Scheduler:
                 self._recover = True
             for c in chosen:
                 self.buckets.attempt_failed(c.key, f"plan refused by the catalog: {e.details()}")
-            return
+            return 0
         origin = PlanOrigin(at, {c.key: c.full for c in chosen},
                             {c.key: c.full or c.unit.file_rewrite for c in chosen})
         self.runner.execute(table_id, plan, origin)
+        return spent
 
     def _without_held(self, table_id: str, candidates: list[_Candidate]) -> list[_Candidate]:
         """The candidates none of whose unit's files is in a pending plan; the others look again shortly.

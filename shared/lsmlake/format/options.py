@@ -81,6 +81,13 @@ def _parse_int(text: str) -> int:
         raise InvalidInputError(f"bad integer {text!r}") from None
 
 
+def _parse_positive_int(text: str) -> int:
+    value = _parse_int(text)
+    if value < 1:
+        raise InvalidInputError(f"{value} is not at least 1")
+    return value
+
+
 def _parse_float(text: str) -> float:
     try:
         return float(text.strip())
@@ -285,6 +292,13 @@ LOOKUP_COMPACT_MAX_INTERVAL = _optional(
     "lookup-compact.max-interval", _parse_int,
     "lookup-compact=gentle: level 0 moves up at this many compaction triggers that found nothing else due.",
     "2 x num-sorted-run.compaction-trigger (never below the trigger)")
+COMPACTION_PRIORITY = _opt(
+    "lsmlake.compaction.priority", _parse_int, 0,
+    "lsmlake's compactor: tables of a higher priority are planned first in each round (after stalled tables).")
+COMPACTION_SHARE = _opt(
+    "lsmlake.compaction.share", _parse_positive_int, 1,
+    "lsmlake's compactor: the table's weight when tables of one priority share the compactor: over time each "
+    "gets compaction work in proportion to its share (at least 1).")
 FULL_COMPACTION_DELTA_COMMITS = _optional("full-compaction.delta-commits", _parse_int,
                                      "Run a full compaction after this many commits.")
 COMPACTION_MIN_FILE_NUM = _opt("compaction.min.file-num", _parse_int, 5,
