@@ -839,3 +839,46 @@ def test_tokens_without_the_services_own_tokens_are_refused() -> None:
     with pytest.raises(Exception, match="serviceTokensSecret"):
         _chart().render(values={"security": {"auth": {"tokensSecret": "t"}}}, name=RELEASE, namespace=NAMESPACE,
                         is_install=True)
+
+
+def _exposed_metrics() -> dict[str, set[str]]:
+    """Every sample name the three services expose (counters with _total, histograms with _bucket...) and its
+    label names, from the services' own metric registries."""
+    from catalog_svc.metrics import CatalogMetrics
+    from compactor_svc.metrics import CompactorMetrics
+    from writer_svc.metrics import WriterMetrics
+
+    names: dict[str, set[str]] = {}
+    for metrics in (CatalogMetrics(), WriterMetrics(), CompactorMetrics()):
+        for family in metrics.registry.collect():
+            labels = set(getattr(metrics.registry._names_to_collectors.get(family.name), "_labelnames", ()))
+            for suffix in {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}.get(family.type, ("",)):
+                names[family.name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
+    return names
+
+
+def test_the_grafana_dashboard_ships_and_queries_only_metrics_that_exist() -> None:
+    (cm,) = [o for o in of_kind(render("default"), "ConfigMap") if "lsmlake.json" in o.get("data", {})]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(cm["data"]["lsmlake.json"])
+    exposed = _exposed_metrics()
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 20
+    for expr in exprs:
+        used = set(re.findall(r"\b(lsmlake_[a-z0-9_]+)\b", expr))
+        assert used, expr
+        for name in used:
+            assert name in exposed, f"{name} is not a metric the services expose: {expr}"
+        for group in re.findall(r"\bby \(([^)]*)\)", expr):
+            for label in (x.strip() for x in group.split(",")):
+                assert label in {"pod", "namespace"} or any(label in exposed[n] for n in used), (label, expr)
+    assert {"lsmlake_table_compaction_lag_seconds", "lsmlake_table_health_score", "lsmlake_table_stalled"} <= {
+        n for e in exprs for n in re.findall(r"lsmlake_[a-z0-9_]+", e)}
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+def test_the_grafana_dashboard_can_be_left_out() -> None:
+    values = {**VALUE_SETS["default"], "grafana": {"dashboard": {"enabled": False}}}
+    manifests = _chart().render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    assert not any("lsmlake.json" in text for text in manifests.values())
