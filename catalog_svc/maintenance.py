@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Iterator
 
+from catalog_svc.health_history import HealthHistory
 from catalog_svc.metrics import CatalogMetrics
 from lsmlake.catalog.expire import PASS_BUDGET_S, ExpirePass, remove_orphan_files
 from lsmlake.catalog.filesystem import FileSystemCatalog
@@ -58,7 +59,8 @@ class Maintenance:
 
     def __init__(self, catalog: FileSystemCatalog, store: MetaStore, metrics: CatalogMetrics,
                  expire_interval_s: float, orphan_interval_s: float, reconcile_interval_s: float = 0.0,
-                 expire_budget_s: float = PASS_BUDGET_S, health_interval_s: float = 0.0) -> None:
+                 expire_budget_s: float = PASS_BUDGET_S, health_interval_s: float = 0.0,
+                 history: HealthHistory | None = None) -> None:
         self.catalog = catalog
         self.store = store
         self.metrics = metrics
@@ -67,6 +69,7 @@ class Maintenance:
         self.orphan_interval_s = orphan_interval_s
         self.reconcile_interval_s = reconcile_interval_s
         self.health_interval_s = health_interval_s
+        self.history = history  # the console's charts, fed with each health update
         self._health_tables: set[str] = set()  # tables with gauges, to drop those of dropped tables
         self._loop = BackgroundLoop("catalog-maintenance", self._step, TICK_S, initial_delay_s=TICK_S,
                                     what="catalog maintenance", logger=_log)
@@ -121,9 +124,13 @@ class Maintenance:
                 _log.exception("cannot compute the health of %s", tid)
                 continue
             self.metrics.table_health(health)
+            if self.history is not None:
+                self.history.add(health)
             seen.add(tid)
         for gone in self._health_tables - seen:
             self.metrics.forget_table(gone)
+            if self.history is not None:
+                self.history.forget(gone)
         self._health_tables = seen
         return len(seen)
 

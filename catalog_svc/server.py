@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import grpc
 
+from catalog_svc.console import TOKEN_COOKIE, Console, error_page
+from catalog_svc.health_history import HealthHistory
 from catalog_svc.maintenance import Maintenance, reconcile_all
 from catalog_svc.metrics import CatalogMetrics
 from catalog_svc.relay import KEEP_DELIVERED_S, KEEP_UNDELIVERED_S, OutboxRelay
@@ -53,6 +55,7 @@ class Settings(ServiceSettings):
     outbox_retention_s: float = KEEP_DELIVERED_S  # delivered outbox events are purged this long after delivery
     outbox_undelivered_retention_s: float = KEEP_UNDELIVERED_S  # undelivered ones are dropped this long after commit
     rest_port: int | None = None  # Paimon's REST catalog API over HTTP; None: off, 0: a free port
+    ui_port: int | None = None  # the web console over HTTP (catalog_svc/console.py); None: off, 0: a free port
     fault: str | None = None  # crash injection for the recovery tests
 
     @staticmethod
@@ -60,7 +63,8 @@ class Settings(ServiceSettings):
         """Flags win over the environment: `LSMLAKE_WAREHOUSE`, `LSMLAKE_METASTORE`, `LSMLAKE_CATALOG_HOST`,
         `LSMLAKE_CATALOG_PORT`, `LSMLAKE_KAFKA`, `LSMLAKE_METRICS_PORT`, `LSMLAKE_EXPIRE_INTERVAL`,
         `LSMLAKE_ORPHAN_INTERVAL`, `LSMLAKE_RECONCILE_INTERVAL`, `LSMLAKE_REQUEST_ID_RETENTION`,
-        `LSMLAKE_OUTBOX_RETENTION`, `LSMLAKE_OUTBOX_UNDELIVERED_RETENTION`, `LSMLAKE_REST_PORT`,
+        `LSMLAKE_OUTBOX_RETENTION`, `LSMLAKE_OUTBOX_UNDELIVERED_RETENTION`, `LSMLAKE_REST_PORT`, `LSMLAKE_UI_PORT`,
+        `LSMLAKE_HEALTH_INTERVAL`,
         `LSMLAKE_CATALOG_FAULT`, those of TLS, tokens and Kafka security and those of the worker threads
         and the limits on open streams and calls (`LSMLAKE_WORKERS`, `LSMLAKE_MAX_STREAMS`, ...;
         docs/security.md)."""
@@ -94,6 +98,10 @@ class Settings(ServiceSettings):
         p.add_argument("--rest-port", type=int, default=int_or_none(env.get("LSMLAKE_REST_PORT")),
                        help="also serve Paimon's REST catalog API (metastore=rest) over HTTP on this port, with the "
                             "same TLS and tokens (env LSMLAKE_REST_PORT; 0 picks one); off when not set")
+        p.add_argument("--ui-port", type=int, default=int_or_none(env.get("LSMLAKE_UI_PORT")),
+                       help="also serve the web console (tables by health, buckets, the compaction timeline) over "
+                            "HTTP on this port, with the same TLS and tokens (env LSMLAKE_UI_PORT; 0 picks one); "
+                            "off when not set")
         p.add_argument("--fault", default=env.get("LSMLAKE_CATALOG_FAULT") or None, choices=[f for f in FAULTS if f],
                        help="testing only: crash at this point of the first commit")
         add_service_arguments(p, env, port_env="LSMLAKE_CATALOG_PORT", host_env="LSMLAKE_CATALOG_HOST",
@@ -102,7 +110,7 @@ class Settings(ServiceSettings):
         common = service_settings(p, a)
         if not a.warehouse:
             p.error("--warehouse (or LSMLAKE_WAREHOUSE) is required")
-        for flag, port in (("--port", a.port), ("--rest-port", a.rest_port)):
+        for flag, port in (("--port", a.port), ("--rest-port", a.rest_port), ("--ui-port", a.ui_port)):
             if port is not None and not 0 <= port <= 65535:
                 p.error(f"{flag} {port} is not a port number")
         metastore = a.metastore
@@ -125,6 +133,7 @@ class Settings(ServiceSettings):
                         request_id_retention_s=a.request_id_retention,
                         outbox_retention_s=a.outbox_retention,
                         outbox_undelivered_retention_s=a.outbox_undelivered_retention, rest_port=a.rest_port,
+                        ui_port=a.ui_port,
                         fault=a.fault, **common)
 
 
@@ -149,6 +158,9 @@ class CatalogServer(ServiceProcess[Settings]):
         self._catalog: FileSystemCatalog | None = None
         self._rest: JsonHttpServer | None = None
         self.rest_port: int | None = None
+        self.ui_port: int | None = None
+        self._ui: JsonHttpServer | None = None
+        self.history = HealthHistory()
 
     def _open(self, server: grpc.Server) -> None:
         s = self.settings
@@ -172,6 +184,12 @@ class CatalogServer(ServiceProcess[Settings]):
                 host=s.host, port=s.rest_port, tls_cert=sec.tls_cert, tls_key=sec.tls_key,
                 tls_client_ca=sec.tls_client_ca, auth_tokens=sec.auth_tokens, workers=s.workers),
                 observe=self.metrics.rest_call)
+        if s.ui_port is not None:
+            sec = s.security
+            self._ui = JsonHttpServer(Console(catalog, self._store, self.history).routes(), HttpSettings(
+                host=s.host, port=s.ui_port, tls_cert=sec.tls_cert, tls_key=sec.tls_key,
+                tls_client_ca=sec.tls_client_ca, auth_tokens=sec.auth_tokens, workers=4),
+                token_cookie=TOKEN_COOKIE, error_page=error_page)
 
     def _run(self) -> None:
         assert self._relay is not None and self._store is not None and self._catalog is not None
@@ -179,19 +197,25 @@ class CatalogServer(ServiceProcess[Settings]):
         self._relay.start()
         if self._rest is not None:
             self.rest_port = self._rest.start()
+        if self._ui is not None:
+            self.ui_port = self._ui.start()
         self._maintenance = Maintenance(self._catalog, self._store, self.metrics, s.expire_interval_s,
                                         s.orphan_interval_s, s.reconcile_interval_s,
-                                        health_interval_s=s.health_interval_s).start()
+                                        health_interval_s=s.health_interval_s, history=self.history).start()
 
     def _refuse(self) -> None:
         if self._servicer is not None:
             self._servicer.stopping.set()
         if self._rest is not None:
             self._rest.refuse()
+        if self._ui is not None:
+            self._ui.refuse()
 
     def _stop_parts(self) -> None:
         if self._rest is not None:  # its calls in flight had the grace of the gRPC calls
             self._rest.stop(grace_s=min(5.0, self.settings.grace_s))
+        if self._ui is not None:
+            self._ui.stop(grace_s=min(5.0, self.settings.grace_s))
         if self._maintenance is not None:
             self._maintenance.stop()
         if self._relay is not None:

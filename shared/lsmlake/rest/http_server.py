@@ -57,12 +57,18 @@ class Request:
     principal: Principal | None
 
 
+JSON = "application/json"
+
+
 @dataclass(frozen=True)
 class Response:
-    """A handler's answer: a status and a JSON body (None: no body)."""
+    """A handler's answer: a status and a JSON body (None: no body); with another `content_type`, the body is the
+    text to send as it is (a page); `headers` are added to the answer."""
 
     body: Any = None
     status: int = 200
+    content_type: str = JSON
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 Handler = Callable[[Request], Response]
@@ -78,6 +84,7 @@ class Route:
     handler: Handler
     resource: str | None = None
     name: str = ""
+    public: bool = False  # answered without a token (a login page); `role` is then not checked
     regex: re.Pattern[str] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -136,7 +143,12 @@ class JsonHttpServer:
     """
 
     def __init__(self, routes: Sequence[Route], settings: HttpSettings,
-                 observe: Callable[[str, int, float], None] | None = None, server_name: str = "lsmlake") -> None:
+                 observe: Callable[[str, int, float], None] | None = None, server_name: str = "lsmlake",
+                 token_cookie: str | None = None, error_page: Callable[[int, str], Response] | None = None) -> None:
+        """`token_cookie` names a cookie that may carry the bearer token (browsers); `error_page` renders a refusal
+        (status, message) instead of Paimon's JSON error body."""
+        self.token_cookie = token_cookie
+        self.error_page = error_page
         self.routes = list(routes)
         self.settings = settings
         self._observe = observe or (lambda _r, _s, _t: None)
@@ -231,15 +243,17 @@ class JsonHttpServer:
         return principal
 
     def serve(self, method: str, target: str, headers: Mapping[str, str], read_body: Callable[[int], bytes],
-              peer: str) -> tuple[int, Any]:
-        """(status, JSON body or None) for one call; never raises."""
+              peer: str) -> Response:
+        """The answer to one call; never raises."""
         started = time.perf_counter()
         route: Route | None = None
         url = urlsplit(target)
         try:
             if self._stopping.is_set():
                 raise ServiceUnavailableError("the catalog is shutting down; ask another replica or retry")
-            principal = self.authenticate(headers.get("authorization"))
+            public = any(r.public and r.method == method and r.regex.fullmatch(url.path) for r in self.routes)
+            principal = None if public else self.authenticate(headers.get("authorization")
+                                                              or self._cookie_token(headers))
             found = self.match(method, url.path)
             if found is None:
                 raise UnknownPathError(f"no such REST resource: {method} {url.path[:200]}")
@@ -250,7 +264,6 @@ class JsonHttpServer:
             body = self._read_json(headers, read_body)
             query = {k: v for k, v in parse_qsl(url.query, keep_blank_values=True)}
             answer = self._run(route, Request(method, url.path, params, query, body, principal))
-            status, reply = answer.status, answer.body
         except Exception as e:
             err = rest_error_for(e, route.resource if route is not None else None)
             if err is None:
@@ -261,9 +274,20 @@ class JsonHttpServer:
                               url.path[:200], peer, err.message)
             else:
                 _log.info("REST %s %s: %d %s", method, url.path[:200], err.status, err.message)
-            status, reply = err.status, err.body()
-        self._observe(route.name if route is not None else "unmatched", status, time.perf_counter() - started)
-        return status, reply
+            answer = self.error_page(err.status, err.message) if self.error_page is not None \
+                else Response(err.body(), err.status)
+        self._observe(route.name if route is not None else "unmatched", answer.status, time.perf_counter() - started)
+        return answer
+
+    def _cookie_token(self, headers: Mapping[str, str]) -> str | None:
+        """`Bearer <token>` from the token cookie, when the server takes one and the request has it."""
+        if self.token_cookie is None:
+            return None
+        for part in headers.get("cookie", "").split(";"):
+            name, _, value = part.strip().partition("=")
+            if name == self.token_cookie and value:
+                return f"Bearer {unquote_plus(value)}"
+        return None
 
     def _run(self, route: Route, request: Request) -> Response:
         """Run a handler in one of `workers` slots, as the caller's principal."""
@@ -320,11 +344,17 @@ def _handler_class(idle_timeout_s: float) -> type[BaseHTTPRequestHandler]:
                 read.append(n)
                 return self.rfile.read(n)
 
-            status, body = app.serve(self.command, self.path, headers, read_body, f"{self.client_address[0]}")
-            data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
-            self.send_response(status)
+            answer = app.serve(self.command, self.path, headers, read_body, f"{self.client_address[0]}")
+            body = answer.body
+            if answer.content_type == JSON:
+                data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+            else:
+                data = body.encode() if isinstance(body, str) else bytes(body or b"")
+            self.send_response(answer.status)
             if body is not None:
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", answer.content_type)
+            for name, value in answer.headers:
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(data)))
             if not read and headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
                 self.send_header("Connection", "close")  # an unread body would be taken for the next request

@@ -1,0 +1,141 @@
+"""The web console of the catalog service (`--ui-port`): plain server-rendered pages over the same tokens.
+
+- `/`: the tables ranked by health (stalled first, then the worst score), with lag, runs and plans;
+- `/table/{database}/{table}`: the table's figures, each bucket's LSM shape (levels and sorted runs by size),
+  the compaction timeline of the last hour by state, and lag, level-0 files and plans over the last hour;
+- `/login`: a form that keeps the token in a cookie (`lsmlake_token`, SameSite=Strict) for the browser; API
+  clients send `Authorization: Bearer <token>` instead. Pages need the reader role.
+No script runs but the login form's; nothing is loaded from elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from html import escape
+
+from catalog_svc.console_svg import line_svg, lsm_svg, timeline_svg
+from catalog_svc.health_history import HealthHistory
+from lsmlake.auth.roles import Role
+from lsmlake.catalog.filesystem import FileSystemCatalog, check_name
+from lsmlake.catalog.health import TableHealth, ranked, table_health
+from lsmlake.format.partition import partition_value_string
+from lsmlake.metastore import MetaStore, now_ms
+from lsmlake.rest.http_server import Request, Response, Route
+from lsmlake.table.compact import restore_levels
+from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.postpone import postpone_splits
+
+TOKEN_COOKIE = "lsmlake_token"
+HTML = "text/html; charset=utf-8"
+PENDING = ("REQUESTED", "INFLIGHT")
+_STYLE = ("body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse}"
+          "td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}td.l,th.l{text-align:left}"
+          ".bar{display:inline-block;height:10px;background:#3a9a4a}.stalled{color:#c0392b;font-weight:bold}"
+          ".buckets{display:flex;flex-wrap:wrap;gap:14px}")
+_HEADERS = (("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff"),
+            ("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; "
+                                        "script-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'"))
+
+
+def page(title: str, body: str, status: int = 200) -> Response:
+    text = (f'<!doctype html><html><head><meta charset="utf-8"><title>{escape(title)} - lsmlake</title>'
+            f"<style>{_STYLE}</style></head><body><h1>{escape(title)}</h1>{body}</body></html>")
+    return Response(text, status, HTML, _HEADERS)
+
+
+def error_page(status: int, message: str) -> Response:
+    """A refusal as a page: 401 links to the login form."""
+    hint = '<p><a href="/login">Log in with a token</a></p>' if status == 401 else '<p><a href="/">Tables</a></p>'
+    return page(f"{status}", f"<p>{escape(message)}</p>{hint}", status)
+
+
+def _ms(ms: float) -> str:
+    s = ms / 1000
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+class Console:
+    """The routes of the console, over the catalog's warehouse and metadata store."""
+
+    def __init__(self, catalog: FileSystemCatalog, store: MetaStore, history: HealthHistory,
+                 clock: Callable[[], int] = now_ms) -> None:
+        self.catalog = catalog
+        self.store = store
+        self.history = history
+        self.clock = clock
+
+    def routes(self) -> list[Route]:
+        return [Route("GET", "/", Role.READER, self.tables, name="tables"),
+                Route("GET", "/table/{database}/{table}", Role.READER, self.table, resource="TABLE", name="table"),
+                Route("GET", "/login", Role.READER, self.login, public=True, name="login"),
+                Route("GET", "/favicon.ico", Role.READER, lambda _: Response(None, 204), public=True, name="icon")]
+
+    def _health(self, table: FileStoreTable) -> TableHealth:
+        return table_health(table, self.store.list_plans(table.identifier, PENDING), self.clock())
+
+    def tables(self, request: Request) -> Response:
+        healths = []
+        for db in self.catalog.list_databases():
+            for name in self.catalog.list_tables(db):
+                try:
+                    healths.append(self._health(self.catalog.get_table(f"{db}.{name}")))
+                except Exception:  # noqa: BLE001 (dropped while listed, or unreadable: not this page's failure)
+                    continue
+        rows = []
+        for rank, h in enumerate(ranked(healths), 1):
+            db, _, name = h.table.partition(".")
+            state = '<span class="stalled">STALLED</span>' if h.stalled else ""
+            rows.append(f'<tr class="table-row"><td>{rank}</td><td class="l"><a href="/table/{escape(db)}/'
+                        f'{escape(name)}">{escape(h.table)}</a></td><td>{h.score} <span class="bar" '
+                        f'style="width:{h.score}px"></span></td><td class="l">{state}</td><td>{_ms(h.lag_ms)}</td>'
+                        f"<td>{h.max_sorted_runs} / {h.stop_trigger}</td><td>{h.level0_files}</td>"
+                        f"<td>{h.pending_plans} / {h.inflight_plans}</td><td>{_ms(h.oldest_plan_age_ms)}</td></tr>")
+        head = ('<tr><th>#</th><th class="l">table</th><th>score</th><th class="l"></th><th>lag</th>'
+                "<th>runs / stop</th><th>level-0 files</th><th>plans requested / running</th><th>oldest plan</th>"
+                "</tr>")
+        body = (f"<p>{len(healths)} tables, the least healthy first (docs/operating-tables.md).</p>"
+                f'<table id="tables">{head}{"".join(rows)}</table>')
+        return page("Tables", body)
+
+    def table(self, request: Request) -> Response:
+        db = check_name(request.params["database"], "database")
+        tid = f"{db}.{check_name(request.params['table'], 'table')}"
+        table = self.catalog.get_table(tid)
+        h = self._health(table)
+        snap = table.latest_snapshot()
+        splits = [] if snap is None else table.new_scan(None, snap, all_levels=True).plan() + postpone_splits(table,
+                                                                                                            snap)
+        types = table.schema.types_of(table.schema.partition_keys)
+        pictures = []
+        for split in sorted(splits, key=lambda s: (s.partition, s.bucket))[:64]:
+            part = "/".join(f"{k}={partition_value_string(v, t)}" for k, v, t in zip(
+                table.schema.partition_keys, split.partition_values, types, strict=True))
+            levels = restore_levels(table, split)
+            shape: dict[int, list[int]] = {}
+            for run in levels.level_sorted_runs():
+                shape.setdefault(run.level, []).append(run.total_size)
+            title = f"{part + ' ' if part else ''}bucket {split.bucket}: {levels.number_of_sorted_runs()} runs"
+            pictures.append(lsm_svg(title, sorted(shape.items()), levels.num_levels - 1))
+        now = self.clock()
+        samples = self.history.of(tid)
+        figures = (f'<p id="figures">score {h.score}{" (STALLED: writers wait)" if h.stalled else ""}; lag '
+                   f"{_ms(h.lag_ms)}; sorted runs {h.max_sorted_runs} of {h.stop_trigger}; level-0 files "
+                   f"{h.level0_files}; plans requested {h.pending_plans}, running {h.inflight_plans}; snapshot "
+                   f"{h.snapshot_id}; penalties: "
+                   + ", ".join(f"{escape(k)} {v:.1f}" for k, v in h.penalties.items()) + "</p>")
+        charts = "".join([
+            line_svg("lag", [(s.time_ms, s.lag_s) for s in samples], now, unit=" s"),
+            line_svg("level-0 files", [(s.time_ms, float(s.level0_files)) for s in samples], now),
+            line_svg("plans requested or running", [(s.time_ms, float(s.plans)) for s in samples], now)])
+        body = (f'<p><a href="/">All tables</a></p>{figures}<h2>Buckets</h2><div class="buckets">'
+                f'{"".join(pictures) or "<p>no data files</p>"}</div><h2>Compaction plans, last hour</h2>'
+                f"{timeline_svg(self.store.list_plans(tid), now)}<h2>The last hour</h2>{charts}")
+        return page(tid, body)
+
+    def login(self, request: Request) -> Response:
+        script = (f"function keep(){{var t=document.getElementById('token').value;document.cookie="
+                  f"'{TOKEN_COOKIE}='+encodeURIComponent(t)+'; path=/; SameSite=Strict';location.href='/';"
+                  "return false}")
+        body = ('<form onsubmit="return keep()"><label>Token <input id="token" type="password" autocomplete="off">'
+                f'</label> <button type="submit">Open the console</button></form><script>{script}</script>')
+        return page("Log in", body)

@@ -1,0 +1,80 @@
+"""The console's pictures, as inline SVG drawn on the server: a bucket's LSM shape, the compaction timeline and
+a line over the last hour. Every text is escaped; sizes are drawn on a log scale so that a 1 KB level-0 file
+and a 1 GB top level are both visible."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from html import escape
+
+from lsmlake.metastore import CompactionPlan
+
+STATE_COLOURS = {"REQUESTED": "#c9a227", "INFLIGHT": "#2f6fd0", "COMPLETED": "#3a9a4a", "ROLLED_BACK": "#c0392b",
+                 "ABANDONED": "#888888"}
+
+
+def _width(size: int, most: int, full: float) -> float:
+    """A size's bar width against the largest, on a log scale (never below 3 px)."""
+    return max(3.0, full * math.log1p(size) / math.log1p(max(most, 1)))
+
+
+def lsm_svg(title: str, levels: Sequence[tuple[int, Sequence[int]]], max_level: int) -> str:
+    """A bucket's LSM tree: one row per level 0..max_level; level 0 shows each file (a sorted run each), the
+    others their one sorted run, as bars sized by bytes. `levels` is (level, run sizes) of the non-empty ones."""
+    row_h, label_w, full = 18, 34, 300.0
+    most = max((s for _, runs in levels for s in runs), default=1)
+    by_level = dict(levels)
+    parts = [f'<svg class="lsm" width="{label_w + full + 20:.0f}" height="{(max_level + 1) * row_h + 22}" '
+             f'role="img" aria-label="{escape(title)}"><text x="0" y="12" font-size="11">{escape(title)}</text>']
+    for level in range(max_level + 1):
+        y = 18 + level * row_h
+        parts.append(f'<text x="0" y="{y + 12}" font-size="10">L{level}</text>')
+        x = float(label_w)
+        for size in by_level.get(level, ()):
+            w = _width(size, most, full / max(1, len(by_level.get(level, ()))) if level == 0 else full)
+            colour = "#d9822b" if level == 0 else "#4a7fb5"
+            parts.append(f'<rect class="run" data-level="{level}" x="{x:.1f}" y="{y}" width="{w:.1f}" '
+                         f'height="{row_h - 4}" fill="{colour}"><title>L{level}: {size:,} bytes</title></rect>')
+            x += w + 2
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def timeline_svg(plans: Sequence[CompactionPlan], now_ms: int, span_ms: int = 3_600_000) -> str:
+    """The table's compaction plans of the last `span_ms` as bars from request to their last change (or now),
+    one row each, coloured by state."""
+    width, row_h = 620.0, 10
+    start = now_ms - span_ms
+    shown = [p for p in plans if (p.updated_ms if not p.pending else now_ms) >= start][-40:]
+    height = max(1, len(shown)) * row_h + 30
+    parts = [f'<svg class="timeline" width="{width + 10:.0f}" height="{height}" role="img" '
+             f'aria-label="compaction plans of the last hour">']
+    for i, p in enumerate(shown):
+        end = now_ms if p.pending else p.updated_ms
+        x0 = max(0.0, (p.created_ms - start) / span_ms * width)
+        x1 = max(x0 + 2, (end - start) / span_ms * width)
+        parts.append(f'<rect class="plan" data-state="{p.state}" x="{x0:.1f}" y="{i * row_h}" width="{x1 - x0:.1f}" '
+                     f'height="{row_h - 2}" fill="{STATE_COLOURS.get(p.state, "#000")}"><title>plan {p.plan_id}: '
+                     f'{escape(p.state)}, bucket {p.bucket}, {len(p.input_files)} files</title></rect>')
+    axis = len(shown) * row_h + 14
+    parts.append(f'<text x="0" y="{axis + 10}" font-size="10">-60 min</text>'
+                 f'<text x="{width - 20:.0f}" y="{axis + 10}" font-size="10">now</text>')
+    legend = "".join(f'<tspan fill="{c}">■ {s.lower()} </tspan>' for s, c in STATE_COLOURS.items())
+    parts.append(f'<text x="90" y="{axis + 10}" font-size="10">{legend}</text></svg>')
+    return "".join(parts)
+
+
+def line_svg(label: str, points: Sequence[tuple[int, float]], now_ms: int, span_ms: int = 3_600_000,
+             unit: str = "") -> str:
+    """A value over the last hour: (time ms, value) points as a polyline, with its latest and largest value."""
+    width, height = 300.0, 60.0
+    start = now_ms - span_ms
+    pts = [(t, v) for t, v in points if t >= start]
+    top = max((v for _, v in pts), default=0.0) or 1.0
+    coords = " ".join(f"{(t - start) / span_ms * width:.1f},{height - v / top * height:.1f}" for t, v in pts)
+    last = f"{pts[-1][1]:.1f}{unit}" if pts else "no samples yet"
+    return (f'<svg class="line" width="{width + 10:.0f}" height="{height + 18:.0f}" role="img" '
+            f'aria-label="{escape(label)}"><text x="0" y="{height + 15:.0f}" font-size="10">{escape(label)}: {last} '
+            f'(max {top:.1f}{unit})</text><polyline fill="none" stroke="#2f6fd0" stroke-width="1.5" '
+            f'points="{coords}"/></svg>')
