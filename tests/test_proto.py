@@ -206,7 +206,7 @@ def test_catalog_service_methods() -> None:
         "Commit", "GetSnapshot", "ListSnapshots", "LatestSnapshot", "SnapshotAtTime", "PlanScan",
         "ExpireSnapshots", "RemoveOrphanFiles", "WatchSnapshots",
         "RequestCompaction", "StartCompaction", "CompleteCompaction", "RollbackCompaction",
-        "ListCompactionPlans", "FindWrites", "AllocateSequences",
+        "ListCompactionPlans", "FindWrites", "AllocateSequences", "AssignBuckets", "ListTableHealth",
     }
     assert methods["WatchSnapshots"] == (False, True)
     assert all(kind == (False, False) for name, kind in methods.items() if name != "WatchSnapshots")
