@@ -17,7 +17,7 @@ from catalog_svc.console_svg import line_svg, lsm_svg, timeline_svg
 from catalog_svc.health_history import HealthHistory
 from lsmlake.auth.roles import Role
 from lsmlake.catalog.filesystem import FileSystemCatalog, check_name
-from lsmlake.catalog.health import TableHealth, ranked, table_health
+from lsmlake.catalog.health import TableHealth, health_of, ranked
 from lsmlake.format.partition import partition_value_string
 from lsmlake.metastore import MetaStore, now_ms
 from lsmlake.rest.http_server import Request, Response, Route
@@ -27,7 +27,6 @@ from lsmlake.table.postpone import postpone_splits
 
 TOKEN_COOKIE = "lsmlake_token"
 HTML = "text/html; charset=utf-8"
-PENDING = ("REQUESTED", "INFLIGHT")
 _STYLE = ("body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse}"
           "td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}td.l,th.l{text-align:left}"
           ".bar{display:inline-block;height:10px;background:#3a9a4a}.stalled{color:#c0392b;font-weight:bold}"
@@ -71,7 +70,7 @@ class Console:
                 Route("GET", "/favicon.ico", Role.READER, lambda _: Response(None, 204), public=True, name="icon")]
 
     def _health(self, table: FileStoreTable) -> TableHealth:
-        return table_health(table, self.store.list_plans(table.identifier, PENDING), self.clock())
+        return health_of(table, self.store, self.clock())
 
     def tables(self, request: Request) -> Response:
         healths = []

@@ -16,7 +16,7 @@ from catalog_svc.health_history import HealthHistory
 from catalog_svc.metrics import CatalogMetrics
 from lsmlake.catalog.expire import PASS_BUDGET_S, ExpirePass, remove_orphan_files
 from lsmlake.catalog.filesystem import FileSystemCatalog
-from lsmlake.catalog.health import table_health
+from lsmlake.catalog.health import health_of
 from lsmlake.catalog.reconcile import reconcile_table
 from lsmlake.metastore import MetaStore, now_ms
 from lsmlake.rpc.events import snapshot_events
@@ -26,7 +26,6 @@ _log = logging.getLogger(__name__)
 
 ORPHAN_MIN_AGE_MS = 86_400_000  # a file younger than a day may belong to a commit in progress
 TICK_S = 0.5  # how often the thread looks whether a job is due
-PENDING = ("REQUESTED", "INFLIGHT")
 
 
 def table_ids(catalog: FileSystemCatalog) -> Iterator[str]:
@@ -119,7 +118,7 @@ class Maintenance:
             if self._loop.is_stopping():
                 return len(seen)
             try:
-                health = table_health(self.catalog.get_table(tid), self.store.list_plans(tid, PENDING), now_ms())
+                health = health_of(self.catalog.get_table(tid), self.store, now_ms())
             except Exception:
                 _log.exception("cannot compute the health of %s", tid)
                 continue

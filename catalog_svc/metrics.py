@@ -7,7 +7,7 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from lsmlake.catalog.health import TableHealth
-from lsmlake.metastore import MetaStore
+from lsmlake.metastore import INFLIGHT, PENDING_STATES, REQUESTED, MetaStore
 
 
 class CatalogMetrics:
@@ -74,8 +74,8 @@ class CatalogMetrics:
         self.table_level0.labels(t).set(h.level0_files)
         self.table_score.labels(t).set(h.score)
         self.table_stalled.labels(t).set(int(h.stalled))
-        self.table_plans.labels(t, "REQUESTED").set(h.pending_plans)
-        self.table_plans.labels(t, "INFLIGHT").set(h.inflight_plans)
+        self.table_plans.labels(t, REQUESTED).set(h.pending_plans)
+        self.table_plans.labels(t, INFLIGHT).set(h.inflight_plans)
         self.table_plan_age.labels(t).set(h.oldest_plan_age_ms / 1000)
 
     def forget_table(self, table: str) -> None:
@@ -83,7 +83,7 @@ class CatalogMetrics:
         for g in (self.table_lag, self.table_runs, self.table_level0, self.table_score, self.table_stalled,
                   self.table_plan_age):
             g.remove(table)
-        for state in ("REQUESTED", "INFLIGHT"):
+        for state in PENDING_STATES:
             self.table_plans.remove(table, state)
 
     def rest_call(self, route: str, status: int, seconds: float) -> None:

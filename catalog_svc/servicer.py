@@ -33,7 +33,7 @@ from lsmlake.catalog.commit_request import CommitRequest
 from lsmlake.catalog.commits import AFTER_COMMIT, AFTER_SNAPSHOT, CatalogCommits, CommitOutcome, check_table_identity
 from lsmlake.catalog.expire import expire_snapshots, remove_orphan_files
 from lsmlake.catalog.filesystem import FileSystemCatalog, check_name
-from lsmlake.catalog.health import ranked, table_health
+from lsmlake.catalog.health import health_of, ranked
 from lsmlake.catalog.snapshot_commit import SnapshotCommitRequest, commit_snapshot
 from lsmlake.catalog.timeline import Timeline, parse_plan_id
 from lsmlake.errors import CommitConflictError, InvalidInputError, LakeError, NotFoundError
@@ -59,7 +59,6 @@ _FAULT_POINTS = {AFTER_SNAPSHOT: "exit-after-snapshot", AFTER_COMMIT: "exit-afte
 KEEP_WRITES_MS = 24 * 3_600_000  # default of how long a committed client write id answers a resend
 BUCKET_ASSIGNER_USER = "lsmlake-bucket-assigner"  # the commit user of AssignBuckets' index commits
 FORGET_WRITES_EVERY_S = 60.0
-PENDING_STATES = ("REQUESTED", "INFLIGHT")
 
 
 class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
@@ -499,7 +498,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
                 if request.HasField("table"):
                     raise
                 continue  # dropped while listing
-            healths.append((table_health(table, self.store.list_plans(tid, PENDING_STATES), now_ms()), table))
+            healths.append((health_of(table, self.store, now_ms()), table))
         types = {h.table: t.schema.types_of(t.schema.partition_keys) for h, t in healths}
         return catalog_pb2.ListTableHealthResponse(tables=[
             convert.health_to_proto(h, types[h.table], request.with_buckets) for h in ranked([h for h, _ in healths])])

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lsmlake.format.bucket import POSTPONE_BUCKET
-from lsmlake.metastore import CompactionPlan
+from lsmlake.metastore import PENDING_STATES, CompactionPlan, MetaStore
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.postpone import postpone_splits
 from lsmlake.table.scan import Split
@@ -110,7 +110,7 @@ def table_health(table: FileStoreTable, plans: Sequence[CompactionPlan], now_ms:
     snap = table.latest_snapshot()
     splits = [] if snap is None else table.new_scan(None, snap, all_levels=True).plan() + postpone_splits(table, snap)
     buckets = tuple(bucket_health(table, s) for s in splits)
-    pending = [p for p in plans if p.state in ("REQUESTED", "INFLIGHT")]
+    pending = [p for p in plans if p.pending]
     health = TableHealth(table.identifier, snap.id if snap else 0, table.options.stop_trigger(), buckets,
                          sum(p.state == "REQUESTED" for p in pending), sum(p.state == "INFLIGHT" for p in pending),
                          min((p.created_ms for p in pending), default=None), now_ms)
@@ -122,6 +122,11 @@ def table_health(table: FileStoreTable, plans: Sequence[CompactionPlan], now_ms:
               "deleted": (sum(b.deleted_rows for b in buckets) / rows) / DELETED_FULL_PENALTY if rows else 0.0}
     health.penalties.update({k: WEIGHTS[k] * min(1.0, v) for k, v in shares.items()})
     return health
+
+
+def health_of(table: FileStoreTable, store: MetaStore, now_ms: int) -> TableHealth:
+    """`table_health` with the table's pending plans read from the catalog's metadata store."""
+    return table_health(table, store.list_plans(table.identifier, PENDING_STATES), now_ms)
 
 
 def ranked(healths: Sequence[TableHealth]) -> list[TableHealth]:

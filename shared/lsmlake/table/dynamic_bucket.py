@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol
 
 import numpy as np
@@ -156,14 +157,20 @@ class PartitionIndex:
         out = np.full(len(hashes), -1, np.int32)
         if not self.hashes or not len(hashes):
             return out
-        known = np.concatenate(list(self.hashes.values()))
-        owner = np.concatenate([np.full(len(h), b, np.int32) for b, h in self.hashes.items()])
-        order = np.argsort(known, kind="stable")
-        known, owner = known[order], owner[order]
+        known, owner = self._sorted
         at = np.minimum(np.searchsorted(known, hashes), len(known) - 1)
         hit = known[at] == hashes
         out[hit] = owner[at[hit]]
         return out
+
+    @cached_property
+    def _sorted(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every known hash, sorted, and its bucket: built once per index (`HashFiles` keeps the index while its
+        files are live), not at every lookup."""
+        known = np.concatenate(list(self.hashes.values()))
+        owner = np.concatenate([np.full(len(h), b, np.int32) for b, h in self.hashes.items()])
+        order = np.argsort(known, kind="stable")
+        return known[order], owner[order]
 
     def assign(self, hashes: np.ndarray, options: AssignOptions) -> tuple[np.ndarray, dict[int, np.ndarray]]:
         """The bucket of each hash, assigning new ones by Paimon's rule; and the new hashes of each bucket."""
@@ -228,6 +235,7 @@ class PartitionIndex:
         for b, new in gained.items():
             old = self.hashes.get(b)
             self.hashes[b] = np.sort(new if old is None else np.concatenate([old, new]))
+        self.__dict__.pop("_sorted", None)  # the hashes changed
         for m in messages:
             for e in m.new_index_files:
                 self.entries[m.bucket] = e
@@ -246,6 +254,8 @@ class HashFiles:
     def __init__(self, indexes: IndexManifestStore) -> None:
         self.indexes = indexes
         self._read: dict[str, np.ndarray] = {}
+        # each partition's index (never changed by its users) for the live files it was built from
+        self._partitions: dict[bytes, tuple[tuple[str, ...], PartitionIndex]] = {}
         # every partition's hashes, sorted, with their owners, for the live files they were built from
         self._table_index: tuple[tuple[str, ...], list[bytes], np.ndarray, np.ndarray, np.ndarray] | None = None
 
@@ -254,6 +264,12 @@ class HashFiles:
         live = {e.file_name for e in all_entries if e.index_type == HASH_INDEX}
         for name in [n for n in self._read if n not in live]:
             del self._read[name]
+        for p in [p for p, (files, _) in self._partitions.items() if not set(files) <= live]:
+            del self._partitions[p]
+        mine = tuple(e.file_name for e in all_entries if e.index_type == HASH_INDEX and e.partition == partition)
+        cached = self._partitions.get(partition)
+        if cached is not None and cached[0] == mine:
+            return cached[1]
         out = PartitionIndex(partition)
         for e in all_entries:
             if e.index_type != HASH_INDEX or e.partition != partition:
@@ -263,6 +279,7 @@ class HashFiles:
                                            f"{out.entries[e.bucket].file_name} and {e.file_name}")
             out.entries[e.bucket] = e
             out.hashes[e.bucket] = self._hashes(e)
+        self._partitions[partition] = (mine, out)
         return out
 
 

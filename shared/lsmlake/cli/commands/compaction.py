@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
-from lsmlake.catalog.health import ranked, table_health
+from lsmlake.catalog.health import health_of, ranked, table_health
 from lsmlake.cli.errors import CliError, UsageError
 from lsmlake.cli.output import JsonValues, cell, human_size, out, plural, print_records
 from lsmlake.cli.warehouse import open_backend, open_catalog
@@ -215,8 +215,7 @@ def cmd_health(args: argparse.Namespace) -> int:
         healths = [table_health(t, [], now) for t in tables]
     else:
         with open_store(url) as store:
-            healths = [table_health(t, store.list_plans(t.identifier, ("REQUESTED", "INFLIGHT")), now)
-                       for t in tables]
+            healths = [health_of(t, store, now) for t in tables]
     records = [{"table": h.table, "score": h.score, "stalled": "STALLED" if h.stalled else "",
                 "lag_s": round(h.lag_ms / 1000, 1), "runs": h.max_sorted_runs, "stop_trigger": h.stop_trigger,
                 "level0_files": h.level0_files, "requested": h.pending_plans, "inflight": h.inflight_plans,
