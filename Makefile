@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(shell find proto -name '*.proto' 2>/dev/null)
 PROTO_GEN := shared/lsmlake/proto_gen/__init__.py
 
-.PHONY: venv proto test demo bench lint check clean
+.PHONY: venv proto browser test demo bench lint check clean
 
 venv: $(STAMP) $(PROTO_GEN)
 
@@ -23,6 +23,15 @@ $(PROTO_GEN): $(STAMP) $(PROTOS) scripts/gen_proto.py
 proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py
 	touch $(PROTO_GEN)
+
+# Debian's chromium and chromedriver, for the console's browser tests (skipped, saying so, without them)
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null \
+		|| { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null; } \
+		|| echo "make browser: apt-get could not install chromium; the browser tests will be skipped"; \
+	else echo "make browser: installing chromium needs root and apt-get; the browser tests will be skipped"; fi
 
 test: venv
 	$(BIN)/python -m pytest -q

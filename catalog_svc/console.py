@@ -10,6 +10,8 @@ No script runs but the login form's; nothing is loaded from elsewhere.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Callable
 from html import escape
 
@@ -31,9 +33,17 @@ _STYLE = ("body{font-family:sans-serif;margin:1.5em;color:#222}table{border-coll
           "td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}td.l,th.l{text-align:left}"
           ".bar{display:inline-block;height:10px;background:#3a9a4a}.stalled{color:#c0392b;font-weight:bold}"
           ".buckets{display:flex;flex-wrap:wrap;gap:14px}")
+# the one script of the console: the login form keeps the token in a cookie. Allowed by its hash, so that no
+# other script (an injected one included) runs on any page.
+_LOGIN_SCRIPT = ("document.getElementById('login').addEventListener('submit',function(e){e.preventDefault();"
+                 "var t=document.getElementById('token').value;"
+                 f"document.cookie='{TOKEN_COOKIE}='+encodeURIComponent(t)+'; path=/; SameSite=Strict';"
+                 "location.href='/'})")
+_SCRIPT_HASH = base64.b64encode(hashlib.sha256(_LOGIN_SCRIPT.encode()).digest()).decode()
 _HEADERS = (("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff"),
             ("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; "
-                                        "script-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'"))
+                                        f"script-src 'sha256-{_SCRIPT_HASH}'; img-src 'self' data:; "
+                                        "form-action 'self'"))
 
 
 def page(title: str, body: str, status: int = 200) -> Response:
@@ -132,9 +142,6 @@ class Console:
         return page(tid, body)
 
     def login(self, request: Request) -> Response:
-        script = (f"function keep(){{var t=document.getElementById('token').value;document.cookie="
-                  f"'{TOKEN_COOKIE}='+encodeURIComponent(t)+'; path=/; SameSite=Strict';location.href='/';"
-                  "return false}")
-        body = ('<form onsubmit="return keep()"><label>Token <input id="token" type="password" autocomplete="off">'
-                f'</label> <button type="submit">Open the console</button></form><script>{script}</script>')
+        body = ('<form id="login"><label>Token <input id="token" type="password" autocomplete="off">'
+                f'</label> <button type="submit">Open the console</button></form><script>{_LOGIN_SCRIPT}</script>')
         return page("Log in", body)

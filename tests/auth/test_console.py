@@ -6,16 +6,7 @@ from __future__ import annotations
 
 import http.client
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
-import pyarrow as pa
-import pytest
-
-from lsmlake.catalog.filesystem import FileSystemCatalog
-from lsmlake.rpc.security import ServerSecurity
-
-from ..catalog_svc.local_server import local_server
 from .conftest import Tokens
 
 
@@ -30,25 +21,6 @@ def get(port: int, path: str, token: str | None = None, cookie: str | None = Non
         return r.status, r.read().decode(), {k.lower(): v for k, v in r.getheaders()}
     finally:
         conn.close()
-
-
-@pytest.fixture(scope="module")
-def ui(tmp_path_factory: pytest.TempPathFactory, tokens: Tokens) -> Iterator[int]:
-    warehouse = str(Path(tmp_path_factory.mktemp("console")) / "wh")
-    with local_server(warehouse, ui_port=0, security=ServerSecurity(auth_tokens=tokens.file), expire_interval_s=0,
-                      orphan_interval_s=0, reconcile_interval_s=0, health_interval_s=0.5) as local:
-        cat = FileSystemCatalog(warehouse)
-        cat.create_database("db")
-        for name, writes, options in (("calm", 1, {}), ("busy", 6, {"num-sorted-run.stop-trigger": "6"})):
-            cat.create_table(f"db.{name}", "id BIGINT NOT NULL, v STRING, dt STRING NOT NULL",
-                             primary_keys=["dt", "id"], partition_keys=["dt"],
-                             options={"bucket": "2", "write-only": "true", **options})
-            t = cat.get_table(f"db.{name}")
-            for i in range(writes):
-                t.write_arrow(pa.table({"id": pa.array(range(i, i + 8), pa.int64()), "v": ["<script>x</script>"] * 8,
-                                        "dt": ["<i>2026</i>"] * 8}))
-        assert local.server.ui_port is not None
-        yield local.server.ui_port
 
 
 def test_pages_need_a_token(ui: int, tokens: Tokens) -> None:
