@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Callable
 from html import escape
 
-from catalog_svc.console_svg import line_svg, lsm_svg, timeline_svg
+from catalog_svc.console_svg import HOUR_MS, line_svg, lsm_svg, timeline_svg, window_ms
 from catalog_svc.health_history import HealthHistory
 from lsmlake.auth.roles import Role
 from lsmlake.catalog.filesystem import FileSystemCatalog, check_name
@@ -132,13 +132,17 @@ class Console:
                    f"{h.level0_files}; plans requested {h.pending_plans}, running {h.inflight_plans}; snapshot "
                    f"{h.snapshot_id}; penalties: "
                    + ", ".join(f"{escape(k)} {v:.1f}" for k, v in h.penalties.items()) + "</p>")
+        plans = self.store.list_plans(tid)
+        span = window_ms(min([p.created_ms for p in plans if p.created_ms >= now - HOUR_MS]
+                             + [s.time_ms for s in samples if s.time_ms >= now - HOUR_MS], default=None), now)
         charts = "".join([
-            line_svg("lag", [(s.time_ms, s.lag_s) for s in samples], now, unit=" s"),
-            line_svg("level-0 files", [(s.time_ms, float(s.level0_files)) for s in samples], now),
-            line_svg("plans requested or running", [(s.time_ms, float(s.plans)) for s in samples], now)])
+            line_svg("lag", [(s.time_ms, s.lag_s) for s in samples], now, span, unit=" s"),
+            line_svg("level-0 files", [(s.time_ms, float(s.level0_files)) for s in samples], now, span),
+            line_svg("plans requested or running", [(s.time_ms, float(s.plans)) for s in samples], now, span)])
+        minutes = f"last {span // 60_000} minutes"
         body = (f'<p><a href="/">All tables</a></p>{figures}<h2>Buckets</h2><div class="buckets">'
-                f'{"".join(pictures) or "<p>no data files</p>"}</div><h2>Compaction plans, last hour</h2>'
-                f"{timeline_svg(self.store.list_plans(tid), now)}<h2>The last hour</h2>{charts}")
+                f'{"".join(pictures) or "<p>no data files</p>"}</div><h2>Compaction plans, {minutes}</h2>'
+                f"{timeline_svg(plans, now, span)}<h2>Lag and backlog, {minutes}</h2>{charts}")
         return page(tid, body)
 
     def login(self, request: Request) -> Response:

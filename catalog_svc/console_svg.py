@@ -14,6 +14,23 @@ STATE_COLOURS = {"REQUESTED": "#c9a227", "INFLIGHT": "#2f6fd0", "COMPLETED": "#3
                  "ABANDONED": "#888888"}
 
 
+HOUR_MS = 3_600_000
+_SPANS_MIN = (5, 10, 15, 30, 60)
+
+
+def window_ms(earliest_ms: int | None, now_ms: int) -> int:
+    """How far back the charts reach: from the earliest thing to draw within the last hour, rounded up to 5, 10,
+    15, 30 or 60 minutes, so that a busy minute is not a sliver of an hour-wide chart."""
+    if earliest_ms is None:
+        return HOUR_MS
+    need = now_ms - earliest_ms
+    return next((m * 60_000 for m in _SPANS_MIN if need <= m * 60_000), HOUR_MS)
+
+
+def _span_label(span_ms: int) -> str:
+    return f"-{span_ms // 60_000} min"
+
+
 def _width(size: int, most: int, full: float) -> float:
     """A size's bar width against the largest, on a log scale (never below 3 px)."""
     return max(3.0, full * math.log1p(size) / math.log1p(max(most, 1)))
@@ -41,15 +58,15 @@ def lsm_svg(title: str, levels: Sequence[tuple[int, Sequence[int]]], max_level: 
     return "".join(parts)
 
 
-def timeline_svg(plans: Sequence[CompactionPlan], now_ms: int, span_ms: int = 3_600_000) -> str:
+def timeline_svg(plans: Sequence[CompactionPlan], now_ms: int, span_ms: int = HOUR_MS) -> str:
     """The table's compaction plans of the last `span_ms` as bars from request to their last change (or now),
-    one row each, coloured by state."""
+    one row each (the latest 40), coloured by state."""
     width, row_h = 620.0, 10
     start = now_ms - span_ms
     shown = [p for p in plans if (p.updated_ms if not p.pending else now_ms) >= start][-40:]
     height = max(1, len(shown)) * row_h + 30
     parts = [f'<svg class="timeline" width="{width + 10:.0f}" height="{height}" role="img" '
-             f'aria-label="compaction plans of the last hour">']
+             f'aria-label="compaction plans of the last {span_ms // 60_000} minutes">']
     for i, p in enumerate(shown):
         end = now_ms if p.pending else p.updated_ms
         x0 = max(0.0, (p.created_ms - start) / span_ms * width)
@@ -58,23 +75,25 @@ def timeline_svg(plans: Sequence[CompactionPlan], now_ms: int, span_ms: int = 3_
                      f'height="{row_h - 2}" fill="{STATE_COLOURS.get(p.state, "#000")}"><title>plan {p.plan_id}: '
                      f'{escape(p.state)}, bucket {p.bucket}, {len(p.input_files)} files</title></rect>')
     axis = len(shown) * row_h + 14
-    parts.append(f'<text x="0" y="{axis + 10}" font-size="10">-60 min</text>'
+    parts.append(f'<text x="0" y="{axis + 10}" font-size="10">{_span_label(span_ms)}</text>'
                  f'<text x="{width - 20:.0f}" y="{axis + 10}" font-size="10">now</text>')
     legend = "".join(f'<tspan fill="{c}">■ {s.lower()} </tspan>' for s, c in STATE_COLOURS.items())
     parts.append(f'<text x="90" y="{axis + 10}" font-size="10">{legend}</text></svg>')
     return "".join(parts)
 
 
-def line_svg(label: str, points: Sequence[tuple[int, float]], now_ms: int, span_ms: int = 3_600_000,
+def line_svg(label: str, points: Sequence[tuple[int, float]], now_ms: int, span_ms: int = HOUR_MS,
              unit: str = "") -> str:
-    """A value over the last hour: (time ms, value) points as a polyline, with its latest and largest value."""
+    """A value over the last `span_ms`: (time ms, value) points as a polyline, with its latest and largest value."""
     width, height = 300.0, 60.0
     start = now_ms - span_ms
     pts = [(t, v) for t, v in points if t >= start]
-    top = max((v for _, v in pts), default=0.0) or 1.0
+    most = max((v for _, v in pts), default=0.0)
+    top = most or 1.0  # an all-zero line lies on the base
     coords = " ".join(f"{(t - start) / span_ms * width:.1f},{height - v / top * height:.1f}" for t, v in pts)
     last = f"{pts[-1][1]:.1f}{unit}" if pts else "no samples yet"
     return (f'<svg class="line" width="{width + 10:.0f}" height="{height + 18:.0f}" role="img" '
-            f'aria-label="{escape(label)}"><text x="0" y="{height + 15:.0f}" font-size="10">{escape(label)}: {last} '
-            f'(max {top:.1f}{unit})</text><polyline fill="none" stroke="#2f6fd0" stroke-width="1.5" '
+            f'aria-label="{escape(label)}"><rect x="0" y="0" width="{width:.0f}" height="{height:.0f}" fill="#f7f7f7" '
+            f'stroke="#ddd"/><text x="0" y="{height + 15:.0f}" font-size="10">{escape(label)}: {last} '
+            f'(max {most:.1f}{unit})</text><polyline fill="none" stroke="#2f6fd0" stroke-width="1.5" '
             f'points="{coords}"/></svg>')

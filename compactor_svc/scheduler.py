@@ -58,6 +58,15 @@ ROUND_BUDGET_S = 60.0  # a round takes no new table after this long: the rest wa
 
 
 @dataclass(frozen=True)
+class _TableView:
+    """A table at one snapshot with its buckets' files: read once per new snapshot, by the queue and the planner."""
+
+    table: FileStoreTable
+    snap: Snapshot | None
+    splits: dict[tuple[bytes, int], Split]
+
+
+@dataclass(frozen=True)
 class _Candidate:
     runs: int
     key: BucketKey
@@ -84,7 +93,7 @@ class Scheduler:
         self.buckets = Buckets(ownership, metrics)
         self.queue = FairQueue()
         self.round_budget_s = round_budget_s
-        self._max_runs: dict[str, int] = {}  # each table's worst bucket at its last planning (stalled tables)
+        self._views: dict[str, _TableView] = {}  # each dirty table at its latest snapshot read (splits are kept)
         self._loop = BackgroundLoop("compaction-planner", self._step, TICK_S, initial_delay_s=TICK_S,
                                     what="compaction planning", logger=_log)
         self.runner = PlanRunner(warehouse, timeline, spark, ownership, metrics, compactor_id, self.buckets,
@@ -193,7 +202,8 @@ class Scheduler:
         for k in ready:
             by_table[k[0]].append(k)
         started = time.monotonic()
-        for demand in self.queue.order([self._demand(t) for t in by_table]):
+        self._views = {t: v for t, v in self._views.items() if t in by_table}  # only dirty tables' files are kept
+        for demand in self.queue.order([self._demand(t, keys) for t, keys in by_table.items()]):
             keys = by_table[demand.table]
             if self._loop.is_stopping():
                 self.buckets.redo(keys, 0.0, "queued")
@@ -210,14 +220,30 @@ class Scheduler:
         if self.buckets.round_done():
             self._loop.wake()  # the others wait for their pause to end (the 0.5 s tick finds them)
 
-    def _demand(self, table_id: str) -> Demand:
-        """The table's place in the fair queue: its priority and share, and whether its writers stall."""
+    def _demand(self, table_id: str, keys: list[BucketKey]) -> Demand:
+        """The table's place in the fair queue: its priority and share, and whether its writers stall (a dirty
+        bucket at the stop trigger, as of the table's latest snapshot)."""
         try:
-            o = self.catalog.get_table(table_id).options
+            view = self._view(table_id)
         except Exception:  # gone or unreadable: planning reports it
             return Demand(table_id)
-        stalled = self._max_runs.get(table_id, 0) >= o.stop_trigger()
-        return Demand(table_id, o.require(opts.COMPACTION_PRIORITY), o.require(opts.COMPACTION_SHARE), stalled)
+        o = view.table.options
+        worst = max((sorted_runs(s)[0] for s in (view.splits.get((k[1], k[2])) for k in keys) if s is not None),
+                    default=0)
+        return Demand(table_id, o.require(opts.COMPACTION_PRIORITY), o.require(opts.COMPACTION_SHARE),
+                      worst >= o.stop_trigger())
+
+    def _view(self, table_id: str) -> _TableView:
+        """The table at its latest snapshot; the buckets' files are listed again only when the snapshot changed."""
+        table = self.catalog.get_table(table_id)
+        snap = table.latest_snapshot()
+        cached = self._views.get(table_id)
+        if cached is not None and cached.snap is not None and snap is not None and cached.snap.id == snap.id \
+                and cached.table.schema.id == table.schema.id:
+            return cached
+        view = _TableView(table, snap, {(s.partition, s.bucket): s for s in _splits(table, snap)})
+        self._views[table_id] = view
+        return view
 
     def _tables(self) -> list[str]:
         return [f"{db}.{t}" for db in self.catalog.list_databases() for t in self.catalog.list_tables(db)]
@@ -246,16 +272,15 @@ class Scheduler:
         4. RequestCompaction, then `PlanRunner.execute`.
         """
         try:
-            table = self.catalog.get_table(table_id)
+            view = self._view(table_id)
         except NotFoundError as e:
             for key in keys:
                 self.buckets.fail_waits(key, f"the table is gone: {e}")
             self.queue.forget(table_id)
-            self._max_runs.pop(table_id, None)
+            self._views.pop(table_id, None)
             return 0
-        snap = table.latest_snapshot()
+        table, snap, splits = view.table, view.snap, view.splits
         at = snap.id if snap is not None else 0
-        splits = {(s.partition, s.bucket): s for s in _splits(table, snap)}
         history = compaction_history(table)  # once per table: each bucket's plan would read it again
         always_full = full_compaction_required(table)
         now = time.monotonic()
@@ -283,7 +308,6 @@ class Scheduler:
                 continue
             candidates.append(_Candidate(runs, key, split, unit, full or always_full))
         self.metrics.max_sorted_runs.set(worst)
-        self._max_runs[table_id] = worst
         candidates = self._without_held(table_id, candidates)
         if not candidates:
             return 0

@@ -6,6 +6,7 @@ missing, `headless_chromium` skips the test and says why.
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 from collections.abc import Iterator
@@ -48,10 +49,8 @@ def headless_chromium(profile_dir: Path) -> Iterator[WebDriver]:
         driver.quit()
 
 
-def screenshot(driver: WebDriver, path: Path, width: int = 1280) -> None:
-    """The whole page as a PNG at `path` (the window grows to the page's height for the picture)."""
+def screenshot(driver: WebDriver, path: Path) -> None:
+    """The whole page, beyond the window's height, as a PNG at `path` (through the DevTools protocol)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
-    driver.set_window_size(width, min(max(height + 40, 600), 3000))
-    driver.save_screenshot(str(path))
-    driver.set_window_size(1280, 900)
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
+    path.write_bytes(base64.b64decode(shot["data"]))

@@ -7,6 +7,10 @@ from __future__ import annotations
 import http.client
 import re
 
+import pytest
+
+from catalog_svc.console_svg import window_ms
+
 from .conftest import Tokens
 
 
@@ -66,3 +70,10 @@ def test_unknown_tables_and_bad_names_are_refused_with_a_page(ui: int, tokens: T
 def test_a_writer_token_reads_the_console_too(ui: int, tokens: Tokens) -> None:
     """Pages need the reader role, which every role includes."""
     assert all(get(ui, "/", tokens.of(role))[0] == 200 for role in ("reader", "writer", "service", "admin"))
+
+
+@pytest.mark.parametrize(("earliest_ago_s", "minutes"), [
+    (None, 60), (0, 5), (299, 5), (301, 10), (600, 10), (601, 15), (20 * 60, 30), (45 * 60, 60), (3 * 3600, 60)])
+def test_the_charts_reach_back_to_the_earliest_thing_drawn(earliest_ago_s: int | None, minutes: int) -> None:
+    now = 10**12
+    assert window_ms(None if earliest_ago_s is None else now - earliest_ago_s * 1000, now) == minutes * 60_000
