@@ -14,7 +14,9 @@ import pyarrow as pa
 import pytest
 
 from lsmlake import Client
+from lsmlake.catalog.health import table_health
 from lsmlake.client.compaction import BucketCompaction, NotCompacted
+from lsmlake.client.health import BucketHealthInfo
 from lsmlake.client.tables import TableInfo
 from lsmlake.client.writes import CHUNK_BYTES, WriteResult, _ipc_chunks
 from lsmlake.errors import CommitStateUnknownError, InvalidInputError, NotFoundError, ServiceUnavailableError
@@ -214,6 +216,60 @@ def test_snapshots_expire_and_timeline(client: Client) -> None:
     assert client.timeline("db.s") == [] and client.timeline("db.s", states=["inflight"]) == []
     with pytest.raises(InvalidInputError, match="REQUESTED"):
         client.timeline("db.s", states=["SOON"])
+
+
+def test_table_health_ranks_the_tables_by_their_files(client: Client) -> None:
+    """ListTableHealth through the client: figures of the tables' real files (three level-0 files in one bucket,
+    one, none), the catalog's ranking, each bucket with its partition values, and the refusals."""
+    client.create_database("health")
+    for name in ("busy", "quiet", "empty"):
+        client.create_table(f"health.{name}", "id BIGINT NOT NULL, v STRING", primary_keys=["id"],
+                            options={"bucket": "1"})
+    for i in range(3):  # one level-0 file per commit, each its own sorted run: nothing compacts them here
+        client.write("health.busy", [{"id": i, "v": "a"}, {"id": 10 + i, "v": "b"}], commit_now=True)
+    client.write("health.quiet", [{"id": 1, "v": "a"}], commit_now=True)
+
+    ranked = client.list_table_health(database="health")
+    assert [h.identifier for h in ranked] == ["health.busy", "health.quiet", "health.empty"]
+    busy, quiet, empty = ranked
+    stop = client.open_table("health.busy").options.stop_trigger()
+    assert (busy.max_sorted_runs, busy.level0_files, busy.stop_trigger, busy.stalled) == (3, 3, stop, False)
+    assert busy.snapshot_id == 3 and busy.lag_ms > 0 and busy.buckets == ()  # buckets only when asked
+    assert busy.pending_plans == busy.inflight_plans == busy.oldest_plan_age_ms == 0
+    # the score is what the penalties leave: 3 of `stop` runs, and every file of the bucket small
+    assert busy.penalties["runs"] == pytest.approx(40 * 3 / stop) and busy.penalties["small_files"] == 20
+    assert busy.penalties["deleted"] == 0 and busy.score == round(100 - sum(busy.penalties.values()))
+    assert (quiet.max_sorted_runs, quiet.level0_files, quiet.snapshot_id) == (1, 1, 1)
+    assert busy.score < quiet.score < empty.score == 100
+    assert (empty.snapshot_id, empty.max_sorted_runs, empty.level0_files, empty.lag_ms) == (0, 0, 0, 0)
+    # the same figures as the library computes from the table's files
+    local = table_health(client.open_table("health.busy"), [], 0)
+    assert (local.max_sorted_runs, local.level0_files, local.snapshot_id) == (3, 3, 3)
+
+    [one] = client.list_table_health("health.busy", with_buckets=True)
+    assert one.identifier == "health.busy" and one.max_sorted_runs == 3
+    [bucket] = one.buckets
+    assert (bucket.partition_values, bucket.bucket, bucket.sorted_runs, bucket.level0_files, bucket.files,
+            bucket.small_files, bucket.rows, bucket.deleted_rows) == ((), 0, 3, 3, 3, 3, 6, 0)
+    assert bucket.size_bytes > 0 and 0 < bucket.lag_ms <= one.lag_ms
+    assert {h.identifier for h in client.list_table_health()} >= {"health.busy", "health.quiet", "health.empty"}
+
+    # partitioned, with a null partition value: each bucket names its partition by directory text
+    client.create_table("health.events", "day STRING, n INT", partition_keys=["day"],
+                        options={"bucket": "1", "bucket-key": "n"})
+    client.write("health.events", [{"day": "2024-05-01", "n": 1}, {"day": None, "n": 2}, {"day": None, "n": 3}],
+                 commit_now=True)
+    [events] = client.list_table_health("health.events", with_buckets=True)
+    assert sorted(((b.partition_values, b.rows) for b in events.buckets), key=repr) == [
+        (("2024-05-01",), 1), ((None,), 2)]
+    assert all(isinstance(b, BucketHealthInfo) and b.level0_files == 1 for b in events.buckets)
+
+    with pytest.raises(NotFoundError, match="nope"):
+        client.list_table_health("health.nope")
+    with pytest.raises(NotFoundError, match="nodb"):
+        client.list_table_health(database="nodb")
+    with pytest.raises(InvalidInputError, match="not both"):
+        client.list_table_health("health.busy", database="health")
 
 
 class _Compactor(compactor_pb2_grpc.CompactorServiceServicer):

@@ -77,8 +77,9 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "three-compactors": {"compactor": {"replicas": 3}},
     "tls-and-tokens": {"security": {"tls": {"secretName": "lake-tls"}, "auth": {
         "tokensSecret": "lake-tokens", "serviceTokensSecret": "lake-service-tokens"}},
-                       "catalog": {"rest": {"port": 8443}}},
+                       "catalog": {"rest": {"port": 8443}, "ui": {"port": 9443}}},
     "rest-off": {"catalog": {"rest": {"enabled": False}}},
+    "ui-off": {"catalog": {"ui": {"enabled": False}}},
     "mutual-tls-kafka-sasl-ssl": {
         "security": {"tls": {"secretName": "lake-tls", "mutual": True, "healthPort": 50070},
                      "auth": {"tokensSecret": "lake-tokens", "tokensKey": "t.json",
@@ -296,11 +297,13 @@ def test_probe_and_service_ports_are_the_services_port_flags(value_set: str) -> 
         assert ports.get("health", port) == probed
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             assert c[probe]["grpc"]["port"] == probed, f"{c['name']} {probe}"
-        # the Service publishes the gRPC port and, on the catalog, the REST port, each where its flag says
+        # the Service publishes the gRPC port and, on the catalog, the REST and console ports, each where its
+        # flag says
         flagged = {"grpc": port}
-        if "--rest-port" in parse_flags(c["args"]):
-            flagged["rest"] = int(flag(c, "--rest-port"))
-        assert ports.get("rest") == flagged.get("rest"), c["name"]
+        for name, http_flag in (("rest", "--rest-port"), ("ui", "--ui-port")):
+            if http_flag in parse_flags(c["args"]):
+                flagged[name] = int(flag(c, http_flag))
+            assert ports.get(name) == flagged.get(name), f"{c['name']} {name}"
         pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
         grpc_services = [s for s in services if s["spec"].get("clusterIP") != "None"
                          and matches(s["spec"]["selector"], pod_labels)]
@@ -353,8 +356,9 @@ def test_commands_are_console_scripts_that_accept_the_flags(value_set: str, tmp_
         if command != "catalog-svc":
             assert settings.catalog == catalog_address
         else:
-            rest = values["catalog"]["rest"]
+            rest, ui = values["catalog"]["rest"], values["catalog"]["ui"]
             assert settings.rest_port == (rest["port"] if rest["enabled"] else None)
+            assert settings.ui_port == (ui["port"] if ui["enabled"] else None)
     assert seen == {"catalog-svc", "writer-svc", "compactor-svc"}
 
 
@@ -470,8 +474,9 @@ def test_catalog_network_policy_admits_writers_compactors_clients_and_prometheus
     assert {"lsmlake.io/client": "true"} in sources
     components = {s.get("app.kubernetes.io/component") for s in sources}
     assert components >= {"writer", "compactor"}
-    # the REST catalog port admits the same pods as gRPC
-    assert grpc_rule["ports"] == [{"port": 50051, "protocol": "TCP"}, {"port": 8181, "protocol": "TCP"}]
+    # the REST catalog and console ports admit the same pods as gRPC
+    assert grpc_rule["ports"] == [{"port": 50051, "protocol": "TCP"}, {"port": 8181, "protocol": "TCP"},
+                                  {"port": 8080, "protocol": "TCP"}]
     assert metrics_rule["from"] == [{"namespaceSelector": {"matchLabels": {
         "kubernetes.io/metadata.name": "monitoring"}}}]
     assert metrics_rule["ports"] == [{"port": 9101, "protocol": "TCP"}]
@@ -531,9 +536,10 @@ def test_rest_port_can_be_turned_off() -> None:
     assert "--rest-port" not in parse_flags(c["args"]) and "LSMLAKE_REST_PORT" not in env_of(c)
     assert "rest" not in {p["name"] for p in c["ports"]}
     service = named(objects, "Service", f"{RELEASE}-lsmlake-catalog")
-    assert [p["name"] for p in service["spec"]["ports"]] == ["grpc"]
+    assert [p["name"] for p in service["spec"]["ports"]] == ["grpc", "ui"]  # the console stays
     policy = named(objects, "NetworkPolicy", f"{RELEASE}-lsmlake-catalog")
-    assert policy["spec"]["ingress"][0]["ports"] == [{"port": 50051, "protocol": "TCP"}]
+    assert policy["spec"]["ingress"][0]["ports"] == [{"port": 50051, "protocol": "TCP"},
+                                                     {"port": 8080, "protocol": "TCP"}]
     assert service_settings_class("catalog-svc").from_args(c["args"], env=container_env(c)).rest_port is None
     assert "REST catalog" not in _notes(VALUE_SETS["rest-off"])
 
@@ -543,6 +549,87 @@ def test_rest_port_can_be_turned_off() -> None:
 def test_rest_port_may_not_be_another_port_of_the_catalog(values: dict[str, Any]) -> None:
     with pytest.raises(helm.HelmRenderError, match="catalog.rest.port"):
         _chart().render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+
+
+@pytest.mark.parametrize("value_set", ["default", "tls-and-tokens", "mutual-tls-kafka-sasl-ssl"])
+def test_catalog_serves_exposes_and_admits_the_console_port(value_set: str, tmp_path: Path) -> None:
+    """The web console: `--ui-port`, a container port and a Service port named `ui` (not probed: the kubelet
+    stays on gRPC), the NetworkPolicy's gRPC peers let in, the TLS and token files of gRPC in the settings the
+    console's HTTP server is built from, and its address in the NOTES."""
+    values = _chart().merge_values(VALUE_SETS[value_set])
+    objects = render(value_set)
+    ui_port = values["catalog"]["ui"]["port"]
+    tls = bool(values["security"]["tls"]["secretName"])
+    tokens = bool(values["security"]["auth"]["tokensSecret"])
+    assert ui_port == (9443 if value_set == "tls-and-tokens" else 8080)
+    deployment = named(objects, "Deployment", f"{RELEASE}-lsmlake-catalog")
+    c = _container(objects, "catalog")
+    assert int(flag(c, "--ui-port")) == ui_port
+    assert {"name": "ui", "containerPort": ui_port, "protocol": "TCP"} in c["ports"]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert "grpc" in c[probe] and ui_port not in c[probe]["grpc"].values(), probe
+    service = named(objects, "Service", f"{RELEASE}-lsmlake-catalog")
+    [sp] = [p for p in service["spec"]["ports"] if p["name"] == "ui"]
+    assert sp == {"name": "ui", "port": ui_port, "targetPort": "ui", "protocol": "TCP",
+                  "appProtocol": "https" if tls else "http"}
+    policy = named(objects, "NetworkPolicy", f"{RELEASE}-lsmlake-catalog")
+    [rule] = [r for r in policy["spec"]["ingress"] if {"port": values["catalog"]["port"], "protocol": "TCP"}
+              in r["ports"]]
+    assert {"port": ui_port, "protocol": "TCP"} in rule["ports"]
+    assert {"lsmlake.io/client": "true"} in [peer["podSelector"]["matchLabels"] for peer in rule["from"]]
+    root = tmp_path / "catalog"
+    mount_secrets(deployment["spec"]["template"]["spec"], c, root)
+    env = {k: str(root) + v if v.startswith("/etc/lsmlake/") else v for k, v in container_env(c).items()}
+    s = service_settings_class("catalog-svc").from_args(c["args"], env=env)
+    assert s.ui_port == ui_port and s.ui_port != s.rest_port
+    # catalog_svc.server hands these to the console's HTTP server, as to the REST server
+    if tls:
+        assert s.security.tls_cert == f"{root}/etc/lsmlake/tls/tls.crt"
+        assert s.security.tls_key == f"{root}/etc/lsmlake/tls/tls.key"
+    else:
+        assert s.security.tls_cert is None
+    if tokens:
+        assert s.security.auth_tokens is not None and s.security.auth_tokens.startswith(f"{root}/etc/lsmlake/auth/")
+    else:
+        assert s.security.auth_tokens is None
+    notes = _notes(VALUE_SETS[value_set])
+    assert f"Web console: {'https' if tls else 'http'}://{RELEASE}-lsmlake-catalog:{ui_port}/" in notes
+    assert f"port-forward svc/{RELEASE}-lsmlake-catalog {ui_port}\n" in notes
+    assert ("log in at /login with a token of role reader" in notes) == tokens
+
+
+def test_ui_port_can_be_turned_off() -> None:
+    objects = render("ui-off")
+    c = _container(objects, "catalog")
+    assert "--ui-port" not in parse_flags(c["args"]) and "LSMLAKE_UI_PORT" not in env_of(c)
+    assert "ui" not in {p["name"] for p in c["ports"]}
+    service = named(objects, "Service", f"{RELEASE}-lsmlake-catalog")
+    assert [p["name"] for p in service["spec"]["ports"]] == ["grpc", "rest"]  # the REST catalog stays
+    policy = named(objects, "NetworkPolicy", f"{RELEASE}-lsmlake-catalog")
+    assert policy["spec"]["ingress"][0]["ports"] == [{"port": 50051, "protocol": "TCP"},
+                                                     {"port": 8181, "protocol": "TCP"}]
+    settings = service_settings_class("catalog-svc").from_args(c["args"], env=container_env(c))
+    assert settings.ui_port is None and settings.rest_port == 8181
+    notes = _notes(VALUE_SETS["ui-off"])
+    assert "Web console" not in notes and ":8080" not in notes
+
+
+@pytest.mark.parametrize("values", [{"catalog": {"ui": {"port": 50051}}}, {"catalog": {"ui": {"port": 9101}}},
+                                    {"catalog": {"ui": {"port": 8181}}},
+                                    {"security": {"tls": {"secretName": "t", "healthPort": 8080}}}])
+def test_ui_port_may_not_be_another_port_of_the_catalog(values: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmRenderError, match="catalog.ui.port"):
+        _chart().render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+
+
+def test_ui_port_may_reuse_the_port_of_a_part_that_is_off() -> None:
+    """A port is only taken by what is served: with the REST catalog off, the console may have 8181."""
+    values = {"catalog": {"rest": {"enabled": False}, "ui": {"port": 8181}}}
+    manifests = _chart().render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    objects = [doc for path, text in manifests.items() if not path.endswith("NOTES.txt")
+               for doc in yaml.safe_load_all(text) if doc]
+    c = _container(objects, "catalog")
+    assert int(flag(c, "--ui-port")) == 8181 and "--rest-port" not in parse_flags(c["args"])
 
 
 def test_sqlite_metastore_refuses_several_catalog_replicas() -> None:

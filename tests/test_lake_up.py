@@ -2,25 +2,38 @@
 
 `lake up` runs as its own process (the embedded Kafka broker, catalog, writer, compactor on Spark
 local[1]); the CLI runs in-process through `main([...])` and finds the cluster from the warehouse.
-The REST catalog URI that `lake up` prints is called with the standard library's HTTP client.
+The REST catalog URI and the web console address that `lake up` prints are called with the standard
+library's HTTP client; a second, smaller `lake up` (no compactor) checks bearer tokens, for the console.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import os
 import re
+import secrets
 import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from lsmlake import Client
 from lsmlake.cli import main as cli
-from lsmlake.cli.cluster import DEFAULT_REST_PORT, check_rest_port, find_endpoints
+from lsmlake.cli.cluster import (
+    DEFAULT_REST_PORT,
+    DEFAULT_UI_PORT,
+    check_rest_port,
+    check_ui_port,
+    find_endpoints,
+)
 from lsmlake.errors import InvalidInputError
 from lsmlake.kafka.broker import free_port
 
@@ -34,17 +47,15 @@ def up_output(warehouse: str) -> str:
     return (Path(warehouse).parent / "lake-up.log").read_text()
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    warehouse = str(tmp_path_factory.mktemp("lake-up") / "wh")
+@contextmanager
+def lake_up(warehouse: str, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """`lake up --warehouse WAREHOUSE ARGS` as its own process on free gRPC ports, until it is up; the warehouse."""
     log = Path(warehouse).parent / "lake-up.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-c", "from lsmlake.cli.main import main; raise SystemExit(main())",
                                  "up", "--warehouse", warehouse, "--catalog-port", str(free_port()),
-                                 "--writer-port", str(free_port()), "--compactor-port", str(free_port()),
-                                 "--rest-port", str(free_port()), "--spark-master", "local[1]",
-                                 "--commit-interval", "0.2",
-                                 "--ingest", "shop.orders:json"], stdout=out, stderr=subprocess.STDOUT)
+                                 "--writer-port", str(free_port()), "--compactor-port", str(free_port()), *args],
+                                stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 180
         # the endpoints are recorded before they are printed: wait for both
@@ -57,6 +68,34 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         if proc.poll() is None:
             proc.terminate()
             proc.wait(120)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    # the console on a port `lake up` picks (0), the path its default takes when 8080 is held
+    with lake_up(str(tmp_path_factory.mktemp("lake-up") / "wh"), "--rest-port", str(free_port()), "--ui-port", "0",
+                 "--spark-master", "local[1]", "--commit-interval", "0.2", "--ingest", "shop.orders:json") as wh:
+        yield wh
+
+
+def get(url: str, token: str | None = None, cookie: str | None = None) -> tuple[int, str, str]:
+    """(status, content type, body) of a GET, refusals included."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if cookie:
+        headers["Cookie"] = cookie
+    try:
+        conn.request("GET", parts.path or "/", headers=headers)
+        r = conn.getresponse()
+        return r.status, r.headers.get_content_type(), r.read().decode()
+    finally:
+        conn.close()
+
+
+def console_rows(page: str) -> list[str]:
+    """The tables the console's table page lists, in its order (worst health first)."""
+    return re.findall(r'<tr class="table-row"><td>\d+</td><td class="l"><a href="/table/[^"]*">([^<]*)</a>', page)
 
 
 def lake(capsys: pytest.CaptureFixture[str], warehouse: str, *args: str) -> str:
@@ -85,6 +124,91 @@ def test_the_printed_rest_uri_answers_as_a_paimon_rest_catalog(cluster: str,
     # `lake status` shows it beside the services
     assert f"rest       {uri}" in lake(capsys, cluster, "status")
     assert json.loads(lake(capsys, cluster, "status", "--format", "json"))["rest"] == uri
+
+
+def test_the_printed_console_address_serves_the_console(cluster: str, capsys: pytest.CaptureFixture[str]) -> None:
+    printed = up_output(cluster)
+    found = re.search(r"^console +(\S+) +\(web console: tables by health\)$", printed, re.MULTILINE)
+    assert found, printed
+    address = found.group(1)
+    catalog = re.search(r"^catalog +(\S+)$", printed, re.MULTILINE)
+    assert catalog and printed.index(catalog.group(0)) < found.start(), "the console follows the gRPC address"
+    state = find_endpoints(cluster)
+    assert state is not None and state.console == address
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", address), address
+    assert address.rstrip("/") != state.rest, "the console and the REST catalog have ports of their own"
+    status, kind, body = get(f"{address}login")
+    assert (status, kind) == (200, "text/html") and 'id="token"' in body and "lsmlake_token" in body
+    # a table written through the cluster is on the console's list and has a page (no tokens are checked here)
+    lake(capsys, cluster, "table", "create", "shop.visits", "--schema", "id BIGINT NOT NULL, page STRING",
+         "--primary-key", "id", "--option", "bucket=1")
+    rows = Path(cluster).parent / "visits.csv"
+    rows.write_text("id,page\n1,/\n2,/about\n")
+    lake(capsys, cluster, "write", "shop.visits", str(rows))
+    status, kind, page = get(address)
+    assert (status, kind) == (200, "text/html")
+    assert "shop.visits" in console_rows(page), page
+    status, _, table_page = get(f"{address}table/shop/visits")
+    assert status == 200 and "level-0 files 1;" in table_page, table_page
+    # `lake status` shows it beside the services
+    assert f"console    {address}" in lake(capsys, cluster, "status")
+    assert json.loads(lake(capsys, cluster, "status", "--format", "json"))["console"] == address
+
+
+def test_the_console_of_a_cluster_with_tokens_needs_one(tmp_path: Path) -> None:
+    """`lake up` with a token file (LSMLAKE_AUTH_TOKENS, which every service inherits) and the writer's own token
+    (LSMLAKE_CATALOG_TOKEN): the console shows its login page to anyone, refuses its pages without a token or with
+    an unknown one, and shows them for a reader's token sent as the login cookie or as a bearer header."""
+    reader, admin, service, unknown = (secrets.token_urlsafe(24) for _ in range(4))
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"tokens": [{"principal": "ann", "role": "reader", "token": reader},
+                                             {"principal": "root", "role": "admin", "token": admin},
+                                             {"principal": "writer-svc", "role": "service", "token": service}]}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LSMLAKE_", "LAKE_"))}
+    env.update(LSMLAKE_AUTH_TOKENS=str(tokens), LSMLAKE_CATALOG_TOKEN=service)
+    ui_port = free_port()
+    with lake_up(str(tmp_path / "wh"), "--no-compactor", "--rest-port", str(free_port()), "--ui-port",
+                 str(ui_port), "--commit-interval", "0.2", env=env) as wh:
+        state = find_endpoints(wh)
+        assert state is not None and state.console == f"http://127.0.0.1:{ui_port}/"
+        with Client(state.catalog, writer=state.writer, token=admin, timeout_s=60) as lake_client:
+            lake_client.create_database("shop")
+            lake_client.create_table("shop.busy", "id BIGINT NOT NULL, v STRING", primary_keys=["id"],
+                                     options={"bucket": "1"})
+            lake_client.create_table("shop.quiet", "id BIGINT NOT NULL, v STRING", primary_keys=["id"],
+                                     options={"bucket": "1"})
+            for i in range(3):  # three level-0 files, three sorted runs: the less healthy table
+                lake_client.write("shop.busy", [{"id": i, "v": "x"}], commit_now=True)
+        address = state.console
+        status, _, body = get(f"{address}login")
+        assert status == 200 and 'id="token"' in body
+        for path in ("", "table/shop/busy"):
+            status, kind, body = get(f"{address}{path}")
+            assert (status, kind) == (401, "text/html") and 'href="/login"' in body, path
+            assert get(f"{address}{path}", token=unknown)[0] == 401, path
+            assert get(f"{address}{path}", cookie=f"lsmlake_token={unknown}")[0] == 401, path
+            assert "shop.busy" not in body
+        status, _, by_cookie = get(address, cookie=f"lsmlake_token={reader}")
+        assert status == 200 and console_rows(by_cookie) == ["shop.busy", "shop.quiet"], by_cookie
+        status, _, by_header = get(address, token=reader)
+        assert status == 200 and console_rows(by_header) == ["shop.busy", "shop.quiet"]
+        status, _, table_page = get(f"{address}table/shop/busy", cookie=f"lsmlake_token={reader}")
+        assert status == 200 and "sorted runs 3 of" in table_page and "level-0 files 3;" in table_page, table_page
+
+
+def test_ui_port_option() -> None:
+    assert check_ui_port(0) == 0 and check_ui_port(9090) == 9090
+    with pytest.raises(InvalidInputError, match="console port 70000 is not a port number"):
+        check_ui_port(70000)
+    # not given: 8080, unless it is one of the other ports `lake up` was given, or something holds it
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        try:
+            holder.bind(("127.0.0.1", DEFAULT_UI_PORT))
+        except OSError:
+            pass  # another process holds it: the same case
+        assert check_ui_port(None, [50051]) == 0
+    assert check_ui_port(None, [DEFAULT_UI_PORT]) == 0
+    assert check_rest_port(None, [DEFAULT_REST_PORT]) == 0
 
 
 def test_rest_port_option() -> None:

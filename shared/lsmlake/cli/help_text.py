@@ -195,6 +195,7 @@ examples:
   lake up --warehouse wh --kafka kafka:9092    # an existing Kafka instead of the embedded broker
   lake up --warehouse wh --ingest shop.orders:debezium --no-compactor
   lake up --warehouse wh --rest-port 0         # the REST catalog on a free port
+  lake up --warehouse wh --ui-port 9090        # the web console on port 9090
 
 The endpoints are printed and recorded in WAREHOUSE/.lake/cluster.json; `lake status` and
 `lake down` find them there. Logs go to WAREHOUSE/.lake/logs/.
@@ -204,6 +205,11 @@ http://127.0.0.1:8181, or a free port when 8181 is in use): Paimon engines use t
 catalog with metastore=rest and uri=that URI (any warehouse name; pypaimon also wants a token,
 any one when none is checked). With LSMLAKE_TLS_CERT set the URI is https, and a token file
 (LSMLAKE_AUTH_TOKENS) applies to it as to gRPC.
+
+The catalog also serves its web console at the printed `console` address (default
+http://127.0.0.1:8080/, or a free port when 8080 is in use): the tables ranked by health, each
+bucket's sorted runs, the compaction timeline. It takes the same TLS and token file; with tokens
+checked, log in at /login with a token of role reader.
 """
 
 FILES_EPILOG = """\

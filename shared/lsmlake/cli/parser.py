@@ -225,6 +225,9 @@ def _other_commands(commands: Any, sub: Sub) -> None:
     p.add_argument("--rest-port", type=int, default=None,
                    help="port of the catalog's Paimon REST catalog API (metastore=rest); 0: a free one; "
                         "default: 8181, or a free one when 8181 is in use")
+    p.add_argument("--ui-port", type=int, default=None,
+                   help="port of the catalog's web console (tables by health, buckets, compaction timeline); "
+                        "0: a free one; default: 8080, or a free one when 8080 is in use")
     p.add_argument("--no-compactor", action="store_true", help="start no compactor (no Spark)")
     p.add_argument("--spark-master", default="local[*]", help="default: local[*]")
     p.add_argument("--commit-interval", type=float, default=1.0, help="writer group-commit interval, seconds")

@@ -3,7 +3,8 @@
 The client is assembled from one part per concept, each in its module of `lsmlake.client`:
 `connection` (channels, and every call's failure as an lsmlake error), `tables` (databases and tables),
 `writes` (rows through the writer, files committed through the catalog), `scans` (planned reads),
-`snapshots` (listing, time travel, expiration) and `compaction` (triggering it, the plan timeline).
+`snapshots` (listing, time travel, expiration), `compaction` (triggering it, the plan timeline) and `health`
+(tables ranked by how far compaction is behind).
 
 gRPC failures come back as lsmlake errors (`NotFoundError`, `InvalidInputError`, ...) carrying the
 server's message (`lsmlake.rpc.errors.error_for`).
@@ -12,6 +13,7 @@ server's message (`lsmlake.rpc.errors.error_for`).
 from __future__ import annotations
 
 from lsmlake.client.compaction import Compaction
+from lsmlake.client.health import Health
 from lsmlake.client.scans import Scans
 from lsmlake.client.snapshots import Snapshots
 from lsmlake.client.writes import Writes
@@ -19,7 +21,7 @@ from lsmlake.client.writes import Writes
 __all__ = ["Client"]
 
 
-class Client(Writes, Scans, Snapshots, Compaction):
+class Client(Writes, Scans, Snapshots, Compaction, Health):
     """A connection to lsmlake's catalog, and optionally its writer and compactor services.
 
     Args:

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from lsmlake.cli.cluster import Cluster, check_ports, check_rest_port, down, status
+from lsmlake.cli.cluster import Cluster, check_ports, check_rest_port, check_ui_port, down, status
 from lsmlake.cli.output import out
 from lsmlake.cli.warehouse import warehouse_dir
 
@@ -14,15 +14,20 @@ from lsmlake.cli.warehouse import warehouse_dir
 def cmd_up(args: argparse.Namespace) -> int:
     ports = check_ports({"catalog": args.catalog_port, "writer": args.writer_port,
                          "compactor": args.compactor_port})
+    # a default HTTP port steps aside for the ports given, rather than failing the start on a clash
+    rest_port = check_rest_port(args.rest_port, [*ports.values(), *([args.ui_port] if args.ui_port else [])])
+    ui_port = check_ui_port(args.ui_port, [*ports.values(), rest_port])
     cluster = Cluster(warehouse_dir(args), kafka=args.kafka, ports=ports, compactor=not args.no_compactor,
                       spark_master=args.spark_master, commit_interval_s=args.commit_interval, ingest=args.ingest,
-                      rest_port=check_rest_port(args.rest_port))
+                      rest_port=rest_port, ui_port=ui_port)
     sys.stderr.write("starting Kafka, catalog, writer" + (", compactor" if not args.no_compactor else "") + " ...\n")
     state = cluster.start()
     out(f"kafka      {state.kafka}" + ("  (embedded Tansu broker)" if state.embedded_kafka else ""))
     out(f"catalog    {state.catalog}")
     if state.rest:
         out(f"rest       {state.rest}  (REST catalog: Paimon metastore=rest)")
+    if state.console:
+        out(f"console    {state.console}  (web console: tables by health)")
     out(f"writer     {state.writer}")
     if state.compactor:
         out(f"compactor  {state.compactor}")
@@ -51,6 +56,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             out(f"{name:10s} {s['endpoint']}  {'SERVING' if s['serving'] else 'NOT SERVING'}")
             if name == "catalog" and info["rest"]:  # served by the catalog process, beside its gRPC port
                 out(f"rest       {info['rest']}  (REST catalog: Paimon metastore=rest)")
+            if name == "catalog" and info["console"]:
+                out(f"console    {info['console']}  (web console: tables by health)")
     ok = info["running"] and all(s["serving"] for s in info["services"].values())
     return 0 if ok else 1
 
