@@ -2,16 +2,22 @@
 
 Order: a table whose writers stall (a bucket at `num-sorted-run.stop-trigger`) first; then the higher
 `lsmlake.compaction.priority`; then the table that has been served least for its share
-(`lsmlake.compaction.share`): each plan charges the table its input bytes divided by its share, so over
-time tables get compaction work in proportion to their shares (weighted fair queueing). A table that was
-idle starts level with the least-served waiting table, so idleness banks no credit. A round stops taking
-tables once its time budget is spent; the rest keep their place in the queue.
+(`lsmlake.compaction.share`). A table without its own priority or share takes its database's, given to the
+compactor (`--database-priority`, `--database-share`: `DatabaseWeights`), else the defaults (0 and 1).
+
+Service: each plan charges the table its input bytes divided by its share, so over time tables get compaction
+work in proportion to their shares (weighted fair queueing). A table that was idle starts level with the
+least-served waiting table, so idleness banks no credit. A round stops taking tables once its time budget is
+spent; the rest keep their place in the queue.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from lsmlake.format import options as opts
+from lsmlake.format.options import TableOptions
 
 
 @dataclass(frozen=True)
@@ -22,6 +28,23 @@ class Demand:
     priority: int = 0
     share: int = 1
     stalled: bool = False
+
+
+@dataclass(frozen=True)
+class DatabaseWeights:
+    """The priority and share of each database's tables that set none of their own."""
+
+    priority: Mapping[str, int] = field(default_factory=dict)
+    share: Mapping[str, int] = field(default_factory=dict)
+
+    def demand(self, table_id: str, options: TableOptions, stalled: bool) -> Demand:
+        """The table's place in the queue: its own option, else its database's, else the option's default."""
+        db = table_id.split(".", 1)[0]
+        priority = options.require(opts.COMPACTION_PRIORITY) if opts.COMPACTION_PRIORITY.key in options.raw \
+            else self.priority.get(db, opts.COMPACTION_PRIORITY.default)
+        share = options.require(opts.COMPACTION_SHARE) if opts.COMPACTION_SHARE.key in options.raw \
+            else self.share.get(db, opts.COMPACTION_SHARE.default)
+        return Demand(table_id, priority, share, stalled)
 
 
 class FairQueue:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import grpc
 
 from compactor_svc.buckets import Buckets, sorted_runs
-from compactor_svc.fair_queue import Demand, FairQueue
+from compactor_svc.fair_queue import DatabaseWeights, Demand, FairQueue
 from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
 from compactor_svc.plan_runs import PlanOrigin, PlanRunner, RunningPlan
@@ -35,7 +35,6 @@ from compactor_svc.triggers import FullCompactionTrigger
 from compactor_svc.waits import NOT_ASSIGNED, OWNED_ELSEWHERE, OWNERSHIP_MOVED, BucketKey, CompactionWait
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import NotFoundError
-from lsmlake.format import options as opts
 from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.mergetree.compact.unit import CompactUnit
@@ -79,7 +78,7 @@ class Scheduler:
     def __init__(self, warehouse: str, timeline: TimelineClient, spark: SparkCompactor, ownership: Ownership,
                  metrics: CompactorMetrics, compactor_id: str, trigger: FullCompactionTrigger,
                  max_plan_bytes: int = 2 << 30, max_plan_buckets: int = 64, reconcile_interval_s: float = 30.0,
-                 round_budget_s: float = ROUND_BUDGET_S) -> None:
+                 round_budget_s: float = ROUND_BUDGET_S, weights: DatabaseWeights | None = None) -> None:
         self.warehouse = warehouse
         self.catalog = FileSystemCatalog(warehouse)
         self.timeline = timeline
@@ -92,6 +91,7 @@ class Scheduler:
         self.reconcile_interval_s = reconcile_interval_s
         self.buckets = Buckets(ownership, metrics)
         self.queue = FairQueue()
+        self.weights = weights or DatabaseWeights()
         self.round_budget_s = round_budget_s
         self._views: dict[str, _TableView] = {}  # each dirty table at its latest snapshot read (splits are kept)
         self._loop = BackgroundLoop("compaction-planner", self._step, TICK_S, initial_delay_s=TICK_S,
@@ -221,8 +221,8 @@ class Scheduler:
             self._loop.wake()  # the others wait for their pause to end (the 0.5 s tick finds them)
 
     def _demand(self, table_id: str, keys: list[BucketKey]) -> Demand:
-        """The table's place in the fair queue: its priority and share, and whether its writers stall (a dirty
-        bucket at the stop trigger, as of the table's latest snapshot)."""
+        """The table's place in the fair queue: its (or its database's) priority and share, and whether its writers
+        stall (a dirty bucket at the stop trigger, as of the table's latest snapshot)."""
         try:
             view = self._view(table_id)
         except Exception:  # gone or unreadable: planning reports it
@@ -230,8 +230,7 @@ class Scheduler:
         o = view.table.options
         worst = max((sorted_runs(s)[0] for s in (view.splits.get((k[1], k[2])) for k in keys) if s is not None),
                     default=0)
-        return Demand(table_id, o.require(opts.COMPACTION_PRIORITY), o.require(opts.COMPACTION_SHARE),
-                      worst >= o.stop_trigger())
+        return self.weights.demand(table_id, o, worst >= o.stop_trigger())
 
     def _view(self, table_id: str) -> _TableView:
         """The table at its latest snapshot; the buckets' files are listed again only when the snapshot changed."""

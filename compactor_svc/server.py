@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 import grpc
 
 from compactor_svc.event_feed import EventFeed
+from compactor_svc.fair_queue import DatabaseWeights
 from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
 from compactor_svc.scheduler import Scheduler
 from compactor_svc.servicer import CompactorService
 from compactor_svc.timeline_client import TimelineClient
 from compactor_svc.triggers import STRATEGIES, FullCompactionTrigger
+from lsmlake.catalog.filesystem import check_name
 from lsmlake.errors import InvalidInputError
 from lsmlake.proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
 from lsmlake.rpc.security import ChannelSecurity
@@ -51,6 +53,7 @@ class Settings(ServiceSettings):
     max_plan_bytes: int = 2 << 30
     max_plan_buckets: int = 64
     reconcile_interval_s: float = 30.0
+    weights: DatabaseWeights = field(default_factory=DatabaseWeights)  # databases' priority and share
     grace_s: float = 30.0
     workers: int = WORKERS
     catalog_security: ChannelSecurity = field(default_factory=ChannelSecurity)  # this compactor's catalog calls
@@ -79,6 +82,14 @@ class Settings(ServiceSettings):
         p.add_argument("--max-plan-buckets", type=int, default=64)
         p.add_argument("--reconcile-interval", type=float, default=30.0,
                        help="seconds between looks at every owned bucket (finds lost events)")
+        p.add_argument("--database-priority", action="append", metavar="DATABASE=N",
+                       default=_env_list(env, "LSMLAKE_DATABASE_PRIORITY"),
+                       help="the compaction priority of the database's tables that set no "
+                            "lsmlake.compaction.priority (repeatable; env: comma-separated)")
+        p.add_argument("--database-share", action="append", metavar="DATABASE=N",
+                       default=_env_list(env, "LSMLAKE_DATABASE_SHARE"),
+                       help="the compaction share (>= 1) of the database's tables that set no lsmlake.compaction.share "
+                            "(repeatable; env: comma-separated)")
         add_service_arguments(p, env, port_env="LSMLAKE_COMPACTOR_PORT", host_env="LSMLAKE_COMPACTOR_HOST",
                               workers=WORKERS, grace_s=30.0, grace_help="seconds for in-flight RPCs at shutdown",
                               catalog_client=True)
@@ -98,11 +109,38 @@ class Settings(ServiceSettings):
             p.error(str(e))
         if a.reconcile_interval <= 0 or a.max_plan_bytes <= 0 or a.max_plan_buckets <= 0:
             p.error("--reconcile-interval, --max-plan-bytes and --max-plan-buckets must be positive")
+        try:
+            weights = DatabaseWeights(_weights(a.database_priority, "--database-priority", None),
+                                      _weights(a.database_share, "--database-share", 1))
+        except InvalidInputError as e:
+            p.error(str(e))
         extra = {"compactor_id": a.compactor_id} if a.compactor_id else {}
         return Settings(warehouse=a.warehouse, catalog=a.catalog, kafka=a.kafka, spark_master=a.spark_master,
                         spark_conf=tuple(conf), trigger=trigger, max_plan_bytes=a.max_plan_bytes,
-                        max_plan_buckets=a.max_plan_buckets, reconcile_interval_s=a.reconcile_interval,
+                        max_plan_buckets=a.max_plan_buckets, reconcile_interval_s=a.reconcile_interval, weights=weights,
                         **common, **extra)
+
+
+def _env_list(env: dict[str, str], name: str) -> list[str]:
+    return [x.strip() for x in env.get(name, "").split(",") if x.strip()]
+
+
+def _weights(specs: list[str], flag: str, least: int | None) -> dict[str, int]:
+    """`DATABASE=N` pairs as a mapping; a bad name or number, or one below `least`, is refused with the flag."""
+    out: dict[str, int] = {}
+    for spec in specs:
+        db, sep, n = spec.partition("=")
+        try:
+            check_name(db.strip(), "database")
+            value = int(n)
+        except (InvalidInputError, ValueError):
+            raise InvalidInputError(f"{flag} {spec!r}: use DATABASE=N with an integer N") from None
+        if not sep:
+            raise InvalidInputError(f"{flag} {spec!r}: use DATABASE=N with an integer N")
+        if least is not None and value < least:
+            raise InvalidInputError(f"{flag} {spec!r}: use DATABASE=N with an integer N >= {least}")
+        out[db.strip()] = value
+    return out
 
 
 class CompactorServer(ServiceProcess[Settings]):
@@ -136,7 +174,7 @@ class CompactorServer(ServiceProcess[Settings]):
         self._timeline = TimelineClient(s.catalog, security=s.catalog_security)
         self._scheduler = Scheduler(s.warehouse, self._timeline, self._spark, self.ownership, self.metrics,
                                     s.compactor_id, s.trigger, s.max_plan_bytes, s.max_plan_buckets,
-                                    s.reconcile_interval_s).start()
+                                    s.reconcile_interval_s, weights=s.weights).start()
         compactor_pb2_grpc.add_CompactorServiceServicer_to_server(
             CompactorService(s.warehouse, self._scheduler, self.ownership, s.compactor_id), server)
 

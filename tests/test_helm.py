@@ -74,7 +74,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "network-policies-off": {"networkPolicy": {"enabled": False}},
     "egress-restricted": _merge(SPARK_K8S, {"networkPolicy": {"egress": {"allowAll": False, "extraRules": [
         {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"port": 443, "protocol": "TCP"}]}]}}}),
-    "three-compactors": {"compactor": {"replicas": 3}},
+    "three-compactors": {"compactor": {"replicas": 3, "databasePriority": {"gold": 2, "bronze": -1},
+                                       "databaseShare": {"gold": 4}}},
     "tls-and-tokens": {"security": {"tls": {"secretName": "lake-tls"}, "auth": {
         "tokensSecret": "lake-tokens", "serviceTokensSecret": "lake-service-tokens"}},
                        "catalog": {"rest": {"port": 8443}, "ui": {"port": 9443}}},
@@ -359,6 +360,10 @@ def test_commands_are_console_scripts_that_accept_the_flags(value_set: str, tmp_
             rest, ui = values["catalog"]["rest"], values["catalog"]["ui"]
             assert settings.rest_port == (rest["port"] if rest["enabled"] else None)
             assert settings.ui_port == (ui["port"] if ui["enabled"] else None)
+        if command == "compactor-svc":
+            c_values = values["compactor"]
+            assert (dict(settings.weights.priority), dict(settings.weights.share)) == (
+                c_values["databasePriority"], c_values["databaseShare"])
     assert seen == {"catalog-svc", "writer-svc", "compactor-svc"}
 
 

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor_svc.fair_queue import Demand, FairQueue
+from compactor_svc.fair_queue import DatabaseWeights, Demand, FairQueue
+from compactor_svc.server import Settings
+from lsmlake.format.options import TableOptions
 
 
 @pytest.mark.parametrize(("demands", "served", "expected"), [
@@ -72,3 +74,54 @@ def test_a_busy_table_does_not_starve_the_others() -> None:
         worst_wait = max(worst_wait, max(r - last_served[d.table] for d in waiting if d.table != "t0"))
     assert worst_wait <= 100  # a deterministic simulation: 67 rounds at most, with up to 20 tables waiting
     assert last_served["t0"] > 0  # and the busy table got its share of the bytes
+
+
+@pytest.mark.parametrize(("table", "options", "expected"), [
+    ("gold.t", {}, (5, 3)),  # the database's
+    ("gold.t", {"lsmlake.compaction.priority": "-1"}, (-1, 3)),  # the table's own wins, each option alone
+    ("gold.t", {"lsmlake.compaction.share": "7"}, (5, 7)),
+    ("gold.t", {"lsmlake.compaction.priority": "0", "lsmlake.compaction.share": "1"}, (0, 1)),  # even the default
+    ("bronze.t", {}, (0, 1)),  # a database not named: the defaults
+    ("bronze.t", {"lsmlake.compaction.share": "2"}, (0, 2)),
+])
+def test_a_table_without_its_own_weights_takes_its_databases(
+        table: str, options: dict[str, str], expected: tuple[int, int]) -> None:
+    weights = DatabaseWeights(priority={"gold": 5}, share={"gold": 3})
+    d = weights.demand(table, TableOptions(options), stalled=False)
+    assert (d.priority, d.share) == expected and d.table == table and not d.stalled
+
+
+def test_a_prioritised_database_goes_first_and_a_stalled_table_before_it() -> None:
+    weights = DatabaseWeights(priority={"gold": 1})
+    q = FairQueue()
+    q.charge(Demand("gold.a"), 10**9)  # served a lot already: priority still comes before service
+    demands = [weights.demand("bronze.b", TableOptions({}), False), weights.demand("gold.a", TableOptions({}), False),
+               weights.demand("bronze.c", TableOptions({}), True)]
+    assert [d.table for d in q.order(demands)] == ["bronze.c", "gold.a", "bronze.b"]
+
+
+@pytest.mark.parametrize(("args", "env", "expected"), [
+    (["--database-priority", "gold=2", "--database-share", "gold=4", "--database-share", "silver=2"], {},
+     ({"gold": 2}, {"gold": 4, "silver": 2})),
+    ([], {"LSMLAKE_DATABASE_PRIORITY": "gold=1, bronze=-1", "LSMLAKE_DATABASE_SHARE": "gold=3"},
+     ({"gold": 1, "bronze": -1}, {"gold": 3})),
+    ([], {}, ({}, {})),
+])
+def test_the_compactor_takes_database_weights_from_flags_or_the_environment(
+        args: list[str], env: dict[str, str], expected: tuple[dict[str, int], dict[str, int]]) -> None:
+    s = Settings.from_args(["--warehouse", "wh", "--catalog", "c:1", "--kafka", "k:1", *args], env=env)
+    assert (dict(s.weights.priority), dict(s.weights.share)) == expected
+
+
+@pytest.mark.parametrize(("flag", "value", "problem"), [
+    ("--database-share", "gold=0", "N >= 1"),
+    ("--database-share", "gold", "DATABASE=N"),
+    ("--database-priority", "gold=high", "integer"),
+    ("--database-priority", "../x=1", "DATABASE=N"),
+])
+def test_bad_database_weights_are_refused_by_name(flag: str, value: str, problem: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        Settings.from_args(["--warehouse", "wh", "--catalog", "c:1", "--kafka", "k:1", flag, value], env={})
+    err = capsys.readouterr().err
+    assert flag in err and value in err and problem in err
