@@ -70,7 +70,7 @@ SERVICES = {"catalog-svc": "catalog_svc", "writer-svc": "writer_svc",
 PROGRAMS = {"make", "lake", *SERVICES}
 CLUSTER_BLOCK = {"up", "status", "down"}  # the README's cluster block, run by test_cluster_block
 NEEDS_CLUSTER = {"timeline", "produce"}  # other `lake` commands that need the cluster (or its metadata store)
-PORT_FLAGS = {"--port", "--metrics-port", "--rest-port"}
+PORT_FLAGS = {"--port", "--metrics-port", "--rest-port", "--ui-port"}
 HOST_PORT = re.compile(r"127\.0\.0\.1:(\d+)")
 PLACEHOLDER = "..."
 # optional groups that name a placeholder, and the test that substitutes something real for it

@@ -153,10 +153,10 @@ def _drain(watch: Watch, compactor: procs.Service) -> None:
         time.sleep(1.0)
 
 
-def _photograph(ui_port: int, out: Path, busiest: str) -> None:
+def _photograph(ui_port: int, out: Path, busiest: str, profile: Path) -> None:
     from ..browser import headless_chromium, screenshot
 
-    with headless_chromium(out / ".chromium-profile") as driver:
+    with headless_chromium(profile) as driver:
         driver.get(f"http://127.0.0.1:{ui_port}/")
         screenshot(driver, out / "console-tables.png")
         driver.get(f"http://127.0.0.1:{ui_port}/table/db/{busiest}")
@@ -201,7 +201,7 @@ def test_twenty_skewed_tables_through_one_compactor(broker: EmbeddedBroker, tmp_
                     if tick % period == 0:
                         loader.commit(name)
                 if shots and tick == int(LOAD_S / TICK_S * 2 / 3):
-                    _photograph(ui_port, Path(shots), names[0])
+                    _photograph(ui_port, Path(shots), names[0], tmp_path / "chromium-profile")
                 tick += 1
                 time.sleep(max(0.0, tick * TICK_S - (time.monotonic() - start)))
             load_s = elapsed
