@@ -237,8 +237,8 @@ class Scheduler:
         table = self.catalog.get_table(table_id)
         snap = table.latest_snapshot()
         cached = self._views.get(table_id)
-        if cached is not None and cached.snap is not None and snap is not None and cached.snap.id == snap.id \
-                and cached.table.schema.id == table.schema.id:
+        # the whole snapshot is compared, not its id: a table dropped and created again starts at snapshot 1 again
+        if cached is not None and snap is not None and cached.snap == snap and cached.table.schema == table.schema:
             return cached
         view = _TableView(table, snap, {(s.partition, s.bucket): s for s in _splits(table, snap)})
         self._views[table_id] = view
