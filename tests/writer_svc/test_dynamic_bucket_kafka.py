@@ -27,7 +27,6 @@ import pytest
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.ingest.kafka_offsets import committed_offsets
 from lsmlake.kafka.broker import EmbeddedBroker, ensure_topics
-from lsmlake.kafka.client import producer
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2, writer_pb2_grpc
 from lsmlake.table.compact import compact_table
 
@@ -36,6 +35,7 @@ from ..pypaimon_io import read as pypaimon_read
 from ..pypaimon_io import write as pypaimon_write
 from . import procs
 from .test_writer_local import write_requests
+from .test_writer_process import produce
 
 pypaimon = pytest.importorskip("pypaimon", reason="pypaimon (the test extra) is not installed")
 pytestmark = pytest.mark.integration
@@ -63,18 +63,8 @@ def _key(rng: random.Random, phase: int) -> tuple[str, int]:
 
 def _produce(bootstrap: str, rows: list[tuple[str, int]]) -> dict[int, int]:
     """Each row as a JSON message adding 1 to its key, keyed by the key; the next offset of each partition."""
-    p = producer(bootstrap, linger_ms=20, batch_size=256 << 10)
-    ends: dict[int, int] = {}
-    try:
-        futures = [p.send(TOPIC, key=f"{pt}/{k}".encode(), value=json.dumps({"pt": pt, "id": k, "cnt": 1}).encode())
-                   for pt, k in rows]
-        p.flush(timeout=120)
-        for f in futures:
-            md = f.get(timeout=60)
-            ends[md.partition] = max(ends.get(md.partition, 0), md.offset + 1)
-    finally:
-        p.close(timeout=10)
-    return ends
+    return produce(bootstrap, TOPIC, [(f"{pt}/{k}".encode(), json.dumps({"pt": pt, "id": k, "cnt": 1}).encode())
+                                      for pt, k in rows])
 
 
 def _settled(warehouse: Path, ends: dict[int, int]) -> bool:

@@ -178,7 +178,7 @@ def _cdc_messages(rng: random.Random) -> tuple[list[tuple[bytes, bytes | None]],
     return out, model, bad
 
 
-def _produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes | None]]) -> dict[int, int]:
+def produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes | None]]) -> dict[int, int]:
     """Send all, wait for every acknowledgement; the next offset of each partition (from the acks)."""
     p = producer(bootstrap, linger_ms=20, batch_size=256 << 10)
     ends: dict[int, int] = {}
@@ -242,8 +242,8 @@ def test_kafka_exactly_once_through_three_kills(broker: EmbeddedBroker, tmp_path
 
         topics = ["lake.ingest.db.counts", "lake.ingest.db.cdc"]
         ensure_topics(broker.bootstrap, topics, 4, timeout_s=30)
-        json_ends = _produce(broker.bootstrap, topics[0], json_msgs)
-        cdc_ends = _produce(broker.bootstrap, topics[1], cdc_msgs)
+        json_ends = produce(broker.bootstrap, topics[0], json_msgs)
+        cdc_ends = produce(broker.bootstrap, topics[1], cdc_msgs)
 
         def progress() -> int:
             c = FileSystemCatalog(str(warehouse))
