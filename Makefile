@@ -33,7 +33,7 @@ browser:
 		|| echo "make browser: apt-get could not install chromium; the browser tests will be skipped"; \
 	else echo "make browser: installing chromium needs root and apt-get; the browser tests will be skipped"; fi
 
-test: venv
+test: venv browser
 	$(BIN)/python -m pytest -q
 
 demo: venv
