@@ -33,7 +33,9 @@ def test_a_paused_partition_is_read_again_after_a_broker_restart() -> None:
     with EmbeddedBroker() as broker:
         ensure_topics(broker.bootstrap, ["t"], 1, timeout_s=30)
         _produce(broker.bootstrap, 300, 1)
-        c = consumer(broker.bootstrap, "g", ["t"], max_poll_records=500)
+        # metadata every second: the new broker's partitions are learnt from a metadata refresh, which would
+        # otherwise come after kafka-python's default 5 minutes
+        c = consumer(broker.bootstrap, "g", ["t"], max_poll_records=500, metadata_max_age_ms=1_000)
         try:
             seen, deadline = 0, time.monotonic() + 60
             while seen < 300:
