@@ -12,7 +12,6 @@ the latency), measured on the same commits. Target: median under 3 s on this mac
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -25,34 +24,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
+sys.path.insert(0, str(Path(__file__).parent))
+import common  # noqa: E402
+
 COMMITS = int(os.environ.get("FRESHNESS_COMMITS", "100"))
 ROWS = 1_000
-
-
-def _start(module: str, args: list[str], log: Path) -> tuple[subprocess.Popen[bytes], int]:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    from lsmlake.kafka.broker import free_port
-
-    port = free_port()
-    with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", module, "--port", str(port), *args], stdout=subprocess.DEVNULL,
-                                stderr=f, env={**os.environ, "LSMLAKE_LOG_LEVEL": "WARNING"})
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{module} exited: {log.read_text()[-2000:]}")
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                    return proc, port
-            except grpc.RpcError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{module} did not start")
-            time.sleep(0.1)
 
 
 def _level0_names(table: object) -> set[str]:
@@ -80,16 +56,7 @@ def main() -> None:
             table = cat.create_table("db.t", "id BIGINT NOT NULL, v STRING", primary_keys=["id"],
                                      options={"bucket": "4", "deletion-vectors.enabled": "true",
                                               "write-only": "true"})
-            p, cport = _start("catalog_svc", ["--warehouse", wh, "--kafka", broker.bootstrap],
-                              root / "catalog.log")
-            procs.append(p)
-            p, _ = _start("compactor_svc", ["--warehouse", wh, "--catalog", f"127.0.0.1:{cport}", "--kafka",
-                                                    broker.bootstrap, "--spark-master", "local[2]"],
-                          root / "compactor.log")
-            procs.append(p)
-            p, wport = _start("writer_svc", ["--warehouse", wh, "--catalog", f"127.0.0.1:{cport}",
-                                                     "--commit-interval", "0.05"], root / "writer.log")
-            procs.append(p)
+            _, wport = common.start_cluster(wh, broker.bootstrap, root, procs)
             events = consumer(broker.bootstrap, "bench-freshness", ["data-files"])
             channel = grpc.insecure_channel(f"127.0.0.1:{wport}")
             stub = writer_pb2_grpc.WriterServiceStub(channel)
@@ -97,12 +64,9 @@ def main() -> None:
             fresh, delivery = [], []
             for i in range(COMMITS + 3):  # the first commits warm the path (group joins, Spark workers)
                 ids = pa.array(range(i * ROWS, (i + 1) * ROWS), pa.int64())
-                sink = io.BytesIO()
-                data = pa.table({"id": ids, "v": [f"c{i}"] * ROWS})
-                with pa.ipc.new_stream(sink, data.schema) as w:
-                    w.write_table(data)
+                body = common.ipc_bytes(pa.table({"id": ids, "v": [f"c{i}"] * ROWS}))
                 reply = stub.Write(iter([writer_pb2.WriteRequest(header=writer_pb2.WriteHeader(table=ident)),
-                                         writer_pb2.WriteRequest(arrow_ipc_chunk=sink.getvalue())]), timeout=120)
+                                         writer_pb2.WriteRequest(arrow_ipc_chunk=body)]), timeout=120)
                 t0 = time.perf_counter()
                 snap = table.snapshots.snapshot(reply.snapshot_id)
                 mine = {e.file.file_name for m in table.manifests.read_list(snap.delta_manifest_list)
@@ -136,12 +100,7 @@ def main() -> None:
                               "ratio": round(med / dmed, 2) if delivery else None,
                               "target": "median < 3 s", "p95": round(p95, 3)}))
     finally:
-        for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(60)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        common.stop_services(procs)
         shutil.rmtree(root, ignore_errors=True)
 
 

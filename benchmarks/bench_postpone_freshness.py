@@ -13,19 +13,21 @@ Value: the postpone table's median; anchor: the fixed-bucket table's median. Tar
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from bench_freshness import _start
+
+sys.path.insert(0, str(Path(__file__).parent))
+import common  # noqa: E402
 
 COMMITS = int(os.environ.get("FRESHNESS_COMMITS", "50"))
 ROWS = 1_000
@@ -47,11 +49,8 @@ def _measure(stub: Any, warehouse: str, name: str) -> list[float]:
     out = []
     for i in range(COMMITS + WARMUP):
         data = pa.table({"id": pa.array(range(i * ROWS, (i + 1) * ROWS), pa.int64()), "v": [f"c{i}"] * ROWS})
-        sink = io.BytesIO()
-        with pa.ipc.new_stream(sink, data.schema) as w:
-            w.write_table(data)
         stub.Write(iter([writer_pb2.WriteRequest(header=writer_pb2.WriteHeader(table=ident)),
-                         writer_pb2.WriteRequest(arrow_ipc_chunk=sink.getvalue())]), timeout=120)
+                         writer_pb2.WriteRequest(arrow_ipc_chunk=common.ipc_bytes(data))]), timeout=120)
         t0 = time.perf_counter()
         deadline = time.monotonic() + 120
         while not _visible(warehouse, name, i * ROWS):
@@ -81,14 +80,7 @@ def main() -> None:
                                  ("postpone", {"bucket": "-2", "postpone.default-bucket-num": "4"})):
                 cat.create_table(f"db.{name}", "id BIGINT NOT NULL, v STRING", primary_keys=["id"],
                                  options={**bucket, "deletion-vectors.enabled": "true"})
-            p, cport = _start("catalog_svc", ["--warehouse", wh, "--kafka", broker.bootstrap], root / "catalog.log")
-            procs.append(p)
-            p, _ = _start("compactor_svc", ["--warehouse", wh, "--catalog", f"127.0.0.1:{cport}", "--kafka",
-                                            broker.bootstrap, "--spark-master", "local[2]"], root / "compactor.log")
-            procs.append(p)
-            p, wport = _start("writer_svc", ["--warehouse", wh, "--catalog", f"127.0.0.1:{cport}",
-                                             "--commit-interval", "0.05"], root / "writer.log")
-            procs.append(p)
+            _, wport = common.start_cluster(wh, broker.bootstrap, root, procs)
             with grpc.insecure_channel(f"127.0.0.1:{wport}") as channel:
                 stub = writer_pb2_grpc.WriterServiceStub(channel)
                 fixed = _measure(stub, wh, "fixed")
@@ -105,12 +97,7 @@ def main() -> None:
                           "ratio": round(med / amed, 2), "target": "median < 5 s", "p95": round(p95, 3),
                           "anchor_p95": round(ap95, 3)}))
     finally:
-        for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(60)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        common.stop_services(procs)
         shutil.rmtree(root, ignore_errors=True)
 
 

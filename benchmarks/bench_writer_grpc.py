@@ -11,10 +11,7 @@ No compactor runs, so the table raises `num-sorted-run.stop-trigger` (the stall 
 
 from __future__ import annotations
 
-import io
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,32 +35,6 @@ def requests_data() -> list[pa.Table]:
     return out
 
 
-def _start(module: str, args: list[str], log: Path) -> tuple[subprocess.Popen[bytes], int]:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    from lsmlake.kafka.broker import free_port
-
-    port = free_port()
-    with open(log, "w") as f:
-        proc = subprocess.Popen([sys.executable, "-m", module, "--port", str(port), *args], stdout=subprocess.DEVNULL,
-                                stderr=f, env={**os.environ, "LSMLAKE_LOG_LEVEL": "WARNING"})
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"{module} exited: {log.read_text()[-2000:]}")
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                    return proc, port
-            except grpc.RpcError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{module} did not start")
-            time.sleep(0.1)
-
-
 def grpc_write(root: str, data: list[pa.Table]) -> float:
     """Seconds from the first request to the last committed reply."""
     import grpc
@@ -75,15 +46,10 @@ def grpc_write(root: str, data: list[pa.Table]) -> float:
     cat = FileSystemCatalog(wh)
     cat.create_database("db", True)
     cat.create_table("db.t", common.LAKE_SCHEMA, partition_keys=["dt"], primary_keys=["id", "dt"], options=OPTIONS)
-    catalog, cport = _start("catalog_svc", ["--warehouse", wh], Path(root) / "catalog.log")
-    writer, wport = _start("writer_svc", ["--warehouse", wh, "--catalog", f"127.0.0.1:{cport}",
+    catalog, cport = common.start_service("catalog_svc", ["--warehouse", wh], Path(root) / "catalog.log")
+    writer, wport = common.start_service("writer_svc", ["--warehouse", wh, "--catalog", f"127.0.0.1:{cport}",
                                                   "--commit-interval", "0.2"], Path(root) / "writer.log")
-    bodies = []
-    for tb in data:
-        sink = io.BytesIO()
-        with pa.ipc.new_stream(sink, tb.schema) as w:
-            w.write_table(tb)
-        bodies.append(sink.getvalue())
+    bodies = [common.ipc_bytes(tb) for tb in data]
     ident = common_pb2.TableIdentifier(database="db", table="t")
     errors: list[BaseException] = []
     try:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -103,3 +107,64 @@ def level0_files(data: list[pa.Table], root: str) -> list[str]:
         pq.write_table(tb.sort_by([("id", "ascending")]), p, compression="zstd", compression_level=1)
         paths.append(p)
     return paths
+
+
+def start_service(module: str, args: list[str], log: Path, timeout_s: float = 120.0) -> tuple[Any, int]:
+    """Start a service (`python -m module --port P args`) logging to `log`; (the process, its port) once its
+    gRPC health check answers SERVING."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from lsmlake.kafka.broker import free_port
+
+    port = free_port()
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", module, "--port", str(port), *args], stdout=subprocess.DEVNULL,
+                                stderr=f, env={**os.environ, "LSMLAKE_LOG_LEVEL": "WARNING"})
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{module} exited: {log.read_text()[-2000:]}")
+            try:
+                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
+                    return proc, port
+            except grpc.RpcError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{module} did not start")
+            time.sleep(0.1)
+
+
+def stop_services(procs: list[Any]) -> None:
+    """SIGTERM each, last started first, and wait for its graceful stop (killed after a minute)."""
+    for p in reversed(procs):
+        p.terminate()
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def ipc_bytes(data: pa.Table) -> bytes:
+    """The table as one Arrow IPC stream: the body of a writer-service request."""
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, data.schema) as w:
+        w.write_table(data)
+    return sink.getvalue()
+
+
+def start_cluster(wh: str, bootstrap: str, root: Path, procs: list[Any],
+                  commit_interval: str = "0.05") -> tuple[int, int]:
+    """Catalog (announcing on Kafka), compactor (Spark local[2]) and writer on `wh`, appended to `procs` as they
+    start (so that the caller stops what started, whatever fails); (catalog port, writer port)."""
+    p, cport = start_service("catalog_svc", ["--warehouse", wh, "--kafka", bootstrap], root / "catalog.log")
+    procs.append(p)
+    p, _ = start_service("compactor_svc", ["--warehouse", wh, "--catalog", f"127.0.0.1:{cport}", "--kafka", bootstrap,
+                                           "--spark-master", "local[2]"], root / "compactor.log")
+    procs.append(p)
+    p, wport = start_service("writer_svc", ["--warehouse", wh, "--catalog", f"127.0.0.1:{cport}",
+                                            "--commit-interval", commit_interval], root / "writer.log")
+    procs.append(p)
+    return cport, wport
