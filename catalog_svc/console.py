@@ -25,7 +25,7 @@ from lsmlake.metastore import MetaStore, now_ms
 from lsmlake.rest.http_server import Request, Response, Route
 from lsmlake.table.compact import restore_levels
 from lsmlake.table.file_store_table import FileStoreTable
-from lsmlake.table.postpone import postpone_splits
+from lsmlake.table.postpone import every_bucket
 
 TOKEN_COOKIE = "lsmlake_token"
 HTML = "text/html; charset=utf-8"
@@ -110,10 +110,9 @@ class Console:
         db = check_name(request.params["database"], "database")
         tid = f"{db}.{check_name(request.params['table'], 'table')}"
         table = self.catalog.get_table(tid)
-        h = self._health(table)
         snap = table.latest_snapshot()
-        splits = [] if snap is None else table.new_scan(None, snap, all_levels=True).plan() + postpone_splits(table,
-                                                                                                            snap)
+        splits = every_bucket(table, snap)
+        h = health_of(table, self.store, self.clock(), (snap, splits))  # figures and pictures of one snapshot
         types = table.schema.types_of(table.schema.partition_keys)
         pictures = []
         for split in sorted(splits, key=lambda s: (s.partition, s.bucket))[:64]:

@@ -44,7 +44,7 @@ from lsmlake.runtime.background import BackgroundLoop
 from lsmlake.spark.compaction_job import SparkCompactor
 from lsmlake.table.compact import compaction_history, full_compaction_required, plan_bucket
 from lsmlake.table.file_store_table import FileStoreTable
-from lsmlake.table.postpone import postpone_splits
+from lsmlake.table.postpone import every_bucket
 from lsmlake.table.scan import Split
 
 _log = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ class Scheduler:
         snap = table.latest_snapshot()
         queued: list[BucketKey] = []
         elsewhere: list[BucketKey] = []
-        for split in _splits(table, snap):
+        for split in every_bucket(table, snap):
             if bucket is not None and split.bucket != bucket:
                 continue
             if partition and not self._partition_matches(table, split, partition):
@@ -240,7 +240,7 @@ class Scheduler:
         # the whole snapshot is compared, not its id: a table dropped and created again starts at snapshot 1 again
         if cached is not None and snap is not None and cached.snap == snap and cached.table.schema == table.schema:
             return cached
-        view = _TableView(table, snap, {(s.partition, s.bucket): s for s in _splits(table, snap)})
+        view = _TableView(table, snap, {(s.partition, s.bucket): s for s in every_bucket(table, snap)})
         self._views[table_id] = view
         return view
 
@@ -253,7 +253,7 @@ class Scheduler:
         for table_id in self._tables():
             try:
                 table = self.catalog.get_table(table_id)
-                splits = _splits(table, table.latest_snapshot())
+                splits = every_bucket(table, table.latest_snapshot())
             except Exception as e:
                 _log.info("reconcile: skipping %s: %s", table_id, e)
                 continue
@@ -374,9 +374,3 @@ class Scheduler:
                 self._recover = True  # a plan that nobody runs any more is adopted
         return free
 
-
-def _splits(table: FileStoreTable, snap: Snapshot | None) -> list[Split]:
-    """Every bucket of the table at `snap` with its files (all levels), and each partition's postponed rows."""
-    if snap is None:
-        return []
-    return table.new_scan(None, snap, all_levels=True).plan() + postpone_splits(table, snap)

@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lsmlake.format.bucket import POSTPONE_BUCKET
+from lsmlake.format.snapshot import Snapshot
 from lsmlake.metastore import PENDING_STATES, CompactionPlan, MetaStore
 from lsmlake.table.file_store_table import FileStoreTable
-from lsmlake.table.postpone import postpone_splits
+from lsmlake.table.postpone import every_bucket
 from lsmlake.table.scan import Split
 
 LAG_FULL_PENALTY_MS = 30 * 60_000
@@ -105,10 +106,11 @@ def bucket_health(table: FileStoreTable, split: Split) -> BucketHealth:
                         min(times) if times else None)
 
 
-def table_health(table: FileStoreTable, plans: Sequence[CompactionPlan], now_ms: int) -> TableHealth:
-    """The health of a table at its latest snapshot, with its pending plans (REQUESTED or INFLIGHT)."""
-    snap = table.latest_snapshot()
-    splits = [] if snap is None else table.new_scan(None, snap, all_levels=True).plan() + postpone_splits(table, snap)
+def table_health(table: FileStoreTable, plans: Sequence[CompactionPlan], now_ms: int,
+                 at: tuple[Snapshot | None, Sequence[Split]] | None = None) -> TableHealth:
+    """The health of a table with its pending plans (REQUESTED or INFLIGHT): at its latest snapshot, or at `at`
+    (a snapshot and its `every_bucket` splits, for a caller that has read them already)."""
+    snap, splits = at if at is not None else _latest(table)
     buckets = tuple(bucket_health(table, s) for s in splits)
     pending = [p for p in plans if p.pending]
     health = TableHealth(table.identifier, snap.id if snap else 0, table.options.stop_trigger(), buckets,
@@ -124,9 +126,15 @@ def table_health(table: FileStoreTable, plans: Sequence[CompactionPlan], now_ms:
     return health
 
 
-def health_of(table: FileStoreTable, store: MetaStore, now_ms: int) -> TableHealth:
+def health_of(table: FileStoreTable, store: MetaStore, now_ms: int,
+              at: tuple[Snapshot | None, Sequence[Split]] | None = None) -> TableHealth:
     """`table_health` with the table's pending plans read from the catalog's metadata store."""
-    return table_health(table, store.list_plans(table.identifier, PENDING_STATES), now_ms)
+    return table_health(table, store.list_plans(table.identifier, PENDING_STATES), now_ms, at)
+
+
+def _latest(table: FileStoreTable) -> tuple[Snapshot | None, list[Split]]:
+    snap = table.latest_snapshot()
+    return snap, every_bucket(table, snap)
 
 
 def ranked(healths: Sequence[TableHealth]) -> list[TableHealth]:

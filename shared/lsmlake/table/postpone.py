@@ -167,6 +167,14 @@ def postpone_splits(table: FileStore, snapshot: Snapshot | None = None) -> list[
             for p, files in sorted(pending(table, snap).items())]
 
 
+def every_bucket(table: FileStore, snapshot: Snapshot | None) -> list[Split]:
+    """Every bucket of the table at `snapshot` with its files on all levels, and each partition's postponed rows
+    (bucket -2): what compaction, health and the pictures of a table look at. None: no snapshot, no buckets."""
+    if snapshot is None:
+        return []
+    return table.new_scan(None, snapshot, all_levels=True).plan() + postpone_splits(table, snapshot)
+
+
 def rescale(table: FileStore, buckets: int, partitions: Sequence[bytes] | None = None) -> list[CommitMessage]:
     """The messages of one OVERWRITE commit giving `partitions` (every partition with real buckets when None)
     `buckets` buckets: their merged rows rewritten at level 0 of the new buckets, their old files deleted.

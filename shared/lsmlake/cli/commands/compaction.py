@@ -20,7 +20,7 @@ from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
 from lsmlake.table.compact import restore_levels
 from lsmlake.table.dynamic_bucket import HASH_INDEX, is_dynamic
 from lsmlake.table.file_store_table import FileStoreTable
-from lsmlake.table.postpone import postpone_splits
+from lsmlake.table.postpone import every_bucket
 
 LEVEL_KEYS = ("partition", "bucket", "level", "run", "file", "size", "rows", "min_key", "max_key", "min_seq",
               "max_seq")
@@ -51,7 +51,7 @@ def bucket_levels(table: FileStoreTable, snapshot_id: int | None = None) -> list
     name = _partition_names(table)
     buckets = []
     # a postpone table's rows waiting for placement show as bucket -2, all on level 0
-    for split in table.new_scan(None, snapshot, all_levels=True).plan() + postpone_splits(table, snapshot):
+    for split in every_bucket(table, snapshot):
         buckets.append((name(split.partition_values), split.bucket, restore_levels(table, split)))
     buckets.sort(key=lambda b: (b[0], b[1]))
     return buckets
