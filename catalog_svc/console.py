@@ -3,28 +3,28 @@
 - `/`: the tables ranked by health (stalled first, then the worst score), with lag, runs and plans;
 - `/table/{database}/{table}`: the table's figures, each bucket's LSM shape (levels and sorted runs by size),
   the compaction timeline of the last hour by state, and lag, level-0 files and plans over the last hour;
-- `/login`: a form that keeps the token in a cookie (`lsmlake_token`, SameSite=Strict) for the browser; API
-  clients send `Authorization: Bearer <token>` instead. Pages need the reader role.
-No script runs but the login form's; nothing is loaded from elsewhere.
+- `/login`: a form; posted, it answers with the token in a cookie (`lsmlake_token`: HttpOnly, SameSite=Strict,
+  Secure under TLS) that the pages then take; `/logout` clears it. API clients send `Authorization: Bearer
+  <token>` instead. Pages need the reader role.
+No script runs on any page (the policy forbids all); nothing is loaded from elsewhere; no page may be framed.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from collections.abc import Callable
 from html import escape
+from urllib.parse import quote
 
 from catalog_svc.console_svg import HOUR_MS, line_svg, lsm_svg, timeline_svg, window_ms
 from catalog_svc.health_history import HealthHistory
 from lsmlake.auth.roles import Role
 from lsmlake.catalog.filesystem import FileSystemCatalog, check_name
-from lsmlake.catalog.health import TableHealth, health_of, ranked
+from lsmlake.catalog.health import health_of, ranked, read_health
+from lsmlake.errors import NotFoundError
 from lsmlake.format.partition import partition_value_string
 from lsmlake.metastore import MetaStore, now_ms
 from lsmlake.rest.http_server import Request, Response, Route
 from lsmlake.table.compact import restore_levels
-from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.postpone import every_bucket
 
 TOKEN_COOKIE = "lsmlake_token"
@@ -32,24 +32,22 @@ HTML = "text/html; charset=utf-8"
 _STYLE = ("body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse}"
           "td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}td.l,th.l{text-align:left}"
           ".bar{display:inline-block;height:10px;background:#3a9a4a}.stalled{color:#c0392b;font-weight:bold}"
-          ".buckets{display:flex;flex-wrap:wrap;gap:14px}")
-# the one script of the console: the login form keeps the token in a cookie. Allowed by its hash, so that no
-# other script (an injected one included) runs on any page.
-_LOGIN_SCRIPT = ("document.getElementById('login').addEventListener('submit',function(e){e.preventDefault();"
-                 "var t=document.getElementById('token').value;"
-                 f"document.cookie='{TOKEN_COOKIE}='+encodeURIComponent(t)+'; path=/; SameSite=Strict';"
-                 "location.href='/'})")
-_SCRIPT_HASH = base64.b64encode(hashlib.sha256(_LOGIN_SCRIPT.encode()).digest()).decode()
+          ".buckets{display:flex;flex-wrap:wrap;gap:14px}form.logout{float:right}")
 _HEADERS = (("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff"),
-            ("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; "
-                                        f"script-src 'sha256-{_SCRIPT_HASH}'; img-src 'self' data:; "
-                                        "form-action 'self'"))
+            ("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
+                                        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"))
+_LOGOUT = '<form class="logout" method="post" action="/logout"><button type="submit">Log out</button></form>'
 
 
-def page(title: str, body: str, status: int = 200) -> Response:
+def page(title: str, body: str, status: int = 200, headers: tuple[tuple[str, str], ...] = ()) -> Response:
     text = (f'<!doctype html><html><head><meta charset="utf-8"><title>{escape(title)} - lsmlake</title>'
             f"<style>{_STYLE}</style></head><body><h1>{escape(title)}</h1>{body}</body></html>")
-    return Response(text, status, HTML, _HEADERS)
+    return Response(text, status, HTML, _HEADERS + headers)
+
+
+def _redirect(to: str, cookie: str) -> Response:
+    """303 to `to` (the browser follows with a GET), setting the token cookie."""
+    return Response(None, 303, HTML, _HEADERS + (("Location", to), ("Set-Cookie", cookie)))
 
 
 def error_page(status: int, message: str) -> Response:
@@ -67,8 +65,10 @@ class Console:
     """The routes of the console, over the catalog's warehouse and metadata store."""
 
     def __init__(self, catalog: FileSystemCatalog, store: MetaStore, history: HealthHistory,
-                 clock: Callable[[], int] = now_ms) -> None:
+                 clock: Callable[[], int] = now_ms, tls: bool = False) -> None:
+        """`tls`: the console is served over TLS, so the token cookie is sent over TLS only."""
         self.catalog = catalog
+        self._cookie_flags = "; Path=/; HttpOnly; SameSite=Strict" + ("; Secure" if tls else "")
         self.store = store
         self.history = history
         self.clock = clock
@@ -77,32 +77,39 @@ class Console:
         return [Route("GET", "/", Role.READER, self.tables, name="tables"),
                 Route("GET", "/table/{database}/{table}", Role.READER, self.table, resource="TABLE", name="table"),
                 Route("GET", "/login", Role.READER, self.login, public=True, name="login"),
+                Route("POST", "/login", Role.READER, self.log_in, public=True, name="login"),
+                Route("POST", "/logout", Role.READER, self.log_out, public=True, name="logout"),
                 Route("GET", "/favicon.ico", Role.READER, lambda _: Response(None, 204), public=True, name="icon")]
-
-    def _health(self, table: FileStoreTable) -> TableHealth:
-        return health_of(table, self.store, self.clock())
 
     def tables(self, request: Request) -> Response:
         healths = []
+        now = self.clock()
         for db in self.catalog.list_databases():
-            for name in self.catalog.list_tables(db):
-                try:
-                    healths.append(self._health(self.catalog.get_table(f"{db}.{name}")))
-                except Exception:  # noqa: BLE001 (dropped while listed, or unreadable: not this page's failure)
-                    continue
+            try:
+                names = self.catalog.list_tables(db)
+            except NotFoundError:
+                continue  # dropped while listed
+            healths += [h for h in (read_health(self.catalog, self.store, f"{db}.{n}", now) for n in names)
+                        if h is not None]
         rows = []
         for rank, h in enumerate(ranked(healths), 1):
             db, _, name = h.table.partition(".")
+            link = f'<a href="/table/{escape(db)}/{escape(name)}">{escape(h.table)}</a>'
+            if h.error is not None:
+                rows.append(f'<tr class="table-row"><td>{rank}</td><td class="l">{link}</td><td>0</td>'
+                            f'<td class="l"><span class="stalled">UNREADABLE</span></td>'
+                            f'<td class="l" colspan="5">{escape(h.error)}</td></tr>')
+                continue
             state = '<span class="stalled">STALLED</span>' if h.stalled else ""
-            rows.append(f'<tr class="table-row"><td>{rank}</td><td class="l"><a href="/table/{escape(db)}/'
-                        f'{escape(name)}">{escape(h.table)}</a></td><td>{h.score} <span class="bar" '
-                        f'style="width:{h.score}px"></span></td><td class="l">{state}</td><td>{_ms(h.lag_ms)}</td>'
+            rows.append(f'<tr class="table-row"><td>{rank}</td><td class="l">{link}</td><td>{h.score} '
+                        f'<span class="bar" style="width:{h.score}px"></span></td><td class="l">{state}</td>'
+                        f"<td>{_ms(h.lag_ms)}</td>"
                         f"<td>{h.max_sorted_runs} / {h.stop_trigger}</td><td>{h.level0_files}</td>"
                         f"<td>{h.pending_plans} / {h.inflight_plans}</td><td>{_ms(h.oldest_plan_age_ms)}</td></tr>")
         head = ('<tr><th>#</th><th class="l">table</th><th>score</th><th class="l"></th><th>lag</th>'
                 "<th>runs / stop</th><th>level-0 files</th><th>plans requested / running</th><th>oldest plan</th>"
                 "</tr>")
-        body = (f"<p>{len(healths)} tables, the least healthy first (docs/operating-tables.md).</p>"
+        body = (f"{_LOGOUT}<p>{len(healths)} tables, the least healthy first (docs/operating-tables.md).</p>"
                 f'<table id="tables">{head}{"".join(rows)}</table>')
         return page("Tables", body)
 
@@ -131,7 +138,7 @@ class Console:
                    f"{h.level0_files}; plans requested {h.pending_plans}, running {h.inflight_plans}; snapshot "
                    f"{h.snapshot_id}; penalties: "
                    + ", ".join(f"{escape(k)} {v:.1f}" for k, v in h.penalties.items()) + "</p>")
-        plans = self.store.list_plans(tid)
+        plans = self.store.list_plans(tid, changed_since_ms=now - HOUR_MS)
         span = window_ms(min([p.created_ms for p in plans if p.created_ms >= now - HOUR_MS]
                              + [s.time_ms for s in samples if s.time_ms >= now - HOUR_MS], default=None), now)
         charts = "".join([
@@ -139,12 +146,22 @@ class Console:
             line_svg("level-0 files", [(s.time_ms, float(s.level0_files)) for s in samples], now, span),
             line_svg("plans requested or running", [(s.time_ms, float(s.plans)) for s in samples], now, span)])
         minutes = f"last {span // 60_000} minutes"
-        body = (f'<p><a href="/">All tables</a></p>{figures}<h2>Buckets</h2><div class="buckets">'
+        body = (f'{_LOGOUT}<p><a href="/">All tables</a></p>{figures}<h2>Buckets</h2><div class="buckets">'
                 f'{"".join(pictures) or "<p>no data files</p>"}</div><h2>Compaction plans, {minutes}</h2>'
                 f"{timeline_svg(plans, now, span)}<h2>Lag and backlog, {minutes}</h2>{charts}")
         return page(tid, body)
 
     def login(self, request: Request) -> Response:
-        body = ('<form id="login"><label>Token <input id="token" type="password" autocomplete="off">'
-                f'</label> <button type="submit">Open the console</button></form><script>{_LOGIN_SCRIPT}</script>')
+        body = ('<form id="login" method="post" action="/login"><label>Token <input id="token" name="token" '
+                'type="password" autocomplete="off"></label> <button type="submit">Open the console</button></form>')
         return page("Log in", body)
+
+    def log_in(self, request: Request) -> Response:
+        """The posted token in the cookie, then the tables (which refuse an unknown token)."""
+        token = request.body.get("token", "") if isinstance(request.body, dict) else ""
+        if not token or len(token) > 4096:
+            return error_page(400, "send the login form with a token")
+        return _redirect("/", f"{TOKEN_COOKIE}={quote(token, safe='')}{self._cookie_flags}")
+
+    def log_out(self, request: Request) -> Response:
+        return _redirect("/login", f"{TOKEN_COOKIE}={self._cookie_flags}; Max-Age=0")

@@ -16,7 +16,7 @@ from catalog_svc.health_history import HealthHistory
 from catalog_svc.metrics import CatalogMetrics
 from lsmlake.catalog.expire import PASS_BUDGET_S, ExpirePass, remove_orphan_files
 from lsmlake.catalog.filesystem import FileSystemCatalog
-from lsmlake.catalog.health import health_of
+from lsmlake.catalog.health import read_health
 from lsmlake.catalog.reconcile import reconcile_table
 from lsmlake.metastore import MetaStore, now_ms
 from lsmlake.rpc.events import snapshot_events
@@ -112,20 +112,21 @@ class Maintenance:
                 self._next_orphans = time.monotonic() + self.orphan_interval_s
 
     def update_health(self) -> int:
-        """Set the per-table compaction lag and health gauges (`lsmlake.catalog.health`); how many tables."""
+        """Set the per-table compaction lag and health gauges (`lsmlake.catalog.health`); how many tables.
+
+        A table that cannot be read keeps its last figures and history, flagged by `lsmlake_table_unreadable`:
+        only a table that is gone loses them (an alert must not clear itself when the table breaks)."""
         seen: set[str] = set()
         for tid in table_ids(self.catalog):
             if self._loop.is_stopping():
                 return len(seen)
-            try:
-                health = health_of(self.catalog.get_table(tid), self.store, now_ms())
-            except Exception:
-                _log.exception("cannot compute the health of %s", tid)
+            health = read_health(self.catalog, self.store, tid, now_ms())
+            if health is None:
                 continue
-            self.metrics.table_health(health)
-            if self.history is not None:
-                self.history.add(health)
             seen.add(tid)
+            self.metrics.table_health(health)
+            if self.history is not None and health.error is None:
+                self.history.add(health)
         for gone in self._health_tables - seen:
             self.metrics.forget_table(gone)
             if self.history is not None:

@@ -53,8 +53,11 @@ class CatalogMetrics:
                                   ["table"], registry=r)
         self.table_score = Gauge("lsmlake_table_health_score", "Health score, 0 (worst) to 100.", ["table"],
                                  registry=r)
-        self.table_stalled = Gauge("lsmlake_table_stalled", "1 when a bucket is at num-sorted-run.stop-trigger "
+        self.table_stalled = Gauge("lsmlake_table_stalled", "1 when a bucket is past num-sorted-run.stop-trigger "
                                    "(writers wait).", ["table"], registry=r)
+        self.table_unreadable = Gauge("lsmlake_table_unreadable", "1 when the table could not be read at the last "
+                                      "health check (the other gauges keep their last values).", ["table"],
+                                      registry=r)
         self.table_plans = Gauge("lsmlake_table_compaction_plans", "Pending compaction plans by state.",
                                  ["table", "state"], registry=r)
         self.table_plan_age = Gauge("lsmlake_table_oldest_plan_age_seconds", "Age of the oldest pending plan.",
@@ -69,6 +72,9 @@ class CatalogMetrics:
     def table_health(self, h: TableHealth) -> None:
         """Set the gauges of one table's health (see `lsmlake.catalog.health`)."""
         t = h.table
+        self.table_unreadable.labels(t).set(int(h.error is not None))
+        if h.error is not None:
+            return
         self.table_lag.labels(t).set(h.lag_ms / 1000)
         self.table_runs.labels(t).set(h.max_sorted_runs)
         self.table_level0.labels(t).set(h.level0_files)
@@ -81,7 +87,7 @@ class CatalogMetrics:
     def forget_table(self, table: str) -> None:
         """Drop the gauges of a table that is gone."""
         for g in (self.table_lag, self.table_runs, self.table_level0, self.table_score, self.table_stalled,
-                  self.table_plan_age):
+                  self.table_plan_age, self.table_unreadable):
             g.remove(table)
         for state in PENDING_STATES:
             self.table_plans.remove(table, state)

@@ -33,7 +33,7 @@ from lsmlake.catalog.commit_request import CommitRequest
 from lsmlake.catalog.commits import AFTER_COMMIT, AFTER_SNAPSHOT, CatalogCommits, CommitOutcome, check_table_identity
 from lsmlake.catalog.expire import expire_snapshots, remove_orphan_files
 from lsmlake.catalog.filesystem import FileSystemCatalog, check_name
-from lsmlake.catalog.health import health_of, ranked
+from lsmlake.catalog.health import ranked, read_health
 from lsmlake.catalog.snapshot_commit import SnapshotCommitRequest, commit_snapshot
 from lsmlake.catalog.timeline import Timeline, parse_plan_id
 from lsmlake.errors import CommitConflictError, InvalidInputError, LakeError, NotFoundError
@@ -492,16 +492,14 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
             tids = [f"{db}.{t}" for db in self.catalog.list_databases() for t in self.catalog.list_tables(db)]
         healths = []
         for tid in tids:
-            try:
-                table = self.catalog.get_table(tid)
-            except NotFoundError:
-                if request.HasField("table"):
-                    raise
-                continue  # dropped while listing
-            healths.append((health_of(table, self.store, now_ms()), table))
-        types = {h.table: t.schema.types_of(t.schema.partition_keys) for h, t in healths}
+            health = read_health(self.catalog, self.store, tid, now_ms())
+            if health is not None:
+                healths.append(health)
+            elif request.HasField("table"):
+                raise NotFoundError(f"table {tid} does not exist")
+        # an unreadable table is answered with its error, ranked first; the others are answered all the same
         return catalog_pb2.ListTableHealthResponse(tables=[
-            convert.health_to_proto(h, types[h.table], request.with_buckets) for h in ranked([h for h, _ in healths])])
+            convert.health_to_proto(h, request.with_buckets) for h in ranked(healths)])
 
     @guarded
     def ListCompactionPlans(self, request: catalog_pb2.ListCompactionPlansRequest,

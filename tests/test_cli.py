@@ -772,16 +772,16 @@ def test_rescale_a_postpone_table(lake: Lake, tmp_path: Path, through_catalog: b
 
 
 def test_health_ranks_the_tables(lake: Lake, tmp_path: Path) -> None:
-    """`lake health`: the table at its stop trigger first (STALLED), then by score; plans come from the catalog's
+    """`lake health`: the table past its stop trigger first (STALLED), then by score; plans come from the catalog's
     store when the warehouse has one (here none: zero plans)."""
     for name, writes in (("db.calm", 1), ("db.busy", 4)):
         lake.ok("table", "create", name, "--schema", "id BIGINT NOT NULL, v STRING", "--primary-key", "id",
-                "--option", "bucket=1", "--option", "write-only=true", "--option", "num-sorted-run.stop-trigger=4")
+                "--option", "bucket=1", "--option", "write-only=true", "--option", "num-sorted-run.stop-trigger=3")
         for i in range(writes):
             write_rows(lake, tmp_path, name, "id,v", [f"{i * 10 + j},x" for j in range(20)])
     got = lake.jsonl("health", "--format", "jsonl")
-    assert [(r["table"], r["stalled"], r["runs"], r["level0_files"], r["requested"]) for r in got] == [
-        ("db.busy", True, 4, 4, 0), ("db.calm", False, 1, 1, 0)]
+    assert [(r["table"], r["stalled"], r["runs"], r["level0_files"], r["requested"], r["error"]) for r in got] == [
+        ("db.busy", True, 4, 4, 0, None), ("db.calm", False, 1, 1, 0, None)]
     assert got[0]["score"] < got[1]["score"] <= 100 and got[0]["lag_s"] >= 0
     text = lake.ok("health", "db.calm")
     assert text.splitlines()[0].split()[:3] == ["table", "score", "stalled"] and "db.calm" in text

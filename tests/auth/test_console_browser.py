@@ -1,8 +1,8 @@
 """The web console in a real headless browser (Debian's chromium, driven by chromedriver through Selenium).
 
-What only a browser shows: the login form's script runs under the console's Content-Security-Policy and keeps
-the token in the cookie the pages then accept; the SVG pictures are laid out with a real size; a page without a
-token sends the browser to the login form. `make browser` (run by `.ci/run`) installs chromium and
+What only a browser shows: the login form, posted, leaves the token in a cookie the pages then accept and that
+no script can read; the SVG pictures are laid out with a real size; a page without a token sends the browser to
+the login form; logging out makes the pages refuse again. `make browser` (run by `.ci/run`) installs chromium and
 chromium-driver from Debian's packages; without them these tests are skipped, saying so.
 
 With `LSMLAKE_SCREENSHOT_DIR` set, the pages are also saved there as PNG (the README's picture comes from it).
@@ -50,8 +50,10 @@ def test_an_unknown_token_is_refused(ui: int, browser: WebDriver, tokens: Tokens
 
 def test_logged_in_the_pages_show_the_tables_and_their_buckets(ui: int, browser: WebDriver, tokens: Tokens) -> None:
     _log_in(browser, ui, tokens.reader)
-    # the login script ran (the CSP allows it by its hash) and the cookie it set opens the table list
+    # the cookie the login answer set opens the table list, and is out of reach of scripts (HttpOnly)
     assert browser.find_element(By.TAG_NAME, "h1").text == "Tables"
+    assert browser.get_cookie("lsmlake_token")["httpOnly"] is True  # type: ignore[index]
+    assert browser.execute_script("return document.cookie") == ""
     rows = browser.find_elements(By.CSS_SELECTOR, "tr.table-row")
     assert [r.find_element(By.TAG_NAME, "a").text for r in rows] == ["db.busy", "db.calm"]
     assert "STALLED" in rows[0].text
@@ -76,6 +78,16 @@ def test_values_stay_text_in_the_browser(ui: int, browser: WebDriver, tokens: To
     browser.get(f"http://127.0.0.1:{ui}/table/db/busy")
     assert "<i>2026</i>" in browser.find_element(By.TAG_NAME, "body").text
     assert not browser.find_elements(By.CSS_SELECTOR, "body i")
+
+
+def test_logging_out_closes_the_pages(ui: int, browser: WebDriver, tokens: Tokens) -> None:
+    _log_in(browser, ui, tokens.reader)
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Tables"
+    browser.find_element(By.CSS_SELECTOR, "form.logout button").click()
+    WebDriverWait(browser, 30).until(lambda d: d.current_url.endswith("/login"))
+    assert browser.get_cookie("lsmlake_token") is None
+    browser.get(f"http://127.0.0.1:{ui}/")
+    assert browser.find_element(By.TAG_NAME, "h1").text == "401"
 
 
 def _log_in(browser: WebDriver, port: int, token: str) -> None:

@@ -9,6 +9,7 @@ import grpc
 import pyarrow as pa
 import pytest
 
+from catalog_svc.health_history import HealthHistory
 from catalog_svc.maintenance import Maintenance
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.catalog.health import ranked, table_health
@@ -31,16 +32,20 @@ def _table(cat: FileSystemCatalog, name: str, writes: int, **options: str) -> An
 def test_lag_runs_and_score_follow_the_files(tmp_path: Any) -> None:
     cat = FileSystemCatalog(str(tmp_path))
     cat.create_database("db")
-    busy = _table(cat, "busy", 8, **{"num-sorted-run.stop-trigger": "8"})  # 8 level-0 runs: at the stop trigger
+    busy = _table(cat, "busy", 8, **{"num-sorted-run.stop-trigger": "7"})  # 8 level-0 runs: past the stop trigger
     calm = _table(cat, "calm", 2)
+    _table(cat, "full", 8, **{"num-sorted-run.stop-trigger": "8"})  # at the trigger: writers still write
     compact_table(calm, full=True)
     empty = _table(cat, "empty", 0)
     now = now_ms() + 60_000  # a minute later
-    h_busy, h_calm, h_empty = (table_health(cat.get_table(f"db.{n}"), [], now) for n in ("busy", "calm", "empty"))
+    h_busy, h_calm, h_empty, h_full = (table_health(cat.get_table(f"db.{n}"), [], now)
+                                       for n in ("busy", "calm", "empty", "full"))
     assert (h_busy.max_sorted_runs, h_busy.level0_files, h_busy.stalled) == (8, 8, True)
+    assert (h_full.max_sorted_runs, h_full.stalled) == (8, False)
     oldest = min(f.creation_time_ms for s in busy.plan() for f in s.files)  # type: ignore[type-var]
     assert h_busy.lag_ms == now - oldest >= 60_000
     assert h_busy.penalties["runs"] == 40.0 and 0 < h_busy.penalties["lag"] < 25
+    assert [h.table for h in ranked([h_full, h_busy])] == ["db.busy", "db.full"]  # stalled first, score equal
     assert (h_calm.max_sorted_runs, h_calm.level0_files, h_calm.lag_ms, h_calm.stalled) == (1, 0, 0, False)
     assert h_calm.score > h_busy.score and h_empty.score == 100 and h_empty.buckets == ()
     assert [h.table for h in ranked([h_calm, h_empty, h_busy])] == ["db.busy", "db.calm", "db.empty"]
@@ -62,6 +67,37 @@ def test_deleted_rows_and_small_files_cost_points(tmp_path: Any) -> None:
     assert h.penalties["runs"] == 0.0  # append tables have no sorted runs to stall on
 
 
+def test_an_append_table_waits_only_for_the_files_compaction_would_rewrite(tmp_path: Any) -> None:
+    """Append files stay on level 0 when compacted: a compacted table has no lag, however old its file, and one
+    whose small files do not yet make a compaction (fewer than `compaction.max.file-num`, far below the target
+    size) has none due either. Append tables never stall."""
+    cat = FileSystemCatalog(str(tmp_path))
+    cat.create_database("db")
+    for name, writes in (("done", 6), ("few", 2), ("due", 6)):
+        cat.create_table(f"db.{name}", "id BIGINT NOT NULL, v STRING",
+                         options={"compaction.max.file-num": "4", "num-sorted-run.stop-trigger": "2"})
+        t = cat.get_table(f"db.{name}")
+        for i in range(writes):
+            t.write_arrow(pa.table({"id": pa.array(range(i * 10, i * 10 + 10), pa.int64()), "v": ["x"] * 10}))
+    compact_table(cat.get_table("db.done"), full=True)
+    later = now_ms() + 3_600_000
+    done, few, due = (table_health(cat.get_table(f"db.{n}"), [], later) for n in ("done", "few", "due"))
+    assert (done.buckets[0].files, done.lag_ms, done.penalties["lag"]) == (1, 0, 0.0)
+    assert (few.buckets[0].files, few.lag_ms) == (2, 0)
+    files = sorted(f.creation_time_ms for s in cat.get_table("db.due").plan() for f in s.files)  # type: ignore
+    assert due.lag_ms == later - files[0] and due.penalties["lag"] == 25.0
+    assert (due.max_sorted_runs, due.stalled) == (6, False)  # six files against a stop trigger of 2: no stall
+
+
+def _break(cat: FileSystemCatalog, table_id: str) -> None:
+    """Delete the manifest lists of the table's latest snapshot: its files can no longer be listed."""
+    t = cat.get_table(table_id)
+    snap = t.snapshots.latest()
+    assert snap is not None
+    for name in (snap.base_manifest_list, snap.delta_manifest_list):
+        t.io.delete(f"{t.path}/manifest/{name}")
+
+
 def test_list_table_health_over_grpc_and_the_gauges(tmp_path: Any) -> None:
     with local_server(str(tmp_path)) as lake:
         cat = FileSystemCatalog(str(tmp_path))
@@ -77,7 +113,7 @@ def test_list_table_health_over_grpc_and_the_gauges(tmp_path: Any) -> None:
             one = stub.ListTableHealth(catalog_pb2.ListTableHealthRequest(
                 table=common_pb2.TableIdentifier(database="db", table="b"), with_buckets=True), timeout=30).tables
             assert [(b.bucket, b.sorted_runs, b.rows) for b in one[0].buckets] == [(0, 1, 20)]
-            assert one[0].buckets[0].lag_ms >= 0 and one[0].score <= 100
+            assert one[0].buckets[0].lag_ms == one[0].lag_ms > 0 and one[0].score < 100 and not one[0].error
             with pytest.raises(grpc.RpcError) as e:
                 stub.ListTableHealth(catalog_pb2.ListTableHealthRequest(
                     table=common_pb2.TableIdentifier(database="db", table="nope")), timeout=30)
@@ -91,7 +127,21 @@ def test_list_table_health_over_grpc_and_the_gauges(tmp_path: Any) -> None:
         assert sample("lsmlake_table_level0_files", {"table": "db.b"}) == 1
         assert 0 < sample("lsmlake_table_health_score", {"table": "db.a"}) < 100
         assert sample("lsmlake_table_compaction_lag_seconds", {"table": "db.a"}) > 0
+        history = maintenance.history = HealthHistory()
+        assert maintenance.update_health() == 2 and len(history.of("db.a")) == 1
+        assert sample("lsmlake_table_unreadable", {"table": "db.a"}) == 0
+        # a table that cannot be read ranks first with its error; it keeps its gauges, flagged, and its history
+        _break(cat, "db.a")
+        with grpc.insecure_channel(f"127.0.0.1:{lake.server.port}") as ch:
+            got = catalog_pb2_grpc.CatalogServiceStub(ch).ListTableHealth(catalog_pb2.ListTableHealthRequest(),
+                                                                           timeout=30).tables
+        assert [(t.table.table, t.score, bool(t.error)) for t in got] == [("a", 0, True), ("b", got[1].score, False)]
+        assert "manifest" in got[0].error.lower() or "no such file" in got[0].error.lower()
+        assert maintenance.update_health() == 2
+        assert sample("lsmlake_table_unreadable", {"table": "db.a"}) == 1
+        assert sample("lsmlake_table_sorted_runs_max", {"table": "db.a"}) == 3  # the last figures, kept
+        assert len(history.of("db.a")) == 1
         cat.drop_table("db.b")
-        assert maintenance.update_health() == 1
+        assert maintenance.update_health() == 2 - 1
         assert sample("lsmlake_table_level0_files", {"table": "db.b"}) is None  # a dropped table's gauges go
         store.close()

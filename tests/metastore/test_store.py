@@ -273,6 +273,11 @@ def test_timeline_lifecycle(store: MetaStore) -> None:
     assert [x.plan_id for x in store.list_plans(T, [COMPLETED])] == [p]
     assert store.list_plans(T, []) == []
     assert store.list_plans("db.none") == []
+    # the plans changed since a moment, and every pending one however old (the console's last hour)
+    after_done = store.get_plan(p).updated_ms + 1
+    assert [x.plan_id for x in store.list_plans(T, changed_since_ms=after_done)] == [p2]
+    assert [x.plan_id for x in store.list_plans(T, changed_since_ms=done.updated_ms)] == [p, p2]
+    assert store.list_plans(T, [COMPLETED], changed_since_ms=after_done) == []
 
 
 def test_pending_files_cannot_be_planned_again(store: MetaStore) -> None:

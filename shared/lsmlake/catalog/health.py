@@ -2,7 +2,8 @@
 
 Read from a table's latest snapshot and its pending compaction plans, nothing else:
 - **lag**: the age of the oldest file not yet compacted: a level-0 file (rows that deletion-vector and lookup
-  readers do not see yet, and that every merge-on-read must merge), or a postponed file waiting to be placed;
+  readers do not see yet, and that every merge-on-read must merge), or a postponed file waiting to be placed; in
+  an append table (whose files all stay on level 0) the oldest file that compaction is due to rewrite now;
 - sorted runs (against the stop trigger, where writers stall), level-0 files, small files, the share of rows
   deletion vectors mark deleted;
 - pending (REQUESTED) and running (INFLIGHT) plans, and the age of the oldest.
@@ -12,17 +13,24 @@ The score (0 worst, 100 best) subtracts, each capped at its weight:
 - 25 x (lag / 30 minutes),
 - 20 x (share of the table's files that are small, once a bucket has more than one file),
 - 15 x (deleted share of the rows / 50%).
-A table with a bucket at its stop trigger is `stalled` (its writers wait) and ranks first.
+A primary-key table with a bucket past its stop trigger is `stalled` (its writers wait) and ranks first, after
+the tables that could not be read at all.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.errors import NotFoundError
 from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.snapshot import Snapshot
+from lsmlake.mergetree.levels import writers_stall
 from lsmlake.metastore import PENDING_STATES, CompactionPlan, MetaStore
+from lsmlake.table.compact import plan_bucket
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.postpone import every_bucket
 from lsmlake.table.scan import Split
@@ -30,6 +38,8 @@ from lsmlake.table.scan import Split
 LAG_FULL_PENALTY_MS = 30 * 60_000
 DELETED_FULL_PENALTY = 0.5
 WEIGHTS = {"runs": 40.0, "lag": 25.0, "small_files": 20.0, "deleted": 15.0}
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -46,7 +56,7 @@ class BucketHealth:
     size_bytes: int
     rows: int
     deleted_rows: int
-    oldest_uncompacted_ms: int | None  # creation time of the oldest level-0 or postponed file
+    oldest_uncompacted_ms: int | None  # creation time of the oldest file not yet compacted (see the module)
 
     def lag_ms(self, now_ms: int) -> int:
         return 0 if self.oldest_uncompacted_ms is None else max(0, now_ms - self.oldest_uncompacted_ms)
@@ -64,7 +74,14 @@ class TableHealth:
     inflight_plans: int
     oldest_plan_created_ms: int | None
     now_ms: int
+    primary_key: bool = True
+    partition_types: tuple[Any, ...] = ()  # of the partition keys, to show `partition_values` as text
     penalties: dict[str, float] = field(default_factory=dict)
+    error: str | None = None  # the table could not be read: why (the figures are then empty, the score 0)
+
+    @staticmethod
+    def unreadable(table: str, error: str, now_ms: int) -> TableHealth:
+        return TableHealth(table, 0, 0, (), 0, 0, None, now_ms, error=error)
 
     @property
     def lag_ms(self) -> int:
@@ -80,7 +97,8 @@ class TableHealth:
 
     @property
     def stalled(self) -> bool:
-        return self.max_sorted_runs >= self.stop_trigger
+        """Writers of a bucket wait for compaction (append tables never stall)."""
+        return self.primary_key and self.error is None and writers_stall(self.max_sorted_runs, self.stop_trigger)
 
     @property
     def oldest_plan_age_ms(self) -> int:
@@ -88,19 +106,24 @@ class TableHealth:
 
     @property
     def score(self) -> int:
-        return round(100 - sum(self.penalties.values()))
+        return 0 if self.error is not None else round(100 - sum(self.penalties.values()))
 
 
 def bucket_health(table: FileStoreTable, split: Split) -> BucketHealth:
     """A bucket's figures from its files (all levels) and its deletion vectors' cardinalities."""
     files = split.files
     level0 = [f for f in files if f.level == 0 or split.bucket == POSTPONE_BUCKET]
+    if table.schema.is_primary_key_table or split.bucket == POSTPONE_BUCKET:
+        waiting = level0
+    else:  # every append file is on level 0, compacted or not: only those compaction would rewrite now wait
+        unit = plan_bucket(table, split)
+        waiting = list(unit.files) if unit is not None else []
     runs = len(level0) + len({f.level for f in files if f.level > 0})
     small_size = table.options.compaction_file_size(table.schema.is_primary_key_table)
     small = sum(1 for f in files if f.file_size < small_size) if len(files) > 1 else 0
     dv = getattr(split, "dv_index", None)
     deleted = sum(r.cardinality or 0 for r in (dv.dv_ranges or ())) if dv is not None else 0
-    times = [f.creation_time_ms for f in level0 if f.creation_time_ms is not None]
+    times = [f.creation_time_ms for f in waiting if f.creation_time_ms is not None]
     return BucketHealth(split.partition, tuple(split.partition_values), split.bucket, runs, len(level0), len(files),
                         small, sum(f.file_size for f in files), sum(f.row_count for f in files), deleted,
                         min(times) if times else None)
@@ -115,7 +138,9 @@ def table_health(table: FileStoreTable, plans: Sequence[CompactionPlan], now_ms:
     pending = [p for p in plans if p.pending]
     health = TableHealth(table.identifier, snap.id if snap else 0, table.options.stop_trigger(), buckets,
                          sum(p.state == "REQUESTED" for p in pending), sum(p.state == "INFLIGHT" for p in pending),
-                         min((p.created_ms for p in pending), default=None), now_ms)
+                         min((p.created_ms for p in pending), default=None), now_ms,
+                         table.schema.is_primary_key_table,
+                         tuple(table.schema.types_of(table.schema.partition_keys)))
     files = sum(b.files for b in buckets if b.files > 1)
     rows = sum(b.rows for b in buckets)
     shares = {"runs": health.max_sorted_runs / health.stop_trigger if table.schema.is_primary_key_table else 0.0,
@@ -132,11 +157,33 @@ def health_of(table: FileStoreTable, store: MetaStore, now_ms: int,
     return table_health(table, store.list_plans(table.identifier, PENDING_STATES), now_ms, at)
 
 
+def read_health(catalog: FileSystemCatalog, store: MetaStore | None, table_id: str,
+                now_ms: int) -> TableHealth | None:
+    """The table's health with its pending plans from `store` (None: no plans known); None when the table does
+    not exist (dropped meanwhile), and an `unreadable` health when it cannot be read (a missing or corrupt
+    manifest, say): such a table needs an operator more than any other."""
+    try:
+        table = catalog.get_table(table_id)
+    except NotFoundError:
+        return None
+    except Exception as e:  # noqa: BLE001 (its schema cannot be read)
+        return _unreadable(table_id, e, now_ms)
+    try:  # from here a file not found is a broken table, not a dropped one
+        return table_health(table, [] if store is None else store.list_plans(table_id, PENDING_STATES), now_ms)
+    except Exception as e:  # noqa: BLE001 (any failure to read the table is what this reports)
+        return _unreadable(table_id, e, now_ms)
+
+
+def _unreadable(table_id: str, e: Exception, now_ms: int) -> TableHealth:
+    _log.warning("cannot compute the health of %s: %s: %s", table_id, type(e).__name__, e)
+    return TableHealth.unreadable(table_id, f"{type(e).__name__}: {e}"[:500], now_ms)
+
+
 def _latest(table: FileStoreTable) -> tuple[Snapshot | None, list[Split]]:
     snap = table.latest_snapshot()
     return snap, every_bucket(table, snap)
 
 
 def ranked(healths: Sequence[TableHealth]) -> list[TableHealth]:
-    """Stalled tables first, then by score (worst first), then by lag."""
-    return sorted(healths, key=lambda h: (not h.stalled, h.score, -h.lag_ms, h.table))
+    """Unreadable tables first, then stalled ones, then by score (worst first), then by lag."""
+    return sorted(healths, key=lambda h: (h.error is None, not h.stalled, h.score, -h.lag_ms, h.table))

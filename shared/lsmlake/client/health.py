@@ -30,7 +30,7 @@ class BucketHealthInfo:
     size_bytes: int
     rows: int  # deleted ones included
     deleted_rows: int  # marked by the bucket's deletion vectors
-    lag_ms: int  # age of the oldest level-0 (or postponed) file; 0 when there is none
+    lag_ms: int  # age of the oldest file not yet compacted (docs/operating-tables.md); 0 when there is none
 
     @staticmethod
     def from_proto(p: catalog_pb2.BucketHealth) -> BucketHealthInfo:
@@ -46,7 +46,7 @@ class TableHealthInfo:
 
     identifier: str
     score: int
-    stalled: bool  # a bucket reached num-sorted-run.stop-trigger: the table's writers wait
+    stalled: bool  # a bucket of a primary-key table is past num-sorted-run.stop-trigger: its writers wait
     lag_ms: int  # the largest lag of a bucket
     max_sorted_runs: int  # sorted runs of the worst bucket
     stop_trigger: int
@@ -57,13 +57,14 @@ class TableHealthInfo:
     snapshot_id: int  # the snapshot the figures are of; 0: the table has none
     penalties: Mapping[str, float] = field(default_factory=dict)  # what the score lost: runs, lag, small_files, deleted
     buckets: tuple[BucketHealthInfo, ...] = ()  # with `with_buckets` only
+    error: str | None = None  # the table could not be read: why (the figures are empty, the score 0)
 
     @staticmethod
     def from_proto(p: catalog_pb2.TableHealth) -> TableHealthInfo:
         return TableHealthInfo(f"{p.table.database}.{p.table.table}", p.score, p.stalled, p.lag_ms, p.max_sorted_runs,
                                p.stop_trigger, p.level0_files, p.pending_plans, p.inflight_plans,
                                p.oldest_plan_age_ms, p.snapshot_id, dict(p.penalties),
-                               tuple(BucketHealthInfo.from_proto(b) for b in p.buckets))
+                               tuple(BucketHealthInfo.from_proto(b) for b in p.buckets), p.error or None)
 
 
 class Health(Connection):
@@ -72,8 +73,9 @@ class Health(Connection):
     def list_table_health(self, identifier: str | None = None, *, database: str | None = None,
                           with_buckets: bool = False) -> list[TableHealthInfo]:
         """The health of one table (`identifier`), of the tables of `database`, or of every table, ranked as the
-        catalog ranks them: stalled tables first, then the lowest score, then the largest lag. `with_buckets` adds
-        every bucket's figures. An unknown table or database raises NotFoundError."""
+        catalog ranks them: tables that cannot be read first (with their `error`), then stalled ones, then the
+        lowest score, then the largest lag. `with_buckets` adds every bucket's figures. An unknown table or
+        database raises NotFoundError."""
         if identifier is not None and database is not None:
             raise InvalidInputError("list_table_health takes one table or one database, not both")
         req = catalog_pb2.ListTableHealthRequest(with_buckets=with_buckets)

@@ -156,8 +156,10 @@ class CompactionTimeline(TransactionalStore):
             raise NotFoundError(f"compaction plan {plan_id} does not exist")
         return self._plan(row)
 
-    def list_plans(self, table_id: str, states: Iterable[str] | None = None) -> list[CompactionPlan]:
-        """The plans of a table in creation order, optionally only those in the given states."""
+    def list_plans(self, table_id: str, states: Iterable[str] | None = None,
+                   changed_since_ms: int | None = None) -> list[CompactionPlan]:
+        """The plans of a table in creation order, optionally only those in the given states; with
+        `changed_since_ms`, only the plans still pending or changed since then (a table's plans are kept for good)."""
         check_table_id(table_id)
         wanted = None if states is None else sorted(set(states))
         if wanted is not None:
@@ -171,6 +173,9 @@ class CompactionTimeline(TransactionalStore):
         if wanted is not None:
             sql += f" AND state IN ({marks(len(wanted))})"
             params += wanted
+        if changed_since_ms is not None:
+            sql += f" AND (updated_ms >= ? OR state IN ({marks(len(PENDING_STATES))}))"
+            params += [changed_since_ms, *PENDING_STATES]
         with self._tx(write=False) as conn:
             rows = self._run(conn, sql + " ORDER BY plan_id", params).fetchall()
         return [self._plan(r) for r in rows]

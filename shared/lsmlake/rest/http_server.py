@@ -47,7 +47,8 @@ _SCHEME = "bearer "
 
 @dataclass(frozen=True)
 class Request:
-    """One call as a handler sees it: the path's named parts (decoded), the query, the parsed JSON body."""
+    """One call as a handler sees it: the path's named parts (decoded), the query, the parsed JSON body (or an HTML
+    form's fields, as a dict of strings)."""
 
     method: str
     path: str
@@ -58,6 +59,7 @@ class Request:
 
 
 JSON = "application/json"
+FORM = "application/x-www-form-urlencoded"
 
 
 @dataclass(frozen=True)
@@ -144,10 +146,12 @@ class JsonHttpServer:
 
     def __init__(self, routes: Sequence[Route], settings: HttpSettings,
                  observe: Callable[[str, int, float], None] | None = None, server_name: str = "lsmlake",
-                 token_cookie: str | None = None, error_page: Callable[[int, str], Response] | None = None) -> None:
+                 token_cookie: str | None = None, error_page: Callable[[int, str], Response] | None = None,
+                 accept_forms: bool = False) -> None:
         """`token_cookie` names a cookie that may carry the bearer token (browsers); `error_page` renders a refusal
-        (status, message) instead of Paimon's JSON error body."""
+        (status, message) instead of Paimon's JSON error body; `accept_forms`: HTML form bodies are read too."""
         self.token_cookie = token_cookie
+        self.accept_forms = accept_forms
         self.error_page = error_page
         self.routes = list(routes)
         self.settings = settings
@@ -261,7 +265,7 @@ class JsonHttpServer:
             if principal is not None and principal.role < route.role:
                 raise PermissionDeniedError(f"{principal.name} (role {principal.role.name.lower()}) may not call "
                                             f"{route.name}: it needs role {route.role.name.lower()}")
-            body = self._read_json(headers, read_body)
+            body = self._read_body(headers, read_body)
             query = {k: v for k, v in parse_qsl(url.query, keep_blank_values=True)}
             answer = self._run(route, Request(method, url.path, params, query, body, principal))
         except Exception as e:
@@ -304,7 +308,7 @@ class JsonHttpServer:
                 self._active -= 1
                 self._idle.notify_all()
 
-    def _read_json(self, headers: Mapping[str, str], read_body: Callable[[int], bytes]) -> Any:
+    def _read_body(self, headers: Mapping[str, str], read_body: Callable[[int], bytes]) -> Any:
         text = headers.get("content-length")
         if text is None:
             if headers.get("transfer-encoding"):
@@ -320,6 +324,11 @@ class JsonHttpServer:
         raw = read_body(size)
         if len(raw) != size:
             raise InvalidInputError(f"the request body ended after {len(raw)} of {size} bytes")
+        if self.accept_forms and headers.get("content-type", "").split(";")[0].strip().lower() == FORM:
+            try:  # an HTML form (the console's login): its fields, the last of a repeated name winning
+                return dict(parse_qsl(raw.decode(), keep_blank_values=True, strict_parsing=False))
+            except UnicodeDecodeError as e:
+                raise InvalidInputError(f"the form is not UTF-8: {e}") from None
         try:
             return json.loads(raw)
         except RecursionError:

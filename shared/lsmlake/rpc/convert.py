@@ -382,18 +382,19 @@ def schema_change_to_proto(change: SchemaChange) -> catalog_pb2.SchemaChange:
     return catalog_pb2.SchemaChange(remove_option=catalog_pb2.RemoveOption(key=change.key))
 
 
-def health_to_proto(h: TableHealth, types: Sequence[Any], with_buckets: bool) -> catalog_pb2.TableHealth:
+def health_to_proto(h: TableHealth, with_buckets: bool) -> catalog_pb2.TableHealth:
     """A table's health (`lsmlake.catalog.health`); partition values as their directory text (null: empty)."""
     db, _, name = h.table.partition(".")
     out = catalog_pb2.TableHealth(
         table=common_pb2.TableIdentifier(database=db, table=name), score=h.score, stalled=h.stalled, lag_ms=h.lag_ms,
         max_sorted_runs=h.max_sorted_runs, stop_trigger=h.stop_trigger, level0_files=h.level0_files,
         pending_plans=h.pending_plans, inflight_plans=h.inflight_plans, oldest_plan_age_ms=h.oldest_plan_age_ms,
-        snapshot_id=h.snapshot_id, penalties=dict(h.penalties))
+        snapshot_id=h.snapshot_id, penalties=dict(h.penalties), error=h.error or "")
     if with_buckets:
         out.buckets.extend(catalog_pb2.BucketHealth(
             partition=b.partition, partition_values=[partition_value_string(v, t) or ""
-                                                     for v, t in zip(b.partition_values, types, strict=True)],
+                                                     for v, t in zip(b.partition_values, h.partition_types,
+                                                                     strict=True)],
             bucket=b.bucket, sorted_runs=b.sorted_runs, level0_files=b.level0_files, files=b.files,
             small_files=b.small_files, size_bytes=b.size_bytes, rows=b.rows, deleted_rows=b.deleted_rows,
             lag_ms=b.lag_ms(h.now_ms)) for b in h.buckets)

@@ -7,9 +7,10 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import IO, Any
 
-from lsmlake.catalog.health import health_of, ranked, table_health
+from lsmlake.catalog.health import ranked, read_health
 from lsmlake.cli.errors import CliError, UsageError
 from lsmlake.cli.output import JsonValues, cell, human_size, out, plural, print_records
 from lsmlake.cli.warehouse import open_backend, open_catalog
@@ -197,33 +198,31 @@ def timeline_records(store: Any, table_id: str, states: Sequence[str] | None, no
 
 
 HEALTH_KEYS = ("table", "score", "stalled", "lag_s", "runs", "stop_trigger", "level0_files", "requested",
-               "inflight", "oldest_plan_s")
+               "inflight", "oldest_plan_s", "error")
 
 
 def cmd_health(args: argparse.Namespace) -> int:
     """The tables ranked by health (`lsmlake.catalog.health`), plans from the catalog's store when it has one."""
     catalog = open_catalog(args)
     if args.table:
+        catalog.get_table(args.table)  # an unknown table named is refused (one dropped while listing is left out)
         tids = [args.table]
     else:
         dbs = [args.database] if args.database else catalog.list_databases()
         tids = [f"{db}.{t}" for db in dbs for t in catalog.list_tables(db)]
-    tables = [catalog.get_table(t) for t in tids]
     url = _metastore_url(args, catalog, required=False)
     now = now_ms()
-    if url is None:
-        healths = [table_health(t, [], now) for t in tables]
-    else:
-        with open_store(url) as store:
-            healths = [health_of(t, store, now) for t in tables]
-    records = [{"table": h.table, "score": h.score, "stalled": "STALLED" if h.stalled else "",
-                "lag_s": round(h.lag_ms / 1000, 1), "runs": h.max_sorted_runs, "stop_trigger": h.stop_trigger,
-                "level0_files": h.level0_files, "requested": h.pending_plans, "inflight": h.inflight_plans,
-                "oldest_plan_s": round(h.oldest_plan_age_ms / 1000, 1)} for h in ranked(healths)]
+    with (open_store(url) if url is not None else nullcontext()) as store:
+        healths = [h for h in (read_health(catalog, store, t, now) for t in tids) if h is not None]
+    records: list[dict[str, Any]] = [
+        {"table": h.table, "score": h.score, "stalled": "STALLED" if h.stalled else "",
+         "lag_s": round(h.lag_ms / 1000, 1), "runs": h.max_sorted_runs, "stop_trigger": h.stop_trigger,
+         "level0_files": h.level0_files, "requested": h.pending_plans, "inflight": h.inflight_plans,
+         "oldest_plan_s": round(h.oldest_plan_age_ms / 1000, 1), "error": h.error or ""} for h in ranked(healths)]
     if args.format == "jsonl":
         for r in records:
-            r["stalled"] = bool(r["stalled"])
-    print_records(records, HEALTH_KEYS, args.format, HEALTH_KEYS[1:2] + HEALTH_KEYS[3:])
+            r["stalled"], r["error"] = bool(r["stalled"]), r["error"] or None
+    print_records(records, HEALTH_KEYS, args.format, HEALTH_KEYS[1:2] + HEALTH_KEYS[3:-1])
     return 0
 
 
