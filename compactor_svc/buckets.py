@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from compactor_svc.metrics import CompactorMetrics
@@ -38,8 +38,11 @@ class BucketState:
     full_owed_at: int = -1  # a trigger asked for a full compaction at this snapshot (-1: none owed)
     failures: int = 0  # failed attempts in a row
     note: str = "queued"  # what the bucket waits for now (a timed-out trigger reports it)
-    # lookup-compact=gentle: plannings that found nothing due since level 0 last moved up
+    # lookup-compact=gentle: compaction triggers that found nothing due since level 0 last moved up
     lookup_triggers: TriggerCount = field(default_factory=TriggerCount)
+    # dirty again only because a look did not go through (held files, a spent budget, a failure): the next look
+    # repeats it, and is no compaction trigger of its own
+    retrying: bool = False
 
 
 def sorted_runs(split: Split) -> tuple[int, int]:
@@ -79,6 +82,7 @@ class Buckets:
                 b.last_snapshot = snapshot_id
                 if not compaction:
                     b.commits_since_full += 1
+            b.retrying = False
             self._dirty.add(key)
             self.metrics.pending_buckets.set(len(self._dirty))
 
@@ -99,7 +103,7 @@ class Buckets:
         with self.lock:
             for key in w.queued:
                 b = self.state(key)
-                b.retry_after, b.failures = 0.0, 0
+                b.retry_after, b.failures, b.retrying = 0.0, 0, False
                 if w.full:
                     b.full_owed_at = max(b.full_owed_at, w.since)
                 self._dirty.add(key)
@@ -116,9 +120,17 @@ class Buckets:
                 key = (table_id, s.partition, s.bucket)
                 runs, l0 = sorted_runs(s)
                 if (runs > 1 or l0 > 0) and self.ownership.owns(*key) and key not in self._dirty:
+                    self.state(key).retrying = False
                     self._dirty.add(key)
                     marked += 1
         return marked
+
+    def retain_tables(self, tables: Collection[str]) -> None:
+        """Forget the buckets of tables not in `tables` (dropped), unless dirty: a table created again under a
+        dropped one's name starts afresh (no owed full compaction, no gentle count)."""
+        with self.lock:
+            for key in [k for k in self._states if k[0] not in tables and k not in self._dirty]:
+                del self._states[key]
 
     def wait(self, w: CompactionWait, timeout_s: float) -> None:
         """Wait until every bucket of `w` is settled or failed, at most `timeout_s`; the rest time out."""
@@ -151,6 +163,20 @@ class Buckets:
                 self.state(k).note = "being planned"
             self.metrics.pending_buckets.set(len(self._dirty))
         return ready
+
+    def is_retry(self, key: BucketKey) -> bool:
+        """Whether this look at `key` only repeats one that did not go through (see `BucketState.retrying`)."""
+        with self.lock:
+            b = self.state(key)
+            retry, b.retrying = b.retrying, False
+            return retry
+
+    def count_trigger(self, key: BucketKey, triggers: TriggerCount) -> None:
+        """A look at `key` was a compaction trigger (its plan was sent, or nothing was due): keep its gentle count."""
+        with self.lock:
+            b = self._states.get(key)
+            if b is not None:
+                b.lookup_triggers = TriggerCount(triggers.count)
 
     def round_done(self) -> bool:
         """Tell the waiting triggers to look; whether a dirty bucket is ready for another round now."""
@@ -199,7 +225,7 @@ class Buckets:
             if b.failures < MAX_ATTEMPTS:
                 b.note = f"attempt {b.failures} failed ({reason}); trying again"
                 if self.ownership.owns(*key):
-                    b.retry_after = time.monotonic() + FAILURE_BACKOFF_S
+                    b.retry_after, b.retrying = time.monotonic() + FAILURE_BACKOFF_S, True
                     self._dirty.add(key)
                 return
             _log.warning("bucket %d of %s failed %d times in a row: %s", key[2], key[0], b.failures, reason)
@@ -208,14 +234,19 @@ class Buckets:
                 w.fail(key, f"plan failed {MAX_ATTEMPTS} times: {reason}")
             self.lock.notify_all()
 
-    def redo(self, keys: Sequence[BucketKey], backoff_s: float, note: str) -> None:
-        """Look at the buckets again after `backoff_s` (not a failure of theirs: a plan did not start, ...)."""
+    def redo(self, keys: Sequence[BucketKey], backoff_s: float, note: str, looked: bool = True) -> None:
+        """Look at the buckets again after `backoff_s` (not a failure of theirs: a plan did not start, ...).
+
+        `looked`: they were looked at, so the next look is a retry; else (a round ran out of time before them)
+        the next look is the one they were waiting for.
+        """
         now = time.monotonic()
         with self.lock:
             for k in keys:
                 if self.ownership.owns(*k):
                     b = self.state(k)
                     b.retry_after, b.note = now + backoff_s, note
+                    b.retrying = b.retrying or looked
                     self._dirty.add(k)
 
     def fail_waits(self, key: BucketKey, reason: str) -> None:

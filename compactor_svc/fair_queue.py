@@ -1,19 +1,20 @@
 """Which table's dirty buckets a planning round takes first, when many tables share one compactor.
 
-Order: a table whose writers stall (a bucket at `num-sorted-run.stop-trigger`) first; then the higher
+Order: a table whose writers stall (a bucket past `num-sorted-run.stop-trigger`) first; then the higher
 `lsmlake.compaction.priority`; then the table that has been served least for its share
 (`lsmlake.compaction.share`). A table without its own priority or share takes its database's, given to the
 compactor (`--database-priority`, `--database-share`: `DatabaseWeights`), else the defaults (0 and 1).
 
 Service: each plan charges the table its input bytes divided by its share, so over time tables get compaction
-work in proportion to their shares (weighted fair queueing). A table that was idle starts level with the
-least-served waiting table, so idleness banks no credit. A round stops taking tables once its time budget is
-spent; the rest keep their place in the queue.
+work in proportion to their shares (weighted fair queueing). A table that was idle (not in the previous round)
+starts no lower than the least-served table of that round, so idleness banks no credit; that level never goes
+down. A round stops taking tables once its time budget is spent (`compactor-svc --round-budget`); the rest
+keep their place in the queue. Dropped tables are forgotten at the scheduler's reconciliation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from lsmlake.format import options as opts
@@ -52,20 +53,35 @@ class FairQueue:
 
     def __init__(self) -> None:
         self._served: dict[str, float] = {}
+        # the tables of the previous round and those charged since: they waited or were served without a pause
+        self._active: set[str] = set()
+        # never decreases: a table that (re)appears starts here, so a low count left from before an idle spell
+        # (its own or a dropped table's) cannot pull the level down and jump it ahead of the waiting tables
+        self._virtual = 0.0
 
     def order(self, demands: Sequence[Demand]) -> list[Demand]:
-        waiting = [self._served[d.table] for d in demands if d.table in self._served]
-        floor = min(waiting, default=0.0)
+        self._virtual = max(self._virtual, min((self._served[t] for t in self._active if t in self._served),
+                                               default=self._virtual))
         for d in demands:
-            self._served[d.table] = max(self._served.get(d.table, floor), floor)
+            if d.table not in self._active:
+                self._served[d.table] = max(self._served.get(d.table, self._virtual), self._virtual)
+        self._active = {d.table for d in demands}
         return sorted(demands, key=lambda d: (not d.stalled, -d.priority, self._served[d.table], d.table))
 
     def charge(self, demand: Demand, input_bytes: int) -> None:
         """A plan of `input_bytes` ran for the table."""
-        self._served[demand.table] = self._served.get(demand.table, 0.0) + input_bytes / max(1, demand.share)
+        self._served[demand.table] = self._served.get(demand.table, self._virtual) + input_bytes / max(1, demand.share)
+        self._active.add(demand.table)
 
     def served(self, table: str) -> float:
         return self._served.get(table, 0.0)
 
     def forget(self, table: str) -> None:
         self._served.pop(table, None)
+        self._active.discard(table)
+
+    def retain(self, tables: Collection[str]) -> None:
+        """Forget every table but `tables` (those that exist): a table created again under a dropped one's name
+        starts afresh."""
+        for t in [t for t in self._served if t not in tables]:
+            self.forget(t)

@@ -12,6 +12,10 @@ Triggers: an operator's trigger marks the named owned buckets dirty (a full one 
 compaction, and a waited one learns of their outcomes: `buckets.py`). A bucket whose files a pending plan
 holds is left out of the next plan and looked at again shortly.
 
+`lookup-compact = gentle` counts compaction triggers per bucket, as Paimon's writer does: a look counts only
+when its plan is sent (or nothing was due); a plan that is dropped (held files, the IO budget, a refused
+request) and the retry after it do not count, so they neither bring level 0 up early nor put it off.
+
 Recovery of the plans other owners left (`plan_runs.py`) runs when buckets are gained (at start and at
 every rebalance) and after a plan request fails (its reply lost, or its inputs held by a pending plan).
 """
@@ -37,7 +41,9 @@ from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import NotFoundError
 from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.snapshot import Snapshot
+from lsmlake.mergetree.compact.force_up_level0 import TriggerCount
 from lsmlake.mergetree.compact.unit import CompactUnit
+from lsmlake.mergetree.levels import writers_stall
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
 from lsmlake.rpc.convert import file_to_proto
 from lsmlake.runtime.background import BackgroundLoop
@@ -72,6 +78,7 @@ class _Candidate:
     split: Split
     unit: CompactUnit
     full: bool  # planned as a full compaction
+    triggers: TriggerCount  # the bucket's gentle count after this look: kept only if the plan is sent
 
 
 class Scheduler:
@@ -206,10 +213,10 @@ class Scheduler:
         for demand in self.queue.order([self._demand(t, keys) for t, keys in by_table.items()]):
             keys = by_table[demand.table]
             if self._loop.is_stopping():
-                self.buckets.redo(keys, 0.0, "queued")
+                self.buckets.redo(keys, 0.0, "queued", looked=False)
                 continue
             if time.monotonic() - started > self.round_budget_s:  # the others keep their place in the queue
-                self.buckets.redo(keys, 0.0, "waiting for its turn (other tables were planned first)")
+                self.buckets.redo(keys, 0.0, "waiting for its turn (other tables were planned first)", looked=False)
                 continue
             try:
                 self.queue.charge(demand, self._compact_table(demand.table, keys))
@@ -222,7 +229,7 @@ class Scheduler:
 
     def _demand(self, table_id: str, keys: list[BucketKey]) -> Demand:
         """The table's place in the fair queue: its (or its database's) priority and share, and whether its writers
-        stall (a dirty bucket at the stop trigger, as of the table's latest snapshot)."""
+        stall (a dirty bucket past the stop trigger, as of the table's latest snapshot)."""
         try:
             view = self._view(table_id)
         except Exception:  # gone or unreadable: planning reports it
@@ -230,7 +237,7 @@ class Scheduler:
         o = view.table.options
         worst = max((sorted_runs(s)[0] for s in (view.splits.get((k[1], k[2])) for k in keys) if s is not None),
                     default=0)
-        return self.weights.demand(table_id, o, worst >= o.stop_trigger())
+        return self.weights.demand(table_id, o, writers_stall(worst, o.stop_trigger()))
 
     def _view(self, table_id: str) -> _TableView:
         """The table at its latest snapshot; the buckets' files are listed again only when the snapshot changed."""
@@ -248,9 +255,13 @@ class Scheduler:
         return [f"{db}.{t}" for db in self.catalog.list_databases() for t in self.catalog.list_tables(db)]
 
     def _reconcile(self) -> None:
-        """Mark every owned bucket with more than one sorted run (or any level-0 file) dirty: catches lost events."""
+        """Mark every owned bucket with more than one sorted run (or any level-0 file) dirty: catches lost events.
+        Forget what the queue and the buckets remember of dropped tables."""
         marked = 0
-        for table_id in self._tables():
+        tables = self._tables()
+        self.queue.retain(set(tables))
+        self.buckets.retain_tables(set(tables))
+        for table_id in tables:
             try:
                 table = self.catalog.get_table(table_id)
                 splits = every_bucket(table, table.latest_snapshot())
@@ -299,13 +310,17 @@ class Scheduler:
             self.metrics.level0_files.observe(l0)
             b = self.buckets.state(key)
             full = b.full_owed_at >= 0 or self.trigger.due(b.commits_since_full, now - b.last_full)
+            retry = self.buckets.is_retry(key)
+            triggers = TriggerCount(b.lookup_triggers.count)
             # postponed rows go to their buckets as soon as they are seen: until then no reader sees them
-            unit = plan_bucket(table, split, full, history, b.lookup_triggers) if split.bucket != POSTPONE_BUCKET \
+            unit = plan_bucket(table, split, full, history, triggers) if split.bucket != POSTPONE_BUCKET \
                 else CompactUnit(0, split.files)
             if unit is None:
+                if not retry:
+                    self.buckets.count_trigger(key, triggers)
                 self.buckets.settle(key, at, full or always_full, "", at)
                 continue
-            candidates.append(_Candidate(runs, key, split, unit, full or always_full))
+            candidates.append(_Candidate(runs, key, split, unit, full or always_full, triggers))
         self.metrics.max_sorted_runs.set(worst)
         candidates = self._without_held(table_id, candidates)
         if not candidates:
@@ -339,6 +354,8 @@ class Scheduler:
             for c in chosen:
                 self.buckets.attempt_failed(c.key, f"plan refused by the catalog: {e.details()}")
             return 0
+        for c in chosen:
+            self.buckets.count_trigger(c.key, c.triggers)
         origin = PlanOrigin(at, {c.key: c.full for c in chosen},
                             {c.key: c.full or c.unit.file_rewrite for c in chosen})
         self.runner.execute(table_id, plan, origin)

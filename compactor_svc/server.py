@@ -17,7 +17,7 @@ from compactor_svc.event_feed import EventFeed
 from compactor_svc.fair_queue import DatabaseWeights
 from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
-from compactor_svc.scheduler import Scheduler
+from compactor_svc.scheduler import ROUND_BUDGET_S, Scheduler
 from compactor_svc.servicer import CompactorService
 from compactor_svc.timeline_client import TimelineClient
 from compactor_svc.triggers import STRATEGIES, FullCompactionTrigger
@@ -53,6 +53,7 @@ class Settings(ServiceSettings):
     max_plan_bytes: int = 2 << 30
     max_plan_buckets: int = 64
     reconcile_interval_s: float = 30.0
+    round_budget_s: float = ROUND_BUDGET_S
     weights: DatabaseWeights = field(default_factory=DatabaseWeights)  # databases' priority and share
     grace_s: float = 30.0
     workers: int = WORKERS
@@ -82,6 +83,9 @@ class Settings(ServiceSettings):
         p.add_argument("--max-plan-buckets", type=int, default=64)
         p.add_argument("--reconcile-interval", type=float, default=30.0,
                        help="seconds between looks at every owned bucket (finds lost events)")
+        p.add_argument("--round-budget", type=float, default=ROUND_BUDGET_S, metavar="SECONDS",
+                       help="a planning round takes no new table after this long; the rest keep their place in "
+                            f"the queue (default {ROUND_BUDGET_S:g})")
         p.add_argument("--database-priority", action="append", metavar="DATABASE=N",
                        default=_env_list(env, "LSMLAKE_DATABASE_PRIORITY"),
                        help="the compaction priority of the database's tables that set no "
@@ -107,8 +111,8 @@ class Settings(ServiceSettings):
             trigger = FullCompactionTrigger(a.full_trigger, a.full_delta_commits, a.full_delta_seconds)
         except InvalidInputError as e:
             p.error(str(e))
-        if a.reconcile_interval <= 0 or a.max_plan_bytes <= 0 or a.max_plan_buckets <= 0:
-            p.error("--reconcile-interval, --max-plan-bytes and --max-plan-buckets must be positive")
+        if min(a.reconcile_interval, a.max_plan_bytes, a.max_plan_buckets, a.round_budget) <= 0:
+            p.error("--reconcile-interval, --max-plan-bytes, --max-plan-buckets and --round-budget must be positive")
         try:
             weights = DatabaseWeights(_weights(a.database_priority, "--database-priority", None),
                                       _weights(a.database_share, "--database-share", 1))
@@ -117,8 +121,8 @@ class Settings(ServiceSettings):
         extra = {"compactor_id": a.compactor_id} if a.compactor_id else {}
         return Settings(warehouse=a.warehouse, catalog=a.catalog, kafka=a.kafka, spark_master=a.spark_master,
                         spark_conf=tuple(conf), trigger=trigger, max_plan_bytes=a.max_plan_bytes,
-                        max_plan_buckets=a.max_plan_buckets, reconcile_interval_s=a.reconcile_interval, weights=weights,
-                        **common, **extra)
+                        max_plan_buckets=a.max_plan_buckets, reconcile_interval_s=a.reconcile_interval,
+                        round_budget_s=a.round_budget, weights=weights, **common, **extra)
 
 
 def _env_list(env: dict[str, str], name: str) -> list[str]:
@@ -174,7 +178,7 @@ class CompactorServer(ServiceProcess[Settings]):
         self._timeline = TimelineClient(s.catalog, security=s.catalog_security)
         self._scheduler = Scheduler(s.warehouse, self._timeline, self._spark, self.ownership, self.metrics,
                                     s.compactor_id, s.trigger, s.max_plan_bytes, s.max_plan_buckets,
-                                    s.reconcile_interval_s, weights=s.weights).start()
+                                    s.reconcile_interval_s, round_budget_s=s.round_budget_s, weights=s.weights).start()
         compactor_pb2_grpc.add_CompactorServiceServicer_to_server(
             CompactorService(s.warehouse, self._scheduler, self.ownership, s.compactor_id), server)
 

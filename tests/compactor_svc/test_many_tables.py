@@ -2,7 +2,8 @@
 local[2], the embedded Kafka broker).
 
 - Before the compactor starts, every table has level-0 files and one, `t19` (last by name, never served), has
-  its writers stalled (sorted runs at its stop trigger): the compactor's first plan is `t19`'s.
+  its writers stalled (sorted runs past its stop trigger: one commit more than it): the compactor's first plan is
+  `t19`'s.
 - Then each table commits at its own rate for a while, from twice a second (`t00`, `t01`) to a few times in
   all (`t19`), through the catalog's Commit as any Paimon engine would. The tables have deletion vectors, so
   every level-0 file is due at once and a table's compaction lag (the age of its oldest level-0 file, from
@@ -174,7 +175,7 @@ def test_twenty_skewed_tables_through_one_compactor(broker: EmbeddedBroker, tmp_
         names = [f"t{i:02d}" for i in range(TABLES)]
         for name in names:
             loader.create(name, {"num-sorted-run.stop-trigger": str(STALLED_TRIGGER)} if name == STALLED else {})
-        for name in names:  # a backlog everywhere; the stalled table at its stop trigger
+        for name in names:  # a backlog everywhere; the stalled table one sorted run past its stop trigger
             for _ in range(STALLED_TRIGGER + 1 if name == STALLED else 1):
                 loader.commit(name)
         watch = Watch(stub)

@@ -19,7 +19,9 @@ from lsmlake.mergetree.sorted_run import LevelSortedRun
 class TriggerCount:
     """How many compaction triggers of a bucket found nothing due since level 0 last moved up (gentle mode).
 
-    Paimon keeps it in the bucket's writer; lsmlake's compactor keeps it with the bucket it owns.
+    Paimon keeps it in the bucket's writer, which picks only when no compaction runs and submits what it picks;
+    lsmlake's compactor keeps it with the bucket it owns and plans with a copy, kept only when the plan is sent
+    (or nothing was due), since a plan may still be dropped.
     """
 
     count: int = 0
