@@ -6,7 +6,9 @@
    `compaction.incremental-size-threshold` (the runs below the highest level hold more);
 1. size amplification: all runs but the oldest are more than `max_size_amp` percent of the oldest;
 2. size ratio: a prefix of runs, each small enough against the sum of the runs before it; inside the
-   off-peak window (`OffPeakHours`) the off-peak ratio is added to the size ratio, so more is merged then;
+   off-peak window (`OffPeakHours`) the off-peak ratio is added to the size ratio, so more is merged then.
+   Once a pick is certain, a too-big run on level 0 or 1 is taken anyway and the runs above are weighed
+   against the bigger sum (Paimon master since apache/paimon#9185, not in a release up to 2.0.0);
 3. file number: more runs than the trigger forces a size-ratio pick of the surplus.
 Runs are given newest first. Picking is pure: no I/O; the clock and the local hour are injected.
 """
@@ -93,20 +95,27 @@ class UniversalCompaction:
 
     def pick_for_size_ratio(self, max_level: int, runs: Sequence[LevelSortedRun], candidate_count: int = 1,
                             force: bool = False) -> CompactUnit | None:
-        """Grow a prefix of runs while the next run is not bigger than the prefix by more than `size_ratio`%."""
+        """Grow a prefix of runs while the next run is not bigger than the prefix by more than `size_ratio`%.
+
+        A run that is too big ends the prefix, except on level 0 or 1 once the pick is certain (forced, or two
+        runs already in): leaving it out would only push the output onto it (see `_unit`) without weighing the
+        level-2 run against it, so level 1 would grow without bound. Taking it, the runs on level 2 and above
+        are then weighed against the bigger sum.
+        """
         if not force and candidate_count == 1 and len(runs) < self.num_run_trigger:
             return None
         size = sum(r.total_size for r in runs[:candidate_count])
         count = candidate_count
+        picked = force or candidate_count > 1
         offpeak = self.offpeak.ratio_at(self.hour()) if self.offpeak is not None else 0
         for r in runs[candidate_count:]:
-            if size * (100.0 + self.size_ratio + offpeak) / 100.0 < r.total_size:
+            too_big = size * (100.0 + self.size_ratio + offpeak) / 100.0 < r.total_size
+            if too_big and (not picked or r.level > 1):
                 break
             size += r.total_size
             count += 1
-        if force or count > 1:
-            return self._unit(runs, max_level, count)
-        return None
+            picked = True
+        return self._unit(runs, max_level, count) if picked else None
 
     def _unit(self, runs: Sequence[LevelSortedRun], max_level: int, count: int) -> CompactUnit:
         """Output to the level just above the next untouched run, never to level 0."""
