@@ -20,7 +20,6 @@ from lsmlake.metastore import open_store
 from lsmlake.rest.http_server import Request
 
 from ..catalog_svc.local_server import local_server
-
 from .conftest import Tokens
 
 
