@@ -138,7 +138,7 @@ def test_the_printed_console_address_serves_the_console(cluster: str, capsys: py
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", address), address
     assert address.rstrip("/") != state.rest, "the console and the REST catalog have ports of their own"
     status, kind, body = get(f"{address}login")
-    assert (status, kind) == (200, "text/html") and 'id="token"' in body and "lsmlake_token" in body
+    assert (status, kind) == (200, "text/html") and 'id="token"' in body and 'method="post"' in body
     # a table written through the cluster is on the console's list and has a page (no tokens are checked here)
     lake(capsys, cluster, "table", "create", "shop.visits", "--schema", "id BIGINT NOT NULL, page STRING",
          "--primary-key", "id", "--option", "bucket=1")
