@@ -19,8 +19,7 @@ from catalog_svc.console_svg import HOUR_MS, line_svg, lsm_svg, timeline_svg, wi
 from catalog_svc.health_history import HealthHistory
 from lsmlake.auth.roles import Role
 from lsmlake.catalog.filesystem import FileSystemCatalog, check_name
-from lsmlake.catalog.health import health_of, ranked, read_health
-from lsmlake.errors import NotFoundError
+from lsmlake.catalog.health import health_of, read_healths
 from lsmlake.format.partition import partition_value_string
 from lsmlake.metastore import MetaStore, now_ms
 from lsmlake.rest.http_server import Request, Response, Route
@@ -68,10 +67,10 @@ class Console:
                  clock: Callable[[], int] = now_ms, tls: bool = False) -> None:
         """`tls`: the console is served over TLS, so the token cookie is sent over TLS only."""
         self.catalog = catalog
-        self._cookie_flags = "; Path=/; HttpOnly; SameSite=Strict" + ("; Secure" if tls else "")
         self.store = store
         self.history = history
         self.clock = clock
+        self._cookie_flags = "; Path=/; HttpOnly; SameSite=Strict" + ("; Secure" if tls else "")
 
     def routes(self) -> list[Route]:
         return [Route("GET", "/", Role.READER, self.tables, name="tables"),
@@ -82,17 +81,9 @@ class Console:
                 Route("GET", "/favicon.ico", Role.READER, lambda _: Response(None, 204), public=True, name="icon")]
 
     def tables(self, request: Request) -> Response:
-        healths = []
-        now = self.clock()
-        for db in self.catalog.list_databases():
-            try:
-                names = self.catalog.list_tables(db)
-            except NotFoundError:
-                continue  # dropped while listed
-            healths += [h for h in (read_health(self.catalog, self.store, f"{db}.{n}", now) for n in names)
-                        if h is not None]
+        healths = read_healths(self.catalog, self.store, self.catalog.table_ids(), self.clock())
         rows = []
-        for rank, h in enumerate(ranked(healths), 1):
+        for rank, h in enumerate(healths, 1):
             db, _, name = h.table.partition(".")
             link = f'<a href="/table/{escape(db)}/{escape(name)}">{escape(h.table)}</a>'
             if h.error is not None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 
 from catalog_svc.health_history import HealthHistory
 from catalog_svc.metrics import CatalogMetrics
@@ -28,16 +27,10 @@ ORPHAN_MIN_AGE_MS = 86_400_000  # a file younger than a day may belong to a comm
 TICK_S = 0.5  # how often the thread looks whether a job is due
 
 
-def table_ids(catalog: FileSystemCatalog) -> Iterator[str]:
-    for db in catalog.list_databases():
-        for t in catalog.list_tables(db):
-            yield f"{db}.{t}"
-
-
 def reconcile_all(catalog: FileSystemCatalog, store: MetaStore, metrics: CatalogMetrics) -> int:
     """Record, with their events, the snapshots of every table that have no record yet; how many."""
     total = 0
-    for tid in table_ids(catalog):
+    for tid in catalog.table_ids():
         try:
             latest = catalog.get_table(tid).snapshots.latest_id()
             if latest is None or (store.last_recorded_snapshot(tid) or 0) >= latest:
@@ -117,7 +110,7 @@ class Maintenance:
         A table that cannot be read keeps its last figures and history, flagged by `lsmlake_table_unreadable`:
         only a table that is gone loses them (an alert must not clear itself when the table breaks)."""
         seen: set[str] = set()
-        for tid in table_ids(self.catalog):
+        for tid in self.catalog.table_ids():
             if self._loop.is_stopping():
                 return len(seen)
             health = read_health(self.catalog, self.store, tid, now_ms())
@@ -138,7 +131,7 @@ class Maintenance:
         """Expire snapshots of every table by its `snapshot.*` options, each until caught up (in batches of
         `snapshot.expire.limit`, within `expire_budget_s`); how many were expired."""
         total = 0
-        for tid in table_ids(self.catalog):
+        for tid in self.catalog.table_ids():
             if self._loop.is_stopping():
                 break
             total += self._expire_table(tid)
@@ -171,7 +164,7 @@ class Maintenance:
     def remove_orphans_once(self) -> int:
         """Delete files older than a day that no snapshot or tag of their table references; how many."""
         total = 0
-        for tid in table_ids(self.catalog):
+        for tid in self.catalog.table_ids():
             if self._loop.is_stopping():
                 break
             try:

@@ -33,7 +33,7 @@ from lsmlake.catalog.commit_request import CommitRequest
 from lsmlake.catalog.commits import AFTER_COMMIT, AFTER_SNAPSHOT, CatalogCommits, CommitOutcome, check_table_identity
 from lsmlake.catalog.expire import expire_snapshots, remove_orphan_files
 from lsmlake.catalog.filesystem import FileSystemCatalog, check_name
-from lsmlake.catalog.health import ranked, read_health
+from lsmlake.catalog.health import read_healths
 from lsmlake.catalog.snapshot_commit import SnapshotCommitRequest, commit_snapshot
 from lsmlake.catalog.timeline import Timeline, parse_plan_id
 from lsmlake.errors import CommitConflictError, InvalidInputError, LakeError, NotFoundError
@@ -485,21 +485,14 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         """The health of one table, a database's tables or all (see `lsmlake.catalog.health`), ranked."""
         if request.HasField("table"):
             tids = [_ident(request.table)]
-        elif request.database:
-            tids = [f"{request.database}.{t}" for t in self.catalog.list_tables(check_name(request.database,
-                                                                                             "database"))]
         else:
-            tids = [f"{db}.{t}" for db in self.catalog.list_databases() for t in self.catalog.list_tables(db)]
-        healths = []
-        for tid in tids:
-            health = read_health(self.catalog, self.store, tid, now_ms())
-            if health is not None:
-                healths.append(health)
-            elif request.HasField("table"):
-                raise NotFoundError(f"table {tid} does not exist")
+            tids = self.catalog.table_ids(check_name(request.database, "database") if request.database else None)
         # an unreadable table is answered with its error, ranked first; the others are answered all the same
-        return catalog_pb2.ListTableHealthResponse(tables=[
-            convert.health_to_proto(h, request.with_buckets) for h in ranked(healths)])
+        healths = read_healths(self.catalog, self.store, tids, now_ms())
+        if request.HasField("table") and not healths:
+            raise NotFoundError(f"table {tids[0]} does not exist")
+        return catalog_pb2.ListTableHealthResponse(tables=[convert.health_to_proto(h, request.with_buckets)
+                                                           for h in healths])
 
     @guarded
     def ListCompactionPlans(self, request: catalog_pb2.ListCompactionPlansRequest,

@@ -200,7 +200,7 @@ class Scheduler:
         """Recover plans and reconcile when due, then plan and run the ready dirty buckets, table by table."""
         if self._recover:
             self._recover = False
-            self.runner.recover(self._tables())
+            self.runner.recover(self.catalog.table_ids())
         if time.monotonic() >= self._reconcile_due:
             self._reconcile_due = time.monotonic() + self.reconcile_interval_s
             self._reconcile()
@@ -251,14 +251,11 @@ class Scheduler:
         self._views[table_id] = view
         return view
 
-    def _tables(self) -> list[str]:
-        return [f"{db}.{t}" for db in self.catalog.list_databases() for t in self.catalog.list_tables(db)]
-
     def _reconcile(self) -> None:
         """Mark every owned bucket with more than one sorted run (or any level-0 file) dirty: catches lost events.
         Forget what the queue and the buckets remember of dropped tables."""
         marked = 0
-        tables = self._tables()
+        tables = self.catalog.table_ids()
         self.queue.retain(set(tables))
         self.buckets.retain_tables(set(tables))
         for table_id in tables:

@@ -89,6 +89,19 @@ class FileSystemCatalog:
 
     # -- tables --------------------------------------------------------------------------------
 
+    def table_ids(self, database: str | None = None) -> list[str]:
+        """`db.table` of every table of `database` (unknown: NotFoundError), or of every database; a database
+        dropped while they are listed is left out."""
+        if database is not None:
+            return [f"{database}.{t}" for t in self.list_tables(database)]
+        ids = []
+        for db in self.list_databases():
+            try:
+                ids += [f"{db}.{t}" for t in self.list_tables(db)]
+            except NotFoundError:
+                continue
+        return ids
+
     def list_tables(self, db: str) -> list[str]:
         path = self.database_path(db)
         if not self.io.exists(path):

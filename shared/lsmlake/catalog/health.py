@@ -169,9 +169,15 @@ def read_health(catalog: FileSystemCatalog, store: MetaStore | None, table_id: s
     except Exception as e:  # noqa: BLE001 (its schema cannot be read)
         return _unreadable(table_id, e, now_ms)
     try:  # from here a file not found is a broken table, not a dropped one
-        return table_health(table, [] if store is None else store.list_plans(table_id, PENDING_STATES), now_ms)
+        return table_health(table, [], now_ms) if store is None else health_of(table, store, now_ms)
     except Exception as e:  # noqa: BLE001 (any failure to read the table is what this reports)
         return _unreadable(table_id, e, now_ms)
+
+
+def read_healths(catalog: FileSystemCatalog, store: MetaStore | None, table_ids: Sequence[str],
+                 now_ms: int) -> list[TableHealth]:
+    """`read_health` of each table, `ranked`; tables dropped meanwhile are left out."""
+    return ranked([h for h in (read_health(catalog, store, t, now_ms) for t in table_ids) if h is not None])
 
 
 def _unreadable(table_id: str, e: Exception, now_ms: int) -> TableHealth:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import IO, Any
 
-from lsmlake.catalog.health import ranked, read_health
+from lsmlake.catalog.health import read_healths
 from lsmlake.cli.errors import CliError, UsageError
 from lsmlake.cli.output import JsonValues, cell, human_size, out, plural, print_records
 from lsmlake.cli.warehouse import open_backend, open_catalog
@@ -208,17 +208,15 @@ def cmd_health(args: argparse.Namespace) -> int:
         catalog.get_table(args.table)  # an unknown table named is refused (one dropped while listing is left out)
         tids = [args.table]
     else:
-        dbs = [args.database] if args.database else catalog.list_databases()
-        tids = [f"{db}.{t}" for db in dbs for t in catalog.list_tables(db)]
+        tids = catalog.table_ids(args.database)
     url = _metastore_url(args, catalog, required=False)
-    now = now_ms()
     with (open_store(url) if url is not None else nullcontext()) as store:
-        healths = [h for h in (read_health(catalog, store, t, now) for t in tids) if h is not None]
+        healths = read_healths(catalog, store, tids, now_ms())
     records: list[dict[str, Any]] = [
         {"table": h.table, "score": h.score, "stalled": "STALLED" if h.stalled else "",
          "lag_s": round(h.lag_ms / 1000, 1), "runs": h.max_sorted_runs, "stop_trigger": h.stop_trigger,
          "level0_files": h.level0_files, "requested": h.pending_plans, "inflight": h.inflight_plans,
-         "oldest_plan_s": round(h.oldest_plan_age_ms / 1000, 1), "error": h.error or ""} for h in ranked(healths)]
+         "oldest_plan_s": round(h.oldest_plan_age_ms / 1000, 1), "error": h.error or ""} for h in healths]
     if args.format == "jsonl":
         for r in records:
             r["stalled"], r["error"] = bool(r["stalled"]), r["error"] or None
