@@ -1,4 +1,5 @@
-"""Fixtures shared across test folders: a fresh metadata store on each backend (SQLite, PostgreSQL)."""
+"""Fixtures shared across test folders: a fresh metadata store on each backend (SQLite, PostgreSQL), and a local
+S3 server (`s3_server`, from `tests.s3_server`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from pathlib import Path
 import pytest
 
 from lsmlake.metastore import MetaStore, open_store
+
+from .s3_server import s3_server
+
+__all__ = ["s3_server"]  # a fixture: pytest finds it by its name here
 
 PG_URL = os.environ.get("LSMLAKE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 

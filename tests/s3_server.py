@@ -1,0 +1,126 @@
+"""A local S3 server for tests: moto in server mode, a separate process on a free loopback port.
+
+`s3_server` (session scope, registered in conftest) starts it, waits until it answers and creates a bucket;
+`S3Server.warehouse(name)` is a warehouse URI of a fresh prefix in that bucket, as `FileSystemCatalog` takes
+it (credentials and endpoint in pyarrow's URI parameters), and `S3Server.env()` the AWS_* variables for a
+client that reads them instead (this process's environment is left alone). When moto cannot start, the test fails with
+moto's own output (never skipped: the object-store tests are part of the suite).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+ACCESS_KEY = "lsmlake-test"
+SECRET_KEY = "lsmlake-test-secret"
+REGION = "us-east-1"
+BUCKET = "lake"
+_START_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """A running moto S3 server: its endpoint (`http://127.0.0.1:PORT`) and a bucket in it."""
+
+    endpoint: str
+    bucket: str
+
+    def env(self) -> dict[str, str]:
+        """The AWS_* variables that point a client without URI parameters at this server."""
+        return aws_env(self.endpoint)
+
+    def warehouse(self, name: str | None = None) -> str:
+        """A warehouse URI (pyarrow's S3 URI: credentials as user info, endpoint and region as parameters) under a prefix of its own: `name`, or a fresh one."""
+        prefix = name or f"wh-{uuid.uuid4().hex[:12]}"
+        return f"s3://{ACCESS_KEY}:{SECRET_KEY}@{self.bucket}/{prefix}?endpoint_override={self.endpoint}&region={REGION}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def aws_env(endpoint: str) -> dict[str, str]:
+    """The AWS_* variables that point an S3 client without URI parameters at the local server."""
+    return {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION, "AWS_ENDPOINT_URL": endpoint, "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def start_moto(log_path: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Start `python -m moto.server` on a free port; (the process, its endpoint) once it answers.
+
+    Raises RuntimeError with the tail of moto's log when it exits or does not answer in time.
+    """
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, **aws_env(endpoint)})
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"moto server exited with {proc.returncode}: {_tail(log_path)}")
+        try:
+            with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1):
+                return proc, endpoint
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            stop_moto(proc)
+            raise RuntimeError(f"moto server did not answer on {endpoint} within {_START_TIMEOUT_S:.0f} s: "
+                               f"{_tail(log_path)}")
+        time.sleep(0.1)
+
+
+def stop_moto(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def create_bucket(endpoint: str, bucket: str) -> None:
+    import pyarrow.fs as pafs
+
+    fs = pafs.S3FileSystem(access_key=ACCESS_KEY, secret_key=SECRET_KEY, region=REGION,
+                           endpoint_override=endpoint, allow_bucket_creation=True)
+    fs.create_dir(bucket)
+
+
+def _tail(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-2000:] or "(no output)"
+    except OSError as e:
+        return f"(no log: {e})"
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """A moto S3 server for the session with the bucket `lake`; fails (never skips) when moto cannot start."""
+    log_path = os.path.join(tempfile.mkdtemp(prefix="moto-"), "moto.log")
+    try:
+        proc, endpoint = start_moto(log_path)
+    except (RuntimeError, OSError) as e:
+        pytest.fail(f"cannot start the local S3 server (moto): {e}", pytrace=False)
+    try:
+        create_bucket(endpoint, BUCKET)
+        yield S3Server(endpoint, BUCKET)
+    finally:
+        stop_moto(proc)
