@@ -217,7 +217,7 @@ def test_concurrent_deletes_of_one_bucket_conflict_instead_of_losing_one(tmp_pat
     first[0].new_index_files, first[0].deleted_index_files = dv_index_change(t.indexes, split, {name: BitMap([1])})
     second[0].new_index_files, second[0].deleted_index_files = dv_index_change(t.indexes, split, {name: BitMap([2])})
     t.new_commit().commit(first, kind="OVERWRITE")
-    with pytest.raises(CommitConflictError, match="index file"):
+    with pytest.raises(CommitConflictError, match="deletion vectors of bucket 0"):
         t.new_commit().commit(second, kind="OVERWRITE")
     assert sorted(r["k"] for r in t.to_arrow().to_pylist()) == [0, 2, 3, 4]
 

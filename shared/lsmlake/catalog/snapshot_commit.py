@@ -34,7 +34,8 @@ from lsmlake.catalog.commits import AFTER_SNAPSHOT, CatalogCommits, check_table_
 from lsmlake.catalog.live_files import LiveFiles
 from lsmlake.catalog.reconcile import WRITES_PROPERTY, reconcile_table, snapshot_changes
 from lsmlake.errors import CorruptMetadataError, InvalidInputError, LakeError, NotFoundError, PermissionDeniedError
-from lsmlake.format.snapshot import ANALYZE, APPEND, COMMIT_KINDS, Snapshot
+from lsmlake.format.snapshot import ANALYZE, APPEND, COMMIT_KINDS, OVERWRITE, Snapshot
+from lsmlake.table import index_changes
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.write import CommitMessage
 
@@ -163,17 +164,37 @@ def _check_base(table: FileStoreTable, snap: Snapshot, latest: Snapshot | None) 
                                 f"({missing} missing, {extra} not in it); build on the latest snapshot")
 
 
-def _check_index(table: FileStoreTable, snap: Snapshot, latest: Snapshot | None) -> None:
-    """The index files a new index manifest adds must be files of the table's index folder."""
-    if snap.index_manifest is None or (latest is not None and snap.index_manifest == latest.index_manifest):
+def check_index_manifest(table: FileStoreTable, latest: Snapshot | None, sent_name: str | None,
+                         changes: list[CommitMessage], kind: str = APPEND) -> None:
+    """The index manifest a client sent whole may differ from the latest one only as a commit's index changes may
+    (`index_changes`): new index files exist in the table's index folder, no bucket holds two files of a type, no
+    vector marks a file that is not live, and no vector of a live file nor any HASH key is dropped."""
+    latest_name = latest.index_manifest if latest is not None else None
+    if sent_name == latest_name:
         return
-    before = {e.file_name for e in table.indexes.read(latest.index_manifest)} if latest is not None else set()
-    for i, e in enumerate(table.indexes.read(snap.index_manifest)):
-        if e.file_name in before:
-            continue
+    current = table.indexes.read(latest_name)
+    sent = table.indexes.read(sent_name)
+    added, removed = index_changes.diff(current, sent)
+    for i, e in enumerate(added):
         check_file_name(e.file_name, f"snapshot: index manifest entry {i}")
+        if e.external_path is not None:
+            raise InvalidInputError(f"snapshot: index file {e.file_name} has an external path; lsmlake keeps index "
+                                    "files in the table's index folder")
         if not table.io.exists(table.indexes.index_path(e.file_name)):
             raise InvalidInputError(f"snapshot: index file {e.file_name} does not exist under {table.identifier}")
+    if not added and not removed:
+        return
+    live = set(_LIVE.at(table, latest)) if latest is not None else set()
+    for c in changes:
+        live -= {(c.partition, c.bucket, f.file_name) for f in c.deleted_files}
+        live |= {(c.partition, c.bucket, f.file_name) for f in c.new_files}
+    # an overwrite that leaves none of a partition's files replaces the partition, and its index with it
+    replaced: frozenset[bytes] = frozenset()
+    if kind == OVERWRITE:
+        before = {p for p, _, _ in _LIVE.at(table, latest)} if latest is not None else set()
+        replaced = frozenset(before - {p for p, _, _ in live})
+    change = index_changes.IndexChange(added, removed, replaced_partitions=replaced, sent_whole=True)
+    index_changes.apply(current, change, live, table.indexes)
 
 
 def commit_snapshot(commits: CatalogCommits, request: SnapshotCommitRequest,
@@ -229,8 +250,8 @@ def _check_written(table: FileStoreTable, snap: Snapshot, latest: Snapshot | Non
     try:
         _check_files_exist(table, snap)
         _check_base(table, snap, latest)
-        _check_index(table, snap, latest)
         changes = snapshot_changes(table, snap)
+        check_index_manifest(table, latest, snap.index_manifest, changes, snap.commit_kind)
         if snap.commit_kind in (APPEND, ANALYZE):
             for c in changes:
                 if c.deleted_files or (snap.commit_kind == ANALYZE and c.new_files):

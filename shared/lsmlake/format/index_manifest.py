@@ -17,6 +17,8 @@ from lsmlake.format.deletion_vector import DvRange
 from lsmlake.fs.file_io import FileIO
 
 DELETION_VECTORS = "DELETION_VECTORS"
+#: the dynamic-bucket index: a bucket's key hashes
+HASH_INDEX = "HASH"
 
 INDEX_MANIFEST_ENTRY = fastavro.parse_schema({"type": "record", "name": "IndexManifestEntry", "fields": [
     {"name": "_VERSION", "type": "int"},

@@ -32,6 +32,7 @@ from lsmlake.errors import (
 from lsmlake.format.index_manifest import DELETION_VECTORS, IndexEntry, IndexManifestStore
 from lsmlake.format.manifest import ADD, DELETE, ManifestEntry, ManifestFileMeta, ManifestStore, merge_entries
 from lsmlake.format.snapshot import APPEND, BATCH_COMMIT_IDENTIFIER, COMPACT, OVERWRITE, Snapshot, SnapshotManager
+from lsmlake.table import index_changes as index_changes_
 from lsmlake.table.write import CommitMessage
 
 # Merge the base manifests into fresh ones once a list holds this many small manifests.
@@ -136,7 +137,8 @@ class FileStoreCommit:
             if done is not None:
                 return CommitResult(done, already_committed=True)
             # Plain appends never conflict, so they skip reading the live file set.
-            needs_live = overwrite or any(e.kind == DELETE for e in changes) or bool(index_changes[0])
+            needs_live = (overwrite or any(e.kind == DELETE for e in changes)
+                          or bool(index_changes[0] or index_changes[1]))
             live = self.live_entries(latest) if needs_live else {}
             if overwrite:
                 entries = [e.as_delete() for e in live.values()
@@ -151,16 +153,8 @@ class FileStoreCommit:
                 delta_meta = self.manifests.write_manifest(entries, self.schema_id)
                 written.append(delta_meta.file_name)
             kept = len(written)  # what this attempt writes from here on is dropped if it loses the race
-            index_manifest = latest.index_manifest if latest else None
-            added_idx, removed_idx = index_changes
-            if overwrite and self.indexes is not None and index_manifest:
-                # index files of replaced partitions describe files that are gone
-                removed_idx = removed_idx + [e for e in self.indexes.read(index_manifest)
-                                             if overwrite_partitions is None or e.partition in overwrite_partitions]
-            if added_idx or removed_idx:
-                live_after = merge_entries(list(live.values()) + entries) if live or entries else {}
-                index_manifest = self._index_manifest(latest, added_idx, removed_idx, live_after)
-                written.append(index_manifest)
+            index_manifest = self._index_after(latest, index_changes, changes, entries, live,
+                                               (overwrite_partitions if overwrite else frozenset()), written)
             base_metas = self._base_manifests(latest, written)
             base_name, base_size = self.manifests.write_list(base_metas)
             written.append(base_name)
@@ -191,33 +185,39 @@ class FileStoreCommit:
         raise CommitRetryExhaustedError(
             f"commit of {len(changes)} file change(s) lost the snapshot race {self.max_retries + 1} times")
 
-    def _index_manifest(self, latest: Snapshot | None, added: list[IndexEntry], removed: list[IndexEntry],
-                        live: dict[tuple[object, ...], ManifestEntry]) -> str:
-        """The new complete index manifest: the previous one's entries, less the replaced ones, plus the new.
+    def _index_after(self, latest: Snapshot | None, index_changes: tuple[list[IndexEntry], list[IndexEntry]],
+                     changes: list[ManifestEntry], entries: list[ManifestEntry],
+                     live: dict[tuple[object, ...], ManifestEntry], replaced: set[bytes] | frozenset[bytes] | None,
+                     written: list[str]) -> str | None:
+        """The index manifest of the new snapshot: the latest one with this commit's index changes, checked by
+        `index_changes` against what the commit was planned on (a new manifest only when the entries change).
 
-        Conflicts (nothing applied) when a replaced index file is gone, when a bucket would end up with
-        two deletion-vector (or hash) files, or when a vector marks rows of a data file that is not live.
+        `replaced`: the partitions an overwrite replaces (None: all), whose index files go with their data files.
         """
-        assert self.indexes is not None
-        current = self.indexes.read(latest.index_manifest if latest else None)
-        names = {e.file_name for e in current}
-        gone = [e.file_name for e in removed if e.file_name not in names]
-        if gone:
-            raise CommitConflictError(f"index file(s) {gone} are no longer live: another commit changed the "
-                                      "deletion vectors of this bucket; this commit was not applied")
-        drop = {e.file_name for e in removed}
-        kept = [e for e in current if e.file_name not in drop]
-        taken = {(e.partition, e.bucket, e.index_type) for e in kept if e.index_type in (DELETION_VECTORS, "HASH")}
-        live_files = {(e.partition, e.bucket, e.file.file_name) for e in live.values()}
-        for e in added:
-            if (e.partition, e.bucket, e.index_type) in taken:
-                raise CommitConflictError(f"bucket {e.bucket} already has a {e.index_type} index file written by "
-                                          "another commit; this commit was not applied")
-            for r in e.dv_ranges or ():
-                if (e.partition, e.bucket, r.file_name) not in live_files:
-                    raise CommitConflictError(f"a deletion vector marks rows of {r.file_name}, which is no longer "
-                                              "live; this commit was not applied")
-        return self.indexes.write(kept + list(added))
+        current_name = latest.index_manifest if latest else None
+        added, removed = index_changes
+        re_added = {(e.partition, e.bucket, e.file.file_name) for e in changes if e.kind == ADD}
+        data_deleted = frozenset((e.partition, e.bucket) for e in changes
+                                 if e.kind == DELETE and (e.partition, e.bucket, e.file.file_name) not in re_added)
+        overwriting = replaced is None or bool(replaced)
+        if self.indexes is None or not (added or removed or (current_name and (data_deleted or overwriting))):
+            return current_name
+        current = self.indexes.read(current_name)
+        if overwriting:
+            # index files of replaced partitions describe files that are gone
+            removed = removed + [e for e in current if (replaced is None or e.partition in replaced)
+                                 and e not in removed]
+        change = index_changes_.IndexChange(tuple(added), tuple(removed), data_deleted,
+                                            None if replaced is None else frozenset(replaced))
+        needs_live = any(e.dv_ranges for e in added) or any(e.index_type == DELETION_VECTORS for e in removed)
+        live_after = ({(e.partition, e.bucket, e.file.file_name) for e in merge_entries(list(live.values()) + entries)
+                       .values()} if needs_live else set())
+        after = index_changes_.apply(current, change, live_after, self.indexes)
+        if after == current:
+            return current_name
+        name = self.indexes.write(after)
+        written.append(name)
+        return name
 
     def _publish(self, snap: Snapshot) -> bool:
         """Publish the snapshot; False when another commit took its id.

@@ -40,12 +40,11 @@ from lsmlake.errors import CommitConflictError, CorruptMetadataError, InvalidInp
 from lsmlake.format import options as opts
 from lsmlake.format.binary_row_columns import encode_rows
 from lsmlake.format.bucket import DYNAMIC_BUCKET, murmur3_rows
-from lsmlake.format.index_manifest import IndexEntry, IndexManifestStore
+from lsmlake.format.index_manifest import HASH_INDEX, IndexEntry, IndexManifestStore
 from lsmlake.format.schema import TableSchema
 from lsmlake.format.snapshot import SnapshotManager
 from lsmlake.table.commit_message import CommitMessage
 
-HASH_INDEX = "HASH"
 #: Paimon's bucket ids of dynamic-bucket tables are Java shorts: 0..32767
 MAX_DYNAMIC_BUCKETS = 1 << 15
 

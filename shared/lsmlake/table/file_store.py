@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
-from lsmlake.errors import CommitStateUnknownError, InvalidInputError, NotFoundError
+from lsmlake.errors import CommitConflictError, CommitStateUnknownError, InvalidInputError, NotFoundError
 from lsmlake.format import options as opts
 from lsmlake.format.binary_row import deserialize_row
 from lsmlake.format.data_file_writer import bucket_dir
@@ -163,16 +163,14 @@ class FileStore:
                      commit_user: str | None = None) -> CommitResult | None:
         """Delete the rows of an append table matching `predicate` by deletion vectors (no file is rewritten).
 
-        1. find, file by file, the positions of the matching rows still live;
+        1. find, file by file, the positions of the matching rows still live (`delete_messages`);
         2. add them to the bucket's deletion vectors and write a new deletion-vector index file;
-        3. commit the index change as an OVERWRITE snapshot (as Paimon does), which conflicts cleanly if
-           another commit changed the same bucket's vectors meanwhile.
+        3. commit the index change as an OVERWRITE snapshot (as Paimon does). A commit that changed the same
+           bucket's files or vectors meanwhile (a compaction, another delete) makes it conflict; the delete is then
+           redone on the latest snapshot (its rows found again, in the compacted files), up to
+           `commit.max-retries` times, so a delete racing the compactor succeeds.
         Returns None when no row matched.
         """
-        from lsmlake.format.data_file_read import ROW_POSITION, read_data_file
-        from lsmlake.format.index_manifest import dv_index_change
-        from lsmlake.table.read import load_vectors
-
         if self.schema.is_primary_key_table:
             raise InvalidInputError("delete_where is for append tables; write -D rows to a primary-key table")
         if not self.options.get(opts.DELETION_VECTORS_ENABLED):
@@ -182,10 +180,37 @@ class FileStore:
         pred = Predicate.of(predicate)
         if not pred.terms:
             raise InvalidInputError("delete_where needs a predicate (to empty a table, overwrite it)")
+        for c in sorted(pred.columns()):
+            self.schema.field(c)
+        user = commit_user or str(uuid.uuid4())
+        redos = self.options.require(opts.COMMIT_MAX_RETRIES)
+        for attempt in range(redos + 1):
+            messages = self.delete_messages(pred)
+            if not messages:
+                return None
+            try:
+                return self.new_commit(user).commit(messages, kind=OVERWRITE)
+            except CommitStateUnknownError:
+                raise
+            except CommitConflictError as e:
+                self._delete_index_files(messages)
+                if attempt == redos:
+                    raise
+                _log.info("delete from %s conflicted (%s); redone on the latest snapshot", self.identifier, e)
+            except BaseException:
+                self._delete_index_files(messages)
+                raise
+        raise AssertionError("unreachable")
+
+    def delete_messages(self, pred: Predicate) -> list[CommitMessage]:
+        """The deletion-vector changes that delete the rows matching `pred` at the latest snapshot, one message per
+        bucket that has such rows (its new vector files written, not committed)."""
+        from lsmlake.format.data_file_read import ROW_POSITION, read_data_file
+        from lsmlake.format.index_manifest import dv_index_change
+        from lsmlake.table.read import load_vectors
+
         expr = pred.expression()
         columns = sorted(pred.columns())
-        for c in columns:
-            self.schema.field(c)
         messages = []
         for split in self.new_scan(pred, all_levels=True).plan():
             vectors = load_vectors(self.io, self.path, split.dv_index)
@@ -203,17 +228,13 @@ class FileStore:
                 added, removed = dv_index_change(self.indexes, split, vectors)
                 messages.append(CommitMessage(split.partition, split.bucket, split.total_buckets,
                                               new_index_files=added, deleted_index_files=removed))
-        if not messages:
-            return None
-        try:
-            return self.new_commit(commit_user).commit(messages, kind=OVERWRITE)
-        except CommitStateUnknownError:
-            raise
-        except BaseException:
-            for m in messages:
-                for e in m.new_index_files:
-                    self.io.delete_quietly(self.indexes.index_path(e.file_name))
-            raise
+        return messages
+
+    def _delete_index_files(self, messages: Sequence[CommitMessage]) -> None:
+        """Remove the index files written for messages whose commit definitely failed."""
+        for m in messages:
+            for e in m.new_index_files:
+                self.io.delete_quietly(self.indexes.index_path(e.file_name))
 
     # -- read ----------------------------------------------------------------------------------
 
