@@ -165,7 +165,8 @@ class CatalogServer(ServiceProcess[Settings]):
     def _open(self, server: grpc.Server) -> None:
         s = self.settings
         self._store = open_store(s.metastore)
-        catalog = self._catalog = FileSystemCatalog(s.warehouse)
+        # commits run under the metastore's commit lock: the warehouse needs no conditional create of its own
+        catalog = self._catalog = FileSystemCatalog(s.warehouse, publications_serialized=True)
         catalog.io.mkdirs(catalog.root)
         self.metrics.watch_outbox(self._store)
         self._relay = OutboxRelay(self._store, s.kafka, on_published=self.metrics.events_published.inc,

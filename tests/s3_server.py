@@ -42,9 +42,11 @@ class S3Server:
         return aws_env(self.endpoint)
 
     def warehouse(self, name: str | None = None) -> str:
-        """A warehouse URI (pyarrow's S3 URI: credentials as user info, endpoint and region as parameters) under a prefix of its own: `name`, or a fresh one."""
+        """A warehouse URI under a prefix of its own (`name`, or a fresh one), as pyarrow's S3 URI has it:
+        credentials as user info, endpoint and region as query parameters."""
         prefix = name or f"wh-{uuid.uuid4().hex[:12]}"
-        return f"s3://{ACCESS_KEY}:{SECRET_KEY}@{self.bucket}/{prefix}?endpoint_override={self.endpoint}&region={REGION}"
+        return (f"s3://{ACCESS_KEY}:{SECRET_KEY}@{self.bucket}/{prefix}"
+                f"?endpoint_override={self.endpoint}&region={REGION}")
 
 
 def free_port() -> int:

@@ -49,8 +49,11 @@ def split_identifier(identifier: str) -> tuple[str, str]:
 class FileSystemCatalog:
     """Databases and tables of one warehouse (a local folder or an object-store URI)."""
 
-    def __init__(self, warehouse: str, filesystem: pafs.FileSystem | None = None) -> None:
-        self.io, self.root = open_path(warehouse, filesystem)
+    def __init__(self, warehouse: str, filesystem: pafs.FileSystem | None = None,
+                 publications_serialized: bool = False) -> None:
+        """`publications_serialized`: the caller serialises commits across processes (the catalog service's commit
+        lock), so an object store without conditional create is a warning, not an error (`lsmlake.fs.FileIO`)."""
+        self.io, self.root = open_path(warehouse, filesystem, publications_serialized)
         self.warehouse = warehouse
 
     def database_path(self, db: str) -> str:

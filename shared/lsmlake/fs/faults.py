@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from lsmlake.errors import InvalidInputError
+from lsmlake.fs.conditional_create import ConditionalCreate
 from lsmlake.fs.file_io import FileIO
 
 WRITE = "write"
@@ -194,10 +195,14 @@ def injector_for(spec: str) -> FaultInjector:
 
 
 class FaultyFileIO(FileIO):
-    """A FileIO whose writes, renames and links go through a FaultInjector (partial writes included)."""
+    """A FileIO whose writes, renames, links and conditional creates go through a FaultInjector (partial writes
+    included; a conditional create is all or nothing, as on the store)."""
 
-    def __init__(self, fs: pafs.FileSystem, local: bool, injector: FaultInjector) -> None:
-        super().__init__(fs, local)
+    def __init__(self, fs: pafs.FileSystem, local: bool, injector: FaultInjector, *,
+                 conditional: ConditionalCreate | None = None, root: str = "",
+                 publications_serialized: bool = False) -> None:
+        super().__init__(fs, local, conditional=conditional, root=root,
+                         publications_serialized=publications_serialized)
         self.injector = injector
 
     def _write_file(self, path: str, data: bytes) -> None:
@@ -207,6 +212,12 @@ class FaultyFileIO(FileIO):
             super()._write_file(path, data[:n])  # what fitted stays behind, as on a real full disk
             raise self.injector._fail(path)
         super()._write_file(path, data)
+
+    def _create(self, path: str, data: bytes) -> bool:
+        _sleep(self.injector.write_latency())
+        if self.injector.before_write(path, len(data)) < len(data):
+            raise self.injector._fail(path)
+        return super()._create(path, data)
 
     def _rename(self, src: str, dst: str) -> None:
         _sleep(self.injector.write_latency())

@@ -1,9 +1,13 @@
 """File access for warehouses on a local disk or on object storage, through `pyarrow.fs`.
 
-The one operation that needs care is publishing a snapshot: it must fail when the target exists.
-On a local filesystem that is a hard link (atomic across processes). Object stores offer no such
-primitive through `pyarrow.fs`, so there the commit must be serialised by a lock the caller holds
-(the catalog service does this); `write_if_absent` then only guards against a stale view.
+The one operation that needs care is publishing a snapshot (or a schema, a tag): it must fail when the target
+exists, atomically across processes. On a local filesystem that is a hard link. On S3, GCS and Azure it is one
+conditional create (`lsmlake.fs.conditional_create`, through obstore, as pyarrow.fs has none), once a probe has
+shown that the store refuses a second create of one name; a store that does not (an S3-compatible server without
+conditional writes) gets a StorageError at its first publication, unless the FileIO was told that its caller
+serialises publications (the catalog service, under its commit lock): then a failed probe is a warning and
+publication checks and writes under an in-process lock. That lock is also all a filesystem handed in by the
+caller that is neither local nor a known cloud store gets (pyarrow's in-memory mock: it lives in one process).
 
 Durability on a local disk: a file's content is synced (fsync) before the file is closed, so before any
 rename or link publishes it, and the directory is synced after a file or subdirectory is created,
@@ -15,6 +19,7 @@ who then calls `sync_dir` once for the batch. An object store needs neither: a c
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import threading
 import uuid
@@ -24,10 +29,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from lsmlake.errors import NotFoundError, StorageError
+from lsmlake.fs.conditional_create import ConditionalCreate
 
-# Object stores have no write-if-absent through pyarrow.fs: within one process this lock makes the
-# check-and-move atomic; across processes the catalog service is the single committer.
-_PUBLISH_LOCK = threading.Lock()
+_log = logging.getLogger(__name__)
+
+# Publication without a conditional create (an in-process store, or a caller that serialises publications):
+# within one process this lock makes the check-and-move atomic.
+_CHECK_THEN_WRITE_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -42,11 +50,24 @@ class FileInfo:
 
 
 class FileIO:
-    """Reads and writes files below a warehouse root."""
+    """Reads and writes files below a warehouse root.
 
-    def __init__(self, fs: pafs.FileSystem, local: bool) -> None:
+    Args:
+        conditional: the conditional create of the object store `fs` talks to (S3, GCS, Azure); None on a local
+            disk, or for a store whose publications an in-process lock serialises.
+        root: the warehouse root, below which the conditional-create probe writes.
+        publications_serialized: the caller serialises every publication to this warehouse across processes
+            (the catalog service's commit lock), so a store without conditional create only gets a warning.
+    """
+
+    def __init__(self, fs: pafs.FileSystem, local: bool, *, conditional: ConditionalCreate | None = None,
+                 root: str = "", publications_serialized: bool = False) -> None:
         self.fs = fs
         self.local = local
+        self.conditional = conditional
+        self.root = root
+        self.publications_serialized = publications_serialized
+        self._conditional_ok: bool | None = None  # the probe's verdict, once asked
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -163,13 +184,22 @@ class FileIO:
     def write_if_absent(self, path: str, data: bytes) -> bool:
         """Publish `data` at `path` only if nothing is there; False when the target exists.
 
-        1. write a temp file beside the target (on a local disk its content is synced here, so nothing
-        unsynced is ever published); 2. hard-link it to the target (fails if the target exists,
-        atomically across processes); 3. remove the temp name; 4. on a local disk, sync the directory,
-        so the published name survives a power cut. A StorageError from step 1 means nothing was
-        published; from step 2 or 4, the caller checks whether the target holds its content (and, on a
-        local disk, must treat its durability as unknown: the directory sync did not complete).
+        On a local disk: 1. write a temp file beside the target (its content synced here, so nothing unsynced
+        is ever published); 2. hard-link it to the target (fails if the target exists, atomically across
+        processes); 3. remove the temp name; 4. sync the directory, so the published name survives a power cut.
+        On S3, GCS or Azure: one conditional create (after the once-per-warehouse probe, see `_use_conditional`).
+        Elsewhere: temp file, then check and move under an in-process lock.
+
+        A StorageError from step 1 means nothing was published; from the link, the create or step 4, the caller
+        checks whether the target holds its content (and, on a local disk, must treat its durability as
+        unknown: the directory sync did not complete). A store that cannot create conditionally raises
+        StorageError here, before anything is written (unless publications are serialised).
         """
+        if not self.local and self._use_conditional():
+            try:
+                return self._create(path, data)
+            except OSError as e:
+                raise _storage_error("publish", path, e) from e
         tmp = self._temp_name(path)
         self.write_bytes(tmp, data, sync_dir=False)  # the temp name is removed again: only the link needs a sync
         try:
@@ -179,7 +209,7 @@ class FileIO:
                 except FileExistsError:
                     return False
             else:
-                with _PUBLISH_LOCK:
+                with _CHECK_THEN_WRITE_LOCK:
                     if self.exists(path):
                         return False
                     self._rename(tmp, path)
@@ -190,6 +220,29 @@ class FileIO:
             self.delete_quietly(tmp)
         self.sync_dir(os.path.dirname(path))  # after removing the temp name: one sync keeps both changes
         return True
+
+    def _use_conditional(self) -> bool:
+        """Whether publication is a conditional create: the store has one and refuses a second create.
+
+        The probe runs once per warehouse and process (`ConditionalCreate.refuses_second_create`). When it
+        fails, StorageError, unless the caller serialises publications: then a warning, and the in-process lock.
+        """
+        if self.conditional is None:
+            return False
+        if self._conditional_ok is None:
+            cc = self.conditional
+            ok = cc.refuses_second_create(self.root)
+            if not ok:
+                problem = (f"the object store ({cc.label}) does not refuse to create an object that exists "
+                           f"(conditional create: If-None-Match / ifGenerationMatch=0), so processes committing "
+                           f"to the warehouse {self.root} could overwrite each other's snapshots")
+                if not self.publications_serialized:
+                    raise StorageError(f"{problem}; commit through the catalog service (catalog-svc serialises "
+                                       f"commits), or use a store that supports conditional writes")
+                _log.warning("%s; publications are serialised by the caller, so they check and write under "
+                             "an in-process lock", problem)
+            self._conditional_ok = ok
+        return self._conditional_ok
 
     # -- the primitives a fault-injecting FileIO (`fault_fs`) wraps ---------------------------
 
@@ -202,6 +255,11 @@ class FileIO:
         else:
             with self.fs.open_output_stream(path) as f:
                 f.write(data)
+
+    def _create(self, path: str, data: bytes) -> bool:
+        """One conditional create on the object store; False when the object exists."""
+        assert self.conditional is not None
+        return self.conditional.create(path, data)
 
     def _rename(self, src: str, dst: str) -> None:
         if self.local:
