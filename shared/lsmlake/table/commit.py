@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from lsmlake.errors import (
@@ -38,6 +38,8 @@ from lsmlake.table.write import CommitMessage
 # Merge the base manifests into fresh ones once a list holds this many small manifests.
 _MANIFEST_ENTRIES_PER_FILE = 100_000
 _KEEP: set[bytes] = set()  # marker: an OVERWRITE commit that replaces no partition
+#: a check of the latest snapshot before a commit is published on it (see `FileStoreCommit.commit`)
+Validation = Callable[[Snapshot | None], None]
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,14 @@ class FileStoreCommit:
     # -- entry points --------------------------------------------------------------------------
 
     def commit(self, messages: Sequence[CommitMessage], kind: str | None = None,
-               identifier: int = BATCH_COMMIT_IDENTIFIER, properties: dict[str, str] | None = None) -> CommitResult:
-        """Commit appends (and, for COMPACT, the replaced files). Kind defaults to APPEND or COMPACT."""
+               identifier: int = BATCH_COMMIT_IDENTIFIER, properties: dict[str, str] | None = None,
+               validate: Validation | None = None) -> CommitResult:
+        """Commit appends (and, for COMPACT, the replaced files). Kind defaults to APPEND or COMPACT.
+
+        `validate` is called with the latest snapshot before each attempt to publish on it, and raises
+        CommitConflictError when what the commit read has changed in a way the checks here cannot see (a delete by
+        predicate: rows that may match it were added since it read the table).
+        """
         deletes = [ManifestEntry(DELETE, m.partition, m.bucket, m.total_buckets, f)
                    for m in messages for f in m.deleted_files]
         adds = [ManifestEntry(ADD, m.partition, m.bucket, m.total_buckets, f)
@@ -78,7 +86,7 @@ class FileStoreCommit:
         index_changes = ([e for m in messages for e in m.new_index_files],
                          [e for m in messages for e in m.deleted_index_files])
         return self._commit(deletes + adds, kind, identifier, properties, overwrite_partitions=_KEEP,
-                            changelog=changelog, index_changes=index_changes)
+                            changelog=changelog, index_changes=index_changes, validate=validate)
 
     def overwrite(self, messages: Sequence[CommitMessage], partitions: Sequence[bytes] | None,
                   identifier: int = BATCH_COMMIT_IDENTIFIER,
@@ -99,11 +107,12 @@ class FileStoreCommit:
     def _commit(self, changes: list[ManifestEntry], kind: str, identifier: int,
                 properties: dict[str, str] | None, overwrite_partitions: set[bytes] | None,
                 changelog: list[ManifestEntry] | None = None,
-                index_changes: tuple[list[IndexEntry], list[IndexEntry]] = ([], [])) -> CommitResult:
+                index_changes: tuple[list[IndexEntry], list[IndexEntry]] = ([], []),
+                validate: Validation | None = None) -> CommitResult:
         written: list[str] = []  # metadata this commit wrote; deleted when it definitely failed
         try:
             return self._attempts(changes, kind, identifier, properties, overwrite_partitions, changelog,
-                                  index_changes, written)
+                                  index_changes, written, validate)
         except CommitConflictError:
             self._delete(written)
             raise
@@ -119,7 +128,7 @@ class FileStoreCommit:
     def _attempts(self, changes: list[ManifestEntry], kind: str, identifier: int,
                   properties: dict[str, str] | None, overwrite_partitions: set[bytes] | None,
                   changelog: list[ManifestEntry] | None, index_changes: tuple[list[IndexEntry], list[IndexEntry]],
-                  written: list[str]) -> CommitResult:
+                  written: list[str], validate: Validation | None) -> CommitResult:
         # replacing partitions is what `overwrite()` asks for; a deletion-vector delete is OVERWRITE too
         overwrite = kind == OVERWRITE and overwrite_partitions is not _KEEP
         delta_meta: ManifestFileMeta | None = None
@@ -136,6 +145,8 @@ class FileStoreCommit:
             done = self._find_committed(latest, identifier, kind)
             if done is not None:
                 return CommitResult(done, already_committed=True)
+            if validate is not None:
+                validate(latest)
             # Plain appends never conflict, so they skip reading the live file set.
             needs_live = (overwrite or any(e.kind == DELETE for e in changes)
                           or bool(index_changes[0] or index_changes[1]))

@@ -21,13 +21,13 @@ from lsmlake.format import options as opts
 from lsmlake.format.binary_row import deserialize_row
 from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.format.index_manifest import IndexManifestStore
-from lsmlake.format.manifest import ManifestStore
+from lsmlake.format.manifest import ADD, ManifestStore
 from lsmlake.format.predicate import Predicate
 from lsmlake.format.schema import SchemaHistory, SchemaManager, TableSchema
-from lsmlake.format.snapshot import APPEND, OVERWRITE, Snapshot, SnapshotManager
+from lsmlake.format.snapshot import APPEND, COMPACT, OVERWRITE, Snapshot, SnapshotManager
 from lsmlake.fs.file_io import FileIO
 from lsmlake.table import features
-from lsmlake.table.commit import CommitResult, FileStoreCommit
+from lsmlake.table.commit import CommitResult, FileStoreCommit, Validation
 from lsmlake.table.dynamic_bucket import BucketAssigner, CommittingAssigner, is_dynamic
 from lsmlake.table.read import TableRead
 from lsmlake.table.scan import Split, TableScan
@@ -185,11 +185,13 @@ class FileStore:
         user = commit_user or str(uuid.uuid4())
         redos = self.options.require(opts.COMMIT_MAX_RETRIES)
         for attempt in range(redos + 1):
-            messages = self.delete_messages(pred)
+            read = self.snapshots.latest()
+            messages = self.delete_messages(pred, read)
             if not messages:
                 return None
             try:
-                return self.new_commit(user).commit(messages, kind=OVERWRITE)
+                return self.new_commit(user).commit(messages, kind=OVERWRITE,
+                                                    validate=self._no_rows_added_since(read, pred))
             except CommitStateUnknownError:
                 raise
             except CommitConflictError as e:
@@ -202,17 +204,19 @@ class FileStore:
                 raise
         raise AssertionError("unreachable")
 
-    def delete_messages(self, pred: Predicate) -> list[CommitMessage]:
-        """The deletion-vector changes that delete the rows matching `pred` at the latest snapshot, one message per
-        bucket that has such rows (its new vector files written, not committed)."""
+    def delete_messages(self, pred: Predicate, snapshot: Snapshot | None) -> list[CommitMessage]:
+        """The deletion-vector changes that delete the rows matching `pred` at `snapshot`, one message per bucket
+        that has such rows (its new vector files written, not committed)."""
         from lsmlake.format.data_file_read import ROW_POSITION, read_data_file
         from lsmlake.format.index_manifest import dv_index_change
         from lsmlake.table.read import load_vectors
 
         expr = pred.expression()
         columns = sorted(pred.columns())
-        messages = []
-        for split in self.new_scan(pred, all_levels=True).plan():
+        messages: list[CommitMessage] = []
+        if snapshot is None:
+            return messages
+        for split in self.new_scan(pred, snapshot, all_levels=True).plan():
             vectors = load_vectors(self.io, self.path, split.dv_index)
             directory = bucket_dir(self.path, self.schema.partition_dir(split.partition_values), split.bucket)
             changed = False
@@ -229,6 +233,28 @@ class FileStore:
                 messages.append(CommitMessage(split.partition, split.bucket, split.total_buckets,
                                               new_index_files=added, deleted_index_files=removed))
         return messages
+
+    def _no_rows_added_since(self, read: Snapshot | None, pred: Predicate) -> Validation:
+        """The check a delete by predicate makes before it publishes: no snapshot since the one it read added a data
+        file to a partition the predicate may match (a compaction adds none: it rewrites rows already there). Without
+        it the delete would land after rows it should have deleted, and leave them (it is serializable with it)."""
+        part_pred = pred.only(self.schema.partition_keys)
+        checked = [read.id if read is not None else 0]
+
+        def validate(latest: Snapshot | None) -> None:
+            for sid in range(checked[0] + 1, (latest.id if latest is not None else 0) + 1):
+                snap = self.snapshots.snapshot(sid)
+                if snap.commit_kind != COMPACT:
+                    for meta in self.manifests.read_list(snap.delta_manifest_list):
+                        for e in self.manifests.read_manifest(meta.file_name):
+                            if e.kind == ADD and part_pred.test(dict(zip(
+                                    self.schema.partition_keys, self.partition_values(e.partition), strict=True))):
+                                raise CommitConflictError(
+                                    f"snapshot {sid} added rows that may match the delete since it read snapshot "
+                                    f"{checked[0]}; this delete was not applied")
+                checked[0] = sid
+
+        return validate
 
     def _delete_index_files(self, messages: Sequence[CommitMessage]) -> None:
         """Remove the index files written for messages whose commit definitely failed."""
