@@ -147,7 +147,8 @@ class FileIO:
         """
         directory = os.path.dirname(path)
         try:
-            self.mkdirs(directory)  # a full disk refuses new directories too
+            if self.conditional is None:  # an S3, GCS or Azure key needs no parent: spare the requests
+                self.mkdirs(directory)  # a full disk refuses new directories too
             self._write_file(path, data)
             if sync_dir and self.local:
                 _fsync_dir(directory)
@@ -170,8 +171,12 @@ class FileIO:
     def overwrite_atomic(self, path: str, data: bytes) -> None:
         """Replace a file so that readers see the old or the new content, never a torn one.
 
-        On a local disk the new content is synced before the rename and the directory after it.
+        On a local disk the new content is synced before the rename and the directory after it. On S3, GCS and
+        Azure an upload replaces an object atomically: one write, no temp object to copy.
         """
+        if self.conditional is not None:
+            self.write_bytes(path, data)
+            return
         tmp = self._temp_name(path)
         self.write_bytes(tmp, data, sync_dir=False)  # the rename is what the directory sync must keep
         try:
