@@ -16,6 +16,10 @@ holds is left out of the next plan and looked at again shortly.
 when its plan is sent (or nothing was due); a plan that is dropped (held files, the IO budget, a refused
 request) and the retry after it do not count, so they neither bring level 0 up early nor put it off.
 
+A table with a feature lsmlake does not maintain (`lsmlake.table.features`) is never planned: a trigger naming it
+is refused at once, its dirty buckets are dropped with the reason (logged once per table and reason), and the
+reconciliation does not mark it; `lake health` shows the reason as the table's error.
+
 Recovery of the plans other owners left (`plan_runs.py`) runs when buckets are gained (at start and at
 every rebalance) and after a plan request fails (its reply lost, or its inputs held by a pending plan).
 """
@@ -48,6 +52,7 @@ from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
 from lsmlake.rpc.convert import file_to_proto
 from lsmlake.runtime.background import BackgroundLoop
 from lsmlake.spark.compaction_job import SparkCompactor
+from lsmlake.table import features
 from lsmlake.table.compact import compaction_history, full_compaction_required, plan_bucket
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.postpone import every_bucket
@@ -107,6 +112,7 @@ class Scheduler:
                                  self._loop.is_stopping)
         self._recover = False
         self._reconcile_due = 0.0
+        self._refused: dict[str, str] = {}  # table -> why it is not compacted (as last logged)
 
     @property
     def running(self) -> RunningPlan | None:
@@ -155,6 +161,7 @@ class Scheduler:
         planning thread records each queued bucket's outcome in it until `wait` returns.
         """
         table = self.catalog.get_table(table_id)
+        features.check(table.schema, table_id, for_write=True, compaction=True)
         snap = table.latest_snapshot()
         queued: list[BucketKey] = []
         elsewhere: list[BucketKey] = []
@@ -258,9 +265,12 @@ class Scheduler:
         tables = self.catalog.table_ids()
         self.queue.retain(set(tables))
         self.buckets.retain_tables(set(tables))
+        self._refused = {t: r for t, r in self._refused.items() if t in tables}
         for table_id in tables:
             try:
                 table = self.catalog.get_table(table_id)
+                if self._refuses(table_id, table):
+                    continue
                 splits = every_bucket(table, table.latest_snapshot())
             except Exception as e:
                 _log.info("reconcile: skipping %s: %s", table_id, e)
@@ -287,6 +297,12 @@ class Scheduler:
             self._views.pop(table_id, None)
             return 0
         table, snap, splits = view.table, view.snap, view.splits
+        if self._refuses(table_id, table):
+            reason = self._refused[table_id]
+            self.buckets.note(keys, f"not compacted: {reason}")
+            for key in keys:
+                self.buckets.fail_waits(key, reason)
+            return 0
         at = snap.id if snap is not None else 0
         history = compaction_history(table)  # once per table: each bucket's plan would read it again
         always_full = full_compaction_required(table)
@@ -357,6 +373,17 @@ class Scheduler:
                             {c.key: c.full or c.unit.file_rewrite for c in chosen})
         self.runner.execute(table_id, plan, origin)
         return spent
+
+    def _refuses(self, table_id: str, table: FileStoreTable) -> bool:
+        """Whether lsmlake must not compact the table (`features`); the reason is logged once per table and reason."""
+        reason = features.refusal(table.schema, table_id, for_write=True, compaction=True)
+        if reason is None:
+            self._refused.pop(table_id, None)
+            return False
+        if self._refused.get(table_id) != reason:
+            _log.warning("not compacting %s: %s", table_id, reason)
+            self._refused[table_id] = reason
+        return True
 
     def _without_held(self, table_id: str, candidates: list[_Candidate]) -> list[_Candidate]:
         """The candidates none of whose unit's files is in a pending plan; the others look again shortly.

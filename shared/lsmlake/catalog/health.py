@@ -15,6 +15,10 @@ The score (0 worst, 100 best) subtracts, each capped at its weight:
 - 15 x (deleted share of the rows / 50%).
 A primary-key table with a bucket past its stop trigger is `stalled` (its writers wait) and ranks first, after
 the tables that could not be read at all.
+
+A table with a feature lsmlake does not maintain (`lsmlake.table.features`: a primary-key index, row tracking,
+BLOB columns, ...) is never compacted by lsmlake: its health keeps the figures (when they can be read) and says
+why as its `error`, so it ranks with the unreadable tables, in front of an operator.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.mergetree.levels import writers_stall
 from lsmlake.metastore import PENDING_STATES, CompactionPlan, MetaStore
+from lsmlake.table import features
 from lsmlake.table.compact import plan_bucket
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.postpone import every_bucket
@@ -77,7 +82,9 @@ class TableHealth:
     primary_key: bool = True
     partition_types: tuple[Any, ...] = ()  # of the partition keys, to show `partition_values` as text
     penalties: dict[str, float] = field(default_factory=dict)
-    error: str | None = None  # the table could not be read: why (the figures are then empty, the score 0)
+    # why the table could not be read (the figures are then empty), or why lsmlake does not compact it (the
+    # figures are kept); the score is then 0
+    error: str | None = None
 
     @staticmethod
     def unreadable(table: str, error: str, now_ms: int) -> TableHealth:
@@ -109,11 +116,12 @@ class TableHealth:
         return 0 if self.error is not None else round(100 - sum(self.penalties.values()))
 
 
-def bucket_health(table: FileStoreTable, split: Split) -> BucketHealth:
-    """A bucket's figures from its files (all levels) and its deletion vectors' cardinalities."""
+def bucket_health(table: FileStoreTable, split: Split, plan: bool = True) -> BucketHealth:
+    """A bucket's figures from its files (all levels) and its deletion vectors' cardinalities; without `plan`, an
+    append bucket's lag counts from its oldest file (what compaction would rewrite is not asked)."""
     files = split.files
     level0 = [f for f in files if f.level == 0 or split.bucket == POSTPONE_BUCKET]
-    if table.schema.is_primary_key_table or split.bucket == POSTPONE_BUCKET:
+    if table.schema.is_primary_key_table or split.bucket == POSTPONE_BUCKET or not plan:
         waiting = level0
     else:  # every append file is on level 0, compacted or not: only those compaction would rewrite now wait
         unit = plan_bucket(table, split)
@@ -133,14 +141,16 @@ def table_health(table: FileStoreTable, plans: Sequence[CompactionPlan], now_ms:
                  at: tuple[Snapshot | None, Sequence[Split]] | None = None) -> TableHealth:
     """The health of a table with its pending plans (REQUESTED or INFLIGHT): at its latest snapshot, or at `at`
     (a snapshot and its `every_bucket` splits, for a caller that has read them already)."""
+    refused = features.refusal(table.schema, table.identifier, for_write=True, compaction=True)
     snap, splits = at if at is not None else _latest(table)
-    buckets = tuple(bucket_health(table, s) for s in splits)
+    # a refused table's append buckets are not planned (a plan reads options the table may not have right)
+    buckets = tuple(bucket_health(table, s, plan=refused is None) for s in splits)
     pending = [p for p in plans if p.pending]
     health = TableHealth(table.identifier, snap.id if snap else 0, table.options.stop_trigger(), buckets,
                          sum(p.state == "REQUESTED" for p in pending), sum(p.state == "INFLIGHT" for p in pending),
                          min((p.created_ms for p in pending), default=None), now_ms,
                          table.schema.is_primary_key_table,
-                         tuple(table.schema.types_of(table.schema.partition_keys)))
+                         tuple(table.schema.types_of(table.schema.partition_keys)), error=refused)
     files = sum(b.files for b in buckets if b.files > 1)
     rows = sum(b.rows for b in buckets)
     shares = {"runs": health.max_sorted_runs / health.stop_trigger if table.schema.is_primary_key_table else 0.0,

@@ -2,7 +2,8 @@
 
 Keys and statistics stay as the serialized BinaryRow bytes found on disk, so that an entry read from
 a manifest written by another engine is written back byte for byte (DELETE entries must repeat the
-ADD entry exactly).
+ADD entry exactly). Fields lsmlake does not model (`_WRITE_COLS_SEQUENCES`, and any field a newer Paimon
+adds) are kept in `extra` and written back: an upgraded file and a merged manifest keep them unchanged.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from lsmlake.format.avro_schemas import DATA_FILE_META_FIELDS, ExtraFields
 
 FILE_SOURCE_APPEND = 0
 FILE_SOURCE_COMPACT = 1
@@ -59,7 +62,10 @@ class DataFileMeta:
     external_path: str | None = None
     first_row_id: int | None = None
     write_cols: tuple[str, ...] | None = None
+    # values of the fields not modelled above, by Avro field name, written back as read
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # the definitions of those of `extra`'s fields that lsmlake's schema lacks (`avro_schemas.extra_fields`)
+    extra_fields: ExtraFields = field(default=(), compare=False, hash=False)
 
     def path_in(self, bucket_dir: str) -> str:
         """Where the file is: its external path (Paimon's `data-file.external-paths`), else in its bucket folder."""
@@ -104,7 +110,8 @@ class DataFileMeta:
         return d
 
     @staticmethod
-    def from_avro(d: dict[str, Any]) -> DataFileMeta:
+    def from_avro(d: dict[str, Any], unknown: ExtraFields = ()) -> DataFileMeta:
+        """The meta of an Avro record; `unknown`: the definitions of the record's fields lsmlake's schema lacks."""
         ct = d.get("_CREATION_TIME")
         ct_ms: int | None
         if ct is None:
@@ -116,9 +123,7 @@ class DataFileMeta:
             ct_ms = int(ct)
         vsc = d.get("_VALUE_STATS_COLS")
         wc = d.get("_WRITE_COLS")
-        extra = {}
-        if d.get("_WRITE_COLS_SEQUENCES") is not None:
-            extra["_WRITE_COLS_SEQUENCES"] = d["_WRITE_COLS_SEQUENCES"]
+        extra = {k: v for k, v in d.items() if k not in _MODELLED and (v is not None or k not in DATA_FILE_META_FIELDS)}
         return DataFileMeta(
             file_name=d["_FILE_NAME"], file_size=d["_FILE_SIZE"], row_count=d["_ROW_COUNT"],
             min_key=d["_MIN_KEY"], max_key=d["_MAX_KEY"],
@@ -128,7 +133,12 @@ class DataFileMeta:
             creation_time_ms=ct_ms, delete_row_count=d.get("_DELETE_ROW_COUNT"),
             embedded_index=d.get("_EMBEDDED_FILE_INDEX"), file_source=d.get("_FILE_SOURCE"),
             value_stats_cols=None if vsc is None else tuple(vsc), external_path=d.get("_EXTERNAL_PATH"),
-            first_row_id=d.get("_FIRST_ROW_ID"), write_cols=None if wc is None else tuple(wc), extra=extra)
+            first_row_id=d.get("_FIRST_ROW_ID"), write_cols=None if wc is None else tuple(wc), extra=extra,
+            extra_fields=tuple(f for f in unknown if f[0] in extra))
+
+
+# the fields the dataclass holds (every field of lsmlake's schema but `_WRITE_COLS_SEQUENCES`, kept in `extra`)
+_MODELLED = DATA_FILE_META_FIELDS - {"_WRITE_COLS_SEQUENCES"}
 
 
 def local_now_as_utc_ms() -> int:

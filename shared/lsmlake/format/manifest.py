@@ -1,17 +1,31 @@
-"""Manifest files (ADD/DELETE entries of data files) and manifest lists (which manifests make a snapshot)."""
+"""Manifest files (ADD/DELETE entries of data files) and manifest lists (which manifests make a snapshot).
+
+Fields of these records that lsmlake's schema lacks (a newer Paimon's) are read with their definitions from the
+file's own schema and written back with them, so a merged manifest or a rewritten list loses nothing.
+"""
 
 from __future__ import annotations
 
 import io
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import fastavro
 
 from lsmlake.errors import CorruptMetadataError
-from lsmlake.format.avro_schemas import CODECS, MANIFEST_ENTRY, MANIFEST_FILE_META
+from lsmlake.format.avro_schemas import (
+    CODECS,
+    DATA_FILE_META_FIELDS,
+    MANIFEST_ENTRY_FIELDS,
+    MANIFEST_FILE_META_FIELDS,
+    ExtraFields,
+    extra_fields,
+    manifest_entry_schema,
+    manifest_file_meta_schema,
+    unknown_fields,
+)
 from lsmlake.format.binary_row import deserialize_row, serialize_row
 from lsmlake.format.data_file_meta import DataFileMeta, SimpleStats
 from lsmlake.format.types import AnyType
@@ -30,6 +44,9 @@ class ManifestEntry:
     bucket: int
     total_buckets: int
     file: DataFileMeta
+    # unknown entry-level fields: their values and definitions (see the module)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    extra_fields: ExtraFields = field(default=(), compare=False, hash=False)
 
     @property
     def identifier(self) -> tuple[Any, ...]:
@@ -40,13 +57,15 @@ class ManifestEntry:
         return replace(self, kind=DELETE)
 
     def to_avro(self) -> dict[str, Any]:
-        return {"_VERSION": 2, "_KIND": self.kind, "_PARTITION": self.partition, "_BUCKET": self.bucket,
+        return {**self.extra, "_VERSION": 2, "_KIND": self.kind, "_PARTITION": self.partition, "_BUCKET": self.bucket,
                 "_TOTAL_BUCKETS": self.total_buckets, "_FILE": self.file.to_avro()}
 
     @staticmethod
-    def from_avro(d: dict[str, Any]) -> ManifestEntry:
+    def from_avro(d: dict[str, Any], unknown: ExtraFields = (), file_unknown: ExtraFields = ()) -> ManifestEntry:
+        extra = {k: v for k, v in d.items() if k not in MANIFEST_ENTRY_FIELDS}
         return ManifestEntry(d["_KIND"], d["_PARTITION"], d["_BUCKET"], d.get("_TOTAL_BUCKETS", -1),
-                             DataFileMeta.from_avro(d["_FILE"]))
+                             DataFileMeta.from_avro(d["_FILE"], file_unknown), extra,
+                             tuple(f for f in unknown if f[0] in extra))
 
 
 @dataclass(frozen=True)
@@ -63,21 +82,45 @@ class ManifestFileMeta:
     max_bucket: int | None = None
     min_level: int | None = None
     max_level: int | None = None
+    min_row_id: int | None = None  # the row ids of its entries (row-tracking tables), as Paimon collects them
+    max_row_id: int | None = None
+    # unknown fields: their values and definitions (see the module)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    extra_fields: ExtraFields = field(default=(), compare=False, hash=False)
 
     def to_avro(self) -> dict[str, Any]:
-        return {"_VERSION": 2, "_FILE_NAME": self.file_name, "_FILE_SIZE": self.file_size,
+        return {**self.extra, "_VERSION": 2, "_FILE_NAME": self.file_name, "_FILE_SIZE": self.file_size,
                 "_NUM_ADDED_FILES": self.num_added_files, "_NUM_DELETED_FILES": self.num_deleted_files,
                 "_PARTITION_STATS": self.partition_stats.to_avro(), "_SCHEMA_ID": self.schema_id,
                 "_MIN_BUCKET": self.min_bucket, "_MAX_BUCKET": self.max_bucket,
                 "_MIN_LEVEL": self.min_level, "_MAX_LEVEL": self.max_level,
-                "_MIN_ROW_ID": None, "_MAX_ROW_ID": None}
+                "_MIN_ROW_ID": self.min_row_id, "_MAX_ROW_ID": self.max_row_id}
 
     @staticmethod
-    def from_avro(d: dict[str, Any]) -> ManifestFileMeta:
+    def from_avro(d: dict[str, Any], unknown: ExtraFields = ()) -> ManifestFileMeta:
+        extra = {k: v for k, v in d.items() if k not in MANIFEST_FILE_META_FIELDS}
         return ManifestFileMeta(d["_FILE_NAME"], d["_FILE_SIZE"], d["_NUM_ADDED_FILES"], d["_NUM_DELETED_FILES"],
                                 SimpleStats.from_avro(d["_PARTITION_STATS"]), d["_SCHEMA_ID"],
                                 d.get("_MIN_BUCKET"), d.get("_MAX_BUCKET"), d.get("_MIN_LEVEL"),
-                                d.get("_MAX_LEVEL"))
+                                d.get("_MAX_LEVEL"), d.get("_MIN_ROW_ID"), d.get("_MAX_ROW_ID"), extra,
+                                tuple(f for f in unknown if f[0] in extra))
+
+
+def _row_id_range(entries: Sequence[ManifestEntry]) -> tuple[int | None, int | None]:
+    """The row ids of the entries' files, or (None, None) unless every file has a first row id."""
+    if not entries or any(e.file.first_row_id is None for e in entries):
+        return None, None
+    return (min(cast(int, e.file.first_row_id) for e in entries),
+            max(cast(int, e.file.first_row_id) + e.file.row_count - 1 for e in entries))
+
+
+def _union(definitions: Iterable[ExtraFields]) -> ExtraFields:
+    """The unknown field definitions of several records, the first definition of each name."""
+    by_name: dict[str, str] = {}
+    for defs in definitions:
+        for name, d in defs:
+            by_name.setdefault(name, d)
+    return tuple(sorted(by_name.items()))
 
 
 def _write_avro(fio: FileIO, path: str, schema: Any, records: Iterable[dict[str, Any]], codec: str) -> int:
@@ -89,10 +132,12 @@ def _write_avro(fio: FileIO, path: str, schema: Any, records: Iterable[dict[str,
     return len(data)
 
 
-def _read_avro(fio: FileIO, path: str) -> list[dict[str, Any]]:
+def _read_avro(fio: FileIO, path: str) -> tuple[list[dict[str, Any]], Any]:
+    """The records of an Avro file and the schema it was written with."""
     data = fio.read_bytes(path)
     try:
-        return list(cast(Iterable[dict[str, Any]], fastavro.reader(io.BytesIO(data))))
+        reader = fastavro.reader(io.BytesIO(data))
+        return list(cast(Iterable[dict[str, Any]], reader)), reader.writer_schema
     except Exception as e:  # fastavro raises several unrelated types on a broken file
         raise CorruptMetadataError(f"cannot read Avro file {path}: {e}") from None
 
@@ -139,9 +184,12 @@ class ManifestStore:
     def write_manifest(self, entries: Sequence[ManifestEntry], schema_id: int) -> ManifestFileMeta:
         """Write one manifest file of these entries and describe it for a manifest list."""
         name = f"manifest-{uuid.uuid4()}-0"
-        size = _write_avro(self.io, self.path(name), MANIFEST_ENTRY, (e.to_avro() for e in entries), self.codec)
+        schema = manifest_entry_schema(_union(e.extra_fields for e in entries),
+                                       _union(e.file.extra_fields for e in entries))
+        size = _write_avro(self.io, self.path(name), schema, (e.to_avro() for e in entries), self.codec)
         buckets = [e.bucket for e in entries]
         levels = [e.file.level for e in entries]
+        min_row_id, max_row_id = _row_id_range(entries)
         return ManifestFileMeta(
             file_name=name, file_size=size,
             num_added_files=sum(1 for e in entries if e.kind == ADD),
@@ -149,19 +197,26 @@ class ManifestStore:
             partition_stats=partition_stats((e.partition for e in entries), self.partition_types),
             schema_id=max((e.file.schema_id for e in entries), default=schema_id),
             min_bucket=min(buckets, default=None), max_bucket=max(buckets, default=None),
-            min_level=min(levels, default=None), max_level=max(levels, default=None))
+            min_level=min(levels, default=None), max_level=max(levels, default=None),
+            min_row_id=min_row_id, max_row_id=max_row_id)
 
     def read_manifest(self, name: str) -> list[ManifestEntry]:
-        return [ManifestEntry.from_avro(r) for r in _read_avro(self.io, self.path(name))]
+        records, schema = _read_avro(self.io, self.path(name))
+        unknown = extra_fields(unknown_fields(schema, MANIFEST_ENTRY_FIELDS))
+        file_unknown = extra_fields(unknown_fields(schema, DATA_FILE_META_FIELDS, ("_FILE",)))
+        return [ManifestEntry.from_avro(r, unknown, file_unknown) for r in records]
 
     def write_list(self, metas: Sequence[ManifestFileMeta]) -> tuple[str, int]:
         """Write a manifest list; returns its name and size."""
         name = f"manifest-list-{uuid.uuid4()}-0"
-        size = _write_avro(self.io, self.path(name), MANIFEST_FILE_META, (m.to_avro() for m in metas), self.codec)
+        schema = manifest_file_meta_schema(_union(m.extra_fields for m in metas))
+        size = _write_avro(self.io, self.path(name), schema, (m.to_avro() for m in metas), self.codec)
         return name, size
 
     def read_list(self, name: str) -> list[ManifestFileMeta]:
-        return [ManifestFileMeta.from_avro(r) for r in _read_avro(self.io, self.path(name))]
+        records, schema = _read_avro(self.io, self.path(name))
+        unknown = extra_fields(unknown_fields(schema, MANIFEST_FILE_META_FIELDS))
+        return [ManifestFileMeta.from_avro(r, unknown) for r in records]
 
     def snapshot_manifests(self, base_list: str, delta_list: str) -> list[ManifestFileMeta]:
         """The data manifests of a snapshot: its base list, then its delta list."""

@@ -34,6 +34,9 @@ DATE = "DATE"
 TIME = "TIME"
 TIMESTAMP = "TIMESTAMP"
 TIMESTAMP_LTZ = "TIMESTAMP_LTZ"
+# Paimon's BLOB: large binary values kept in blob files beside the data files (not in Parquet). Parsed so that a
+# table with one loads and is refused by name (`lsmlake.table.features`); it has no Arrow mapping.
+BLOB = "BLOB"
 
 ATOMIC_KINDS = (BOOLEAN, TINYINT, SMALLINT, INT, BIGINT, FLOAT, DOUBLE, DECIMAL, CHAR, VARCHAR,
                 BINARY, VARBINARY, DATE, TIME, TIMESTAMP, TIMESTAMP_LTZ)
@@ -86,7 +89,7 @@ class DataType:
             return self.precision <= 18
         if self.kind in (TIMESTAMP, TIMESTAMP_LTZ):
             return self.precision <= 3
-        return self.kind not in STRING_KINDS + BINARY_KINDS
+        return self.kind not in STRING_KINDS + BINARY_KINDS + (BLOB,)
 
 
 @dataclass(frozen=True)
@@ -271,7 +274,7 @@ class _IdCounter:
 def _parse(t: _Tokens, ids: _IdCounter | None) -> AnyType:
     word = t.take().upper()
     result: AnyType
-    if word in ("BOOLEAN", "TINYINT", "SMALLINT", "BIGINT", "FLOAT", "DATE"):
+    if word in ("BOOLEAN", "TINYINT", "SMALLINT", "BIGINT", "FLOAT", "DATE", BLOB):
         result = DataType(word)
     elif word in ("INT", "INTEGER"):
         result = DataType(INT)
