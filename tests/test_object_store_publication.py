@@ -18,7 +18,7 @@ from pyarrow.fs import _MockFileSystem
 
 import lsmlake.fs
 from lsmlake.catalog.filesystem import FileSystemCatalog
-from lsmlake.errors import LakeError
+from lsmlake.errors import CommitStateUnknownError, PublicationUnsupportedError
 from lsmlake.fs.conditional_create import PROBE_DIR, ConditionalCreate
 
 from .s3_server import S3Server
@@ -131,12 +131,14 @@ def test_a_store_without_conditional_create_refuses_commits_with_one_clear_error
     monkeypatch.setattr(lsmlake.fs.ConditionalCreate, "for_filesystem", staticmethod(_ignoring))
 
     t = FileSystemCatalog(warehouse).get_table("db.t")
-    # (the commit reports it as CommitStateUnknownError: `_publish` reads the unknown outcome of a failed
-    # publication on an object store that way; nothing was written, as the probe runs before the create)
-    with pytest.raises(LakeError, match="does not refuse to create an object that exists") as e:
+    manifests_before = {i.name for i in t.io.list(f"{t.path}/manifest")}
+    # a definite failure (the probe runs before anything is published), not an unknown outcome
+    with pytest.raises(PublicationUnsupportedError, match="does not refuse to create an object that exists") as e:
         t.write_arrow(pa.table({"k": [1]}))
+    assert not isinstance(e.value, CommitStateUnknownError)
     assert "commit through the catalog service" in str(e.value)
     assert t.snapshots.ids() == []  # nothing was published
+    assert {i.name for i in t.io.list(f"{t.path}/manifest")} == manifests_before  # and its metadata was removed
 
     with caplog.at_level(logging.WARNING, logger="lsmlake.fs.file_io"):
         t = FileSystemCatalog(warehouse, publications_serialized=True).get_table("db.t")

@@ -59,6 +59,11 @@ class StorageError(LakeError, OSError):
     was not applied and left nothing visible; retry once the storage is back. `errno` is the cause's."""
 
 
+class PublicationUnsupportedError(StorageError):
+    """The warehouse's store cannot publish a file only if it is absent (no conditional create), so a commit there
+    could overwrite another's snapshot: refused before anything was sent. Commit through the catalog service."""
+
+
 class CorruptMetadataError(LakeError):
     """A metadata file on disk cannot be parsed."""
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from lsmlake.errors import NotFoundError, StorageError
+from lsmlake.errors import NotFoundError, PublicationUnsupportedError, StorageError
 from lsmlake.fs.conditional_create import ConditionalCreate
 
 _log = logging.getLogger(__name__)
@@ -242,8 +242,9 @@ class FileIO:
                            f"(conditional create: If-None-Match / ifGenerationMatch=0), so processes committing "
                            f"to the warehouse {self.root} could overwrite each other's snapshots")
                 if not self.publications_serialized:
-                    raise StorageError(f"{problem}; commit through the catalog service (catalog-svc serialises "
-                                       f"commits), or use a store that supports conditional writes")
+                    raise PublicationUnsupportedError(f"{problem}; commit through the catalog service (catalog-svc "
+                                                      "serialises commits), or use a store that supports conditional "
+                                                      "writes")
                 _log.warning("%s; publications are serialised by the caller, so they check and write under "
                              "an in-process lock", problem)
             self._conditional_ok = ok

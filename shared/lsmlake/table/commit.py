@@ -27,6 +27,7 @@ from lsmlake.errors import (
     CommitRetryExhaustedError,
     CommitStateUnknownError,
     NotFoundError,
+    PublicationUnsupportedError,
     StorageError,
 )
 from lsmlake.format.index_manifest import DELETION_VECTORS, IndexEntry, IndexManifestStore
@@ -118,8 +119,9 @@ class FileStoreCommit:
             raise
         except StorageError as e:  # raised only where nothing was published (see `_publish`)
             self._delete(written)
-            raise StorageError(f"commit of {len(changes)} file change(s) to {self.snapshots.dir.rsplit('/', 1)[0]} "
-                               f"was not applied: {e}") from e
+            # the same class (a store that cannot publish stays one), naming the commit
+            raise type(e)(f"commit of {len(changes)} file change(s) to {self.snapshots.dir.rsplit('/', 1)[0]} "
+                          f"was not applied: {e}") from e
 
     def _delete(self, names: list[str]) -> None:
         for name in names:
@@ -241,6 +243,8 @@ class FileStoreCommit:
         """
         try:
             return self.snapshots.publish(snap)
+        except PublicationUnsupportedError:
+            raise  # refused before anything was sent: a definite failure
         except OSError as e:
             try:
                 found: Snapshot | None = self.snapshots.snapshot(snap.id)
