@@ -174,22 +174,29 @@ class Cluster:
     warehouse: str
     bootstrap: str
     replicas: list[Replica]
+    on_s3: bool = False
 
     def dump_logs(self) -> None:
         for r in self.replicas:
             print(f"==== {r.name} (pid {r.proc.pid}, exit {r.proc.poll()}) stderr:\n{_log_tail(r.stderr, 200)}")
 
 
-@pytest.fixture
-def cluster(pg_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    warehouse = tmp_path / "warehouse"
-    warehouse.mkdir()
+@pytest.fixture(params=["local", "s3"])
+def cluster(request: pytest.FixtureRequest, pg_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    """The replicas on a warehouse folder, or on a local S3 server (moto) where snapshots are published by
+    conditional create."""
+    on_s3 = request.param == "s3"
+    if on_s3:
+        warehouse = request.getfixturevalue("s3_server").warehouse()
+    else:
+        (tmp_path / "warehouse").mkdir()
+        warehouse = str(tmp_path / "warehouse")
     with EmbeddedBroker(log_dir=tmp_path / "kafka") as broker:
         replicas: list[Replica] = []
         try:
             for name in ("replica-a", "replica-b"):
-                replicas.append(_start_replica(name, tmp_path, str(warehouse), pg_url, broker.bootstrap))
-            yield Cluster(str(warehouse), broker.bootstrap, replicas)
+                replicas.append(_start_replica(name, tmp_path, warehouse, pg_url, broker.bootstrap))
+            yield Cluster(warehouse, broker.bootstrap, replicas, on_s3)
         finally:
             for r in replicas:
                 r.channel.close()
@@ -365,7 +372,7 @@ def _check_table(cluster: Cluster, spec: TableSpec,
     if ids:
         assert by_id[ids[-1]].total_record_count == len(model)
 
-    if spec.pypaimon:
+    if spec.pypaimon and not cluster.on_s3:  # pypaimon is given no S3 endpoint by this warehouse URI (issue 33)
         pt = CatalogFactory.create({"warehouse": cluster.warehouse}).get_table(spec.table_id)
         rb = pt.new_read_builder()
         theirs = rb.new_read().to_arrow(rb.new_scan().plan().splits())
@@ -469,7 +476,7 @@ def _run(cluster: Cluster) -> None:
     _create_tables(cluster.replicas[0].stub)
     collector = EventCollector(cluster.bootstrap).start()
     try:
-        committers, elapsed = _commit_for(cluster, RUN_S)
+        committers, elapsed = _commit_for(cluster, RUN_S / 2 if cluster.on_s3 else RUN_S)
         total = Stats()
         for c in committers:
             for f in dataclasses.fields(Stats):
