@@ -123,7 +123,8 @@ class DataFileMeta:
             ct_ms = int(ct)
         vsc = d.get("_VALUE_STATS_COLS")
         wc = d.get("_WRITE_COLS")
-        extra = {k: v for k, v in d.items() if k not in _MODELLED and (v is not None or k not in DATA_FILE_META_FIELDS)}
+        # one set difference in C: a manifest is read entry by entry, so this runs once per data file
+        extra = {k: d[k] for k in d.keys() - _MODELLED if d[k] is not None or k not in DATA_FILE_META_FIELDS}
         return DataFileMeta(
             file_name=d["_FILE_NAME"], file_size=d["_FILE_SIZE"], row_count=d["_ROW_COUNT"],
             min_key=d["_MIN_KEY"], max_key=d["_MAX_KEY"],
