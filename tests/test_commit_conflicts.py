@@ -187,3 +187,44 @@ def test_the_rest_commit_refuses_an_index_manifest_that_drops_entries(tmp_path, 
         with pytest.raises(InvalidInputError):
             local.server._servicer.commit_snapshot(SnapshotCommitRequest("db.t", snap))
         assert cat.get_table("db.t").snapshots.latest_id() == latest.id
+
+
+def test_an_index_manifest_sent_whole_is_compared_by_content(tmp_path) -> None:
+    """A vector with as many positions but other ones, or a HASH file with as many keys but other ones, loses
+    deletes or keys: refused; a vector with more positions is a delete and is accepted."""
+    import dataclasses
+
+    import numpy as np
+    from pyroaring import BitMap
+
+    from lsmlake.catalog.snapshot_commit import check_index_manifest
+    from lsmlake.format import deletion_vector
+    from lsmlake.table.read import load_vectors
+
+    cat, t = _append_dv_table(tmp_path, commits=2, rows=20)
+    t.delete_where({"g": 1})
+    latest = t.snapshots.latest()
+    (dv,) = t.indexes.read(latest.index_manifest)
+    vectors = load_vectors(t.io, t.path, dv)
+
+    def with_vectors(vs):
+        data, ranges = deletion_vector.serialize(vs)
+        name = t.indexes.write_index_file(data)
+        return t.indexes.write([dataclasses.replace(dv, file_name=name, file_size=len(data), row_count=len(ranges),
+                                                    dv_ranges=tuple(ranges))])
+
+    moved = {n: BitMap([p + 1 for p in bm]) for n, bm in vectors.items()}  # as many positions, other ones
+    with pytest.raises(InvalidInputError, match="lose positions"):
+        check_index_manifest(t, latest, with_vectors(moved), [])
+    more = {n: BitMap(bm) | BitMap([0]) for n, bm in vectors.items()}
+    check_index_manifest(t, latest, with_vectors(more), [])
+
+    cat2, d = _dynamic_table(tmp_path / "d")
+    latest = d.snapshots.latest()
+    entries = d.indexes.read(latest.index_manifest)
+    h = entries[0]
+    other = np.arange(h.row_count, dtype=">i4") + 12345  # as many keys, none of the old ones
+    name = d.indexes.write_index_file(other.tobytes())
+    swapped = [dataclasses.replace(h, file_name=name)] + entries[1:]
+    with pytest.raises(InvalidInputError, match="leaves out keys"):
+        check_index_manifest(d, latest, d.indexes.write(swapped), [])

@@ -182,9 +182,13 @@ def apply(current: Sequence[IndexEntry], change: IndexChange, live_after: Collec
 
 
 def _read_index_file(indexes: IndexManifestStore, e: IndexEntry) -> bytes:
-    """An index file's bytes, no more than its entry records (a longer file is refused, never read to its end)."""
-    path = e.external_path or indexes.index_path(e.file_name)
-    size = indexes.io.size(path)
+    """An index file's bytes from the table's `index/` folder, never more than its entry records (a file of another
+    size is refused, never read to its end)."""
+    if e.external_path is not None:
+        raise InvalidInputError(f"index: index file {e.file_name} has an external path ({e.external_path[:80]}); "
+                                "lsmlake checks only index files in the table's index folder")
+    path = indexes.index_path(e.file_name)
+    size = indexes.io.size(path) if indexes.io.exists(path) else None
     if size != e.file_size:
         raise InvalidInputError(f"index: index file {e.file_name} has {size} bytes, not the {e.file_size} its entry "
                                 "records")
