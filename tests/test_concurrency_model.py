@@ -4,7 +4,7 @@ Each seeded round makes a fresh table of one kind (`concurrency_model`), runs th
 threads and one worker process), and checks that the table equals the model of the acknowledged operations in
 snapshot order: read by lsmlake, again after a full compaction, and by pypaimon (local disk); that no snapshot id
 was acknowledged twice; and that every snapshot the committers acknowledged is there with their commit kind.
-`LSMLAKE_MODEL_ROUNDS` sets the rounds per storage (a longer run: 2000).
+`LSMLAKE_MODEL_ROUNDS` sets the rounds per storage (a longer run: 2000), `LSMLAKE_MODEL_FIRST_SEED` the first seed.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from lsmlake.table.compact import compact_table
 from .concurrency_model import KINDS, Outcome, create_table, replay, run_committer
 
 ROUNDS = int(os.environ.get("LSMLAKE_MODEL_ROUNDS", "200"))
+FIRST_SEED = int(os.environ.get("LSMLAKE_MODEL_FIRST_SEED", "0"))  # a longer run can go on where another stopped
 #: operations per committer and round: fewer on S3, where the local server takes ~40 ms a request
 OPS_LOCAL, OPS_S3 = 4, 2
 
@@ -84,7 +85,7 @@ def play_round(warehouse: str, seed: int, worker: ProcessPoolExecutor, ops: int,
 
 def test_concurrent_commits_equal_the_model_on_a_local_disk(tmp_path, worker) -> None:
     totals = {"acknowledged": 0, "refused": 0}
-    for seed in range(ROUNDS):
+    for seed in range(FIRST_SEED, FIRST_SEED + ROUNDS):
         for k, v in play_round(str(tmp_path / f"wh{seed}"), seed, worker, OPS_LOCAL, with_pypaimon=True).items():
             totals[k] += v
     print(f"local disk: {ROUNDS} rounds, {totals}")
@@ -93,7 +94,7 @@ def test_concurrent_commits_equal_the_model_on_a_local_disk(tmp_path, worker) ->
 
 def test_concurrent_commits_equal_the_model_on_s3(s3_server, worker) -> None:
     totals = {"acknowledged": 0, "refused": 0}
-    for seed in range(ROUNDS):
+    for seed in range(FIRST_SEED, FIRST_SEED + ROUNDS):
         for k, v in play_round(s3_server.warehouse(), seed, worker, OPS_S3, with_pypaimon=False).items():
             totals[k] += v
     print(f"S3: {ROUNDS} rounds, {totals}")
