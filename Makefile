@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(shell find proto -name '*.proto' 2>/dev/null)
 PROTO_GEN := shared/lsmlake/proto_gen/__init__.py
 
-.PHONY: venv proto browser test demo bench lint check clean
+.PHONY: venv proto browser azurite test demo bench lint check clean
 
 venv: $(STAMP) $(PROTO_GEN)
 
@@ -33,7 +33,16 @@ browser:
 		|| echo "make browser: apt-get could not install chromium; the browser tests will be skipped"; \
 	else echo "make browser: installing chromium needs root and apt-get; the browser tests will be skipped"; fi
 
-test: venv browser
+# Azurite, the Azure Storage emulator, from npm into .node/ for the Azure publication tests (they fail without it,
+# and are skipped, saying so, only when this machine has no npm)
+AZURITE_VERSION := 3.37.0
+AZURITE_PKG := .node/node_modules/azurite/package.json
+azurite:
+	@if [ -f $(AZURITE_PKG) ] && grep -q '"version": "$(AZURITE_VERSION)"' $(AZURITE_PKG); then :; \
+	elif command -v npm >/dev/null 2>&1; then npm install --prefix .node --no-audit --no-fund --silent azurite@$(AZURITE_VERSION); \
+	else echo "make azurite: npm is not installed; the Azure tests will be skipped"; fi
+
+test: venv browser azurite
 	$(BIN)/python -m pytest -q
 
 demo: venv

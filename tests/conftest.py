@@ -1,5 +1,6 @@
 """Fixtures shared across test folders: a fresh metadata store on each backend (SQLite, PostgreSQL), and a local
-S3 server (`s3_server`, from `tests.s3_server`)."""
+S3 server (`s3_server`, from `tests.s3_server`) and a local Azure Blob server (`azure_server`, from
+`tests.azure_server`)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import pytest
 
 from lsmlake.metastore import MetaStore, open_store
 
+from .azure_server import azure_server
 from .s3_server import s3_server
 
-__all__ = ["s3_server"]  # a fixture: pytest finds it by its name here
+__all__ = ["azure_server", "s3_server"]  # fixtures: pytest finds them by their names here
 
 PG_URL = os.environ.get("LSMLAKE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
