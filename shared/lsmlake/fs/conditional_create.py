@@ -54,7 +54,7 @@ class ConditionalCreate:
         """The conditional create of the store `fs` talks to; None when `fs` is not S3, GCS or Azure.
 
         `uri`, the warehouse URI `fs` was opened from, is read only for what pyarrow does not expose on the
-        filesystem (an Azure account key or service principal given in the URI).
+        filesystem (an Azure SAS, service principal or account key given in the URI).
         """
         if isinstance(fs, pafs.S3FileSystem):
             return _s3(_pyarrow_options(fs))
@@ -211,7 +211,9 @@ def _azure(o: dict[str, Any], uri: str | None) -> ConditionalCreate:
     if o.get("account_key"):
         config["account_key"] = o["account_key"]
     if uri:
-        # pyarrow keeps a key or service principal given in the URI to itself: read them from the URI
+        # what pyarrow does not expose on the filesystem is read from the URI: a service principal, a SAS, and an
+        # account key as the URI's password (which pyarrow 19 itself ignores: it signs with Azure's default
+        # credential then)
         parts = urllib.parse.urlsplit(uri)
         if parts.password:
             config["account_key"] = urllib.parse.unquote(parts.password)
@@ -220,6 +222,9 @@ def _azure(o: dict[str, Any], uri: str | None) -> ConditionalCreate:
                              ("client_secret", "client_secret")):
             if query.get(theirs):
                 config[ours] = query[theirs]
+        sas = _sas(parts.query)
+        if sas:
+            config["sas_key"] = sas
     authority = o.get("blob_storage_authority") or ".blob.core.windows.net"
     scheme = o.get("blob_storage_scheme") or "https"
     if authority.startswith("."):  # the account is a subdomain of the service (Azure itself)
@@ -229,6 +234,19 @@ def _azure(o: dict[str, Any], uri: str | None) -> ConditionalCreate:
     else:  # an emulator or proxy: the account is the first path element (as pyarrow addresses it)
         endpoint = config["endpoint"] = f"{scheme}://{authority}/{account}"
     return ConditionalCreate("azure", config, _http(endpoint), f"azure at {endpoint}")
+
+
+#: the query parameters of a SAS token: any of them in an `abfs://` URI makes pyarrow sign with the query as a SAS
+_SAS_PARAMETERS = frozenset({
+    "sv", "ss", "sr", "st", "se", "sp", "si", "sip", "spr", "skoid", "sktid", "srt", "skt", "ske", "skv", "sks",
+    "saoid", "suoid", "scid", "sdd", "ses", "sig", "rscc", "rscd", "rsce", "rscl", "rsct",
+})
+
+
+def _sas(query: str) -> str:
+    """The SAS token in a URI query (its parameters as they are written, percent-encoded), or ''."""
+    items = [item for item in query.split("&") if item.partition("=")[0] in _SAS_PARAMETERS]
+    return "&".join(items)
 
 
 def _error(action: str, path: str, label: str, cause: Exception) -> StorageError:
