@@ -10,15 +10,22 @@ catalog's events announce, with table options that make it compact often.
    runs while that group is being deleted (a write takes its group under a lock, a delete waits until no write
    of its group is in flight and bars new ones until it returns), so every row is unambiguous: it is gone
    exactly when a delete of its group started after it was acknowledged. Every delete must exit 0: a conflict
-   with a compaction or a concurrent write is redone, never handed to the user.
+   with a compaction or a concurrent write is redone, never handed to the user. Twice: partitioned by g (writes
+   of other groups land in other partitions) and unpartitioned, where a delete still gives up after
+   `commit.max-retries` redos because rows of other groups were added meanwhile (a known defect: the check
+   before publishing looks at partitions, not at file statistics); that case is an xfail naming it, and only
+   after the rows were checked.
 2. A primary-key table with deletion vectors and fixed buckets: two writer-service threads and pypaimon upsert
    and delete (`rowkind.field`, so pypaimon writes -D rows too) keys of their own; the table equals the last
    acknowledged change of each key.
 After the writers stop, one waited full compaction runs; then lsmlake's reader and pypaimon read the model.
+A pypaimon commit that fails (its own retry loop gave up) is not acknowledged and cannot be resent safely: its
+rows may be there or not (all or none), and nothing else is allowed.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
@@ -44,6 +51,7 @@ from lsmlake.proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
 from ..pypaimon_io import read, write
 from ..writer_svc import procs
 
+_log = logging.getLogger(__name__)
 pytestmark = pytest.mark.integration
 pypaimon = pytest.importorskip("pypaimon", reason="pypaimon (the test extra) is not installed")
 
@@ -55,6 +63,9 @@ LAKE = [sys.executable, "-c", "import logging, sys; logging.basicConfig(level=lo
 REDONE = re.compile(r"delete from \S+ conflicted .*; redone on the latest snapshot")
 NOT_MATCHING_ADDED = re.compile(r"lake: error: snapshot \d+ added rows that may match the delete since it read")
 OFTEN = {"compaction.min.file-num": "2", "compaction.max.file-num": "4"}
+# pypaimon's own commit loop (Paimon's REST protocol: a lost snapshot id is rebuilt and sent again) gives up after
+# `commit.max-retries`; against a writer service group-committing every 0.2 s its default of 10 runs out
+PYPAIMON_RETRIES = {"commit.max-retries": "100"}
 
 
 @dataclass
@@ -71,8 +82,9 @@ class Lake:
         return Client(f"127.0.0.1:{self.catalog.port}", writer=f"127.0.0.1:{self.writer.port}",
                       compactor=f"127.0.0.1:{self.compactor.port}", warehouse=str(self.warehouse), timeout_s=60)
 
-    def pypaimon_table(self, name: str) -> Any:
-        return pypaimon.CatalogFactory.create(self.rest_options).get_table(f"db.{name}")
+    def pypaimon_table(self, name: str, **options: str) -> Any:
+        table = pypaimon.CatalogFactory.create(self.rest_options).get_table(f"db.{name}")
+        return table.copy(options) if options else table
 
     def lsmlake_rows(self, name: str) -> list[dict[str, Any]]:
         t = FileSystemCatalog(str(self.warehouse)).get_table(f"db.{name}")
@@ -139,6 +151,7 @@ def _write_acknowledged(client: Client, table: str, data: pa.Table, request_id: 
 
 # -- 1. deletes by predicate racing writers and the compactor ----------------------------------------------------
 
+PYPAIMON_WRITER = 3
 GROUPS = 4
 DELETES = 8
 ROWS_PER_WRITE = 20
@@ -150,7 +163,8 @@ class Row:
     id: int
     g: int
     v: str
-    acked: int  # the event clock when it was acknowledged
+    acked: int  # the event clock when it was acknowledged (or its write failed)
+    maybe: bool  # its write failed: the outcome is unknown (pypaimon cannot resend a commit safely)
 
 
 @dataclass
@@ -172,6 +186,7 @@ class Groups:
     clock: int = 0
     rows: list[Row] = field(default_factory=list)
     writes: int = 0
+    failed: int = 0
     stop: bool = False
 
     def take(self, rng: random.Random) -> int:
@@ -180,12 +195,12 @@ class Groups:
             self.in_flight[g] = self.in_flight.get(g, 0) + 1
             return g
 
-    def release(self, g: int, acked: list[tuple[int, str]] | None) -> None:
+    def release(self, g: int, rows: list[tuple[int, str]], acked: bool) -> None:
         with self.cond:
             self.clock += 1
-            if acked is not None:
-                self.rows += [Row(i, g, v, self.clock) for i, v in acked]
-                self.writes += 1
+            self.rows += [Row(i, g, v, self.clock, not acked) for i, v in rows]
+            self.writes += acked
+            self.failed += not acked
             self.in_flight[g] -= 1
             self.cond.notify_all()
 
@@ -237,12 +252,16 @@ def test_deletes_by_predicate_race_writers_and_the_compactor(lake: Lake, layout:
                 g = groups.take(rng)
                 ids = list(range(w * 1_000_000 + n * ROWS_PER_WRITE, w * 1_000_000 + (n + 1) * ROWS_PER_WRITE))
                 vs = [f"w{w}n{n}" for _ in ids]
-                acked = None
+                acked = False
                 try:
                     commit(pa.table({"id": ids, "g": [g] * len(ids), "v": vs}, schema=schema), f"{name}-w{w}-{n}")
-                    acked = list(zip(ids, vs, strict=True))
+                    acked = True
+                except Exception as e:
+                    if w != PYPAIMON_WRITER:  # the writer service's writes are resent until acknowledged
+                        raise
+                    _log.warning("pypaimon's commit failed: %s", e)
                 finally:
-                    groups.release(g, acked)
+                    groups.release(g, list(zip(ids, vs, strict=True)), acked)
                 n += 1
         except BaseException as e:
             errors.append(e)
@@ -252,14 +271,14 @@ def test_deletes_by_predicate_race_writers_and_the_compactor(lake: Lake, layout:
     def by_service(data: pa.Table, request_id: str) -> None:
         _write_acknowledged(client, table, data, request_id)
 
-    paimon_table = lake.pypaimon_table(name)
+    paimon_table = lake.pypaimon_table(name, **PYPAIMON_RETRIES)
 
     def by_pypaimon(data: pa.Table, _: str) -> None:
         write(paimon_table, data)
 
     threads = [threading.Thread(target=writer_loop, args=(1, by_service)),
                threading.Thread(target=writer_loop, args=(2, by_service)),
-               threading.Thread(target=writer_loop, args=(3, by_pypaimon))]
+               threading.Thread(target=writer_loop, args=(PYPAIMON_WRITER, by_pypaimon))]
     for t in threads:
         t.start()
     deletes: list[Delete] = []
@@ -285,18 +304,25 @@ def test_deletes_by_predicate_race_writers_and_the_compactor(lake: Lake, layout:
     lake.settle(name)
     # a delete that failed says it was not applied (a conflict is definite): the model leaves it out
     applied = [d for d in deletes if d.returncode == 0]
-    expected: list[dict[str, Any]] = sorted(({"id": r.id, "g": r.g, "v": r.v} for r in groups.rows
-                       if not any(d.g == r.g and d.started > r.acked for d in applied)), key=lambda r: r["id"])
-    deleted = len(groups.rows) - len(expected)
-    print(f"\n{layout}: {groups.writes} acknowledged writes ({len(groups.rows)} rows), {len(deletes)} deletes, "
+    live = [r for r in groups.rows if not any(d.g == r.g and d.started > r.acked for d in applied)]
+    expected = [{"id": r.id, "g": r.g, "v": r.v} for r in sorted(live, key=lambda r: r.id) if not r.maybe]
+    # a failed write's rows may have landed (before its failure was seen: the commit is synchronous): then all of
+    # them, and only where no later delete of their group removed them
+    maybe = {r.id: {"id": r.id, "g": r.g, "v": r.v} for r in live if r.maybe}
+    deleted = sum(not r.maybe for r in groups.rows) - len(expected)
+    print(f"\n{layout}: {groups.writes} acknowledged writes ({sum(not r.maybe for r in groups.rows)} rows), "
+          f"{groups.failed} failed pypaimon commits, {len(deletes)} deletes, "
           f"{len(applied)} exited 0 ({deleted} rows deleted), redos per delete {[d.redone for d in deletes]}, "
           f"{kinds_during.count(COMPACT)} compactions while they ran ({lake.plans_lost(name)} plans lost to a "
           f"concurrent commit and redone), {len(kinds_during)} snapshots")
     assert deleted > 0 and kinds_during.count(COMPACT) > 0, "the race never happened: the test proves nothing"
-    got = lake.lsmlake_rows(name)
-    assert len(got) == len({r["id"] for r in got}), "a row is duplicated"
-    _assert_rows(got, expected, "lsmlake")
-    _assert_rows(lake.pypaimon_rows(name), expected, "pypaimon")
+    for reader, got in (("lsmlake", lake.lsmlake_rows(name)), ("pypaimon", lake.pypaimon_rows(name))):
+        assert len(got) == len({r["id"] for r in got}), f"{reader}: a row is duplicated"
+        landed = [r for r in got if r["id"] in maybe]
+        assert all(r == maybe[r["id"]] for r in landed), reader
+        whole = {r["v"] for r in landed}  # a write's rows are all there or none (unless a delete took them)
+        assert sum(r["v"] in whole for r in maybe.values()) == len(landed), f"{reader}: part of a failed write"
+        _assert_rows([r for r in got if r["id"] not in maybe], expected, reader)
     failed = [d for d in deletes if d.returncode != 0]
     for d in failed:
         assert not partitioned and NOT_MATCHING_ADDED.search(d.output), \
@@ -337,8 +363,10 @@ def test_upserts_and_deletes_race_the_compactor_on_a_deletion_vector_table(lake:
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("op", pa.string()),
                         pa.field("v", pa.string())])
     models: dict[int, dict[int, dict[str, Any]]] = {}
+    # keys of a failed pypaimon write, until their next acknowledged change: the states they may be in
+    unsure: dict[int, list[dict[str, Any] | None]] = {}
     errors: list[BaseException] = []
-    counts = {"writes": 0, "deletes": 0}
+    counts = {"writes": 0, "deletes": 0, "failed": 0}
     lock = threading.Lock()
 
     def writer_loop(w: int, commit: Callable[[pa.Table, str], None]) -> None:
@@ -354,8 +382,20 @@ def test_upserts_and_deletes_race_the_compactor_on_a_deletion_vector_table(lake:
                         rows.append({"id": k, "op": "-D", "v": model[k]["v"]})
                     else:
                         rows.append({"id": k, "op": "+U" if k in model else "+I", "v": f"w{w}n{n}"})
-                commit(pa.Table.from_pylist(rows, schema=schema), f"kv-w{w}-{n}")
+                try:
+                    commit(pa.Table.from_pylist(rows, schema=schema), f"kv-w{w}-{n}")
+                except Exception as e:
+                    if w != PYPAIMON_WRITER:  # the writer service's writes are resent until acknowledged
+                        raise
+                    _log.warning("pypaimon's commit failed: %s", e)
+                    for row in rows:  # landed or not: the model keeps the state before it
+                        states = unsure.setdefault(row["id"], [model.get(row["id"])])
+                        states.append(None if row["op"] == "-D" else row)
+                    with lock:
+                        counts["failed"] += 1
+                    continue
                 for row in rows:  # acknowledged: the last change of each key wins (one writer owns the key)
+                    unsure.pop(row["id"], None)
                     if row["op"] == "-D":
                         model.pop(row["id"], None)
                     else:
@@ -369,14 +409,14 @@ def test_upserts_and_deletes_race_the_compactor_on_a_deletion_vector_table(lake:
     def by_service(data: pa.Table, request_id: str) -> None:
         _write_acknowledged(client, table, data, request_id)
 
-    paimon_table = lake.pypaimon_table(name)
+    paimon_table = lake.pypaimon_table(name, **PYPAIMON_RETRIES)
 
     def by_pypaimon(data: pa.Table, _: str) -> None:
         write(paimon_table, data)
 
     threads = [threading.Thread(target=writer_loop, args=(1, by_service)),
                threading.Thread(target=writer_loop, args=(2, by_service)),
-               threading.Thread(target=writer_loop, args=(3, by_pypaimon))]
+               threading.Thread(target=writer_loop, args=(PYPAIMON_WRITER, by_pypaimon))]
     for t in threads:
         t.start()
     for t in threads:
@@ -386,10 +426,15 @@ def test_upserts_and_deletes_race_the_compactor_on_a_deletion_vector_table(lake:
 
     kinds_during = lake.snapshot_kinds(name)
     lake.settle(name)
-    expected = sorted((row for m in models.values() for row in m.values()), key=lambda r: r["id"])
-    print(f"\n{counts['writes']} acknowledged writes ({counts['deletes']} -D rows), "
+    expected = sorted((row for m in models.values() for row in m.values() if row["id"] not in unsure),
+                      key=lambda r: r["id"])
+    print(f"\n{counts['writes']} acknowledged writes ({counts['deletes']} -D rows), {counts['failed']} failed "
+          f"pypaimon commits, "
           f"{kinds_during.count(COMPACT)} compactions while they ran ({lake.plans_lost(name)} plans lost to a "
           f"concurrent commit and redone), {len(kinds_during)} snapshots")
     assert kinds_during.count(COMPACT) > 0, "the compactor never ran during the writes: the test proves nothing"
-    _assert_rows(lake.lsmlake_rows(name), expected, "lsmlake")
-    _assert_rows(lake.pypaimon_rows(name), expected, "pypaimon")
+    for reader, got in (("lsmlake", lake.lsmlake_rows(name)), ("pypaimon", lake.pypaimon_rows(name))):
+        found = {r["id"]: r for r in got}
+        for k, states in unsure.items():
+            assert found.get(k) in states, f"{reader}: key {k} is {found.get(k)}, not one of {states}"
+        _assert_rows([r for r in got if r["id"] not in unsure], expected, reader)
