@@ -228,3 +228,51 @@ def test_an_index_manifest_sent_whole_is_compared_by_content(tmp_path) -> None:
     swapped = [dataclasses.replace(h, file_name=name)] + entries[1:]
     with pytest.raises(InvalidInputError, match="leaves out keys"):
         check_index_manifest(d, latest, d.indexes.write(swapped), [])
+
+
+def test_a_delete_is_not_starved_by_appends_its_predicate_cannot_match(tmp_path, monkeypatch) -> None:
+    """Another writer appends rows of group 1 while every attempt of a delete of group 0 runs: those files'
+    statistics exclude the predicate, so they do not conflict with it (before, the delete gave up after
+    `commit.max-retries` redos)."""
+    cat = FileSystemCatalog(str(tmp_path / "wh"))
+    cat.create_database("db")
+    t = cat.create_table("db.t", "id BIGINT NOT NULL, g INT NOT NULL",
+                         options={"bucket": "-1", "deletion-vectors.enabled": "true"})
+    t.write_arrow(pa.table({"id": pa.array([0], pa.int64()), "g": pa.array([0], pa.int32())}))
+    other = cat.get_table("db.t")
+    original = FileStore.delete_messages
+    attempts = []
+
+    def append_while_deleting(self, *args, **kwargs):
+        messages = original(self, *args, **kwargs)
+        attempts.append(1)
+        other.write_arrow(pa.table({"id": pa.array([len(attempts)], pa.int64()), "g": pa.array([1], pa.int32())}))
+        return messages
+
+    monkeypatch.setattr(FileStore, "delete_messages", append_while_deleting)
+    assert t.delete_where({"g": 0}) is not None
+    assert len(attempts) == 1
+    assert _groups(cat.get_table("db.t")) == {1: 1}
+
+
+def test_a_delete_still_conflicts_with_appends_its_predicate_may_match(tmp_path, monkeypatch) -> None:
+    cat = FileSystemCatalog(str(tmp_path / "wh"))
+    cat.create_database("db")
+    t = cat.create_table("db.t", "id BIGINT NOT NULL, g INT NOT NULL",
+                         options={"bucket": "-1", "deletion-vectors.enabled": "true"})
+    t.write_arrow(pa.table({"id": pa.array([0], pa.int64()), "g": pa.array([0], pa.int32())}))
+    other = cat.get_table("db.t")
+    original = FileStore.delete_messages
+    attempts = []
+
+    def append_once_while_deleting(self, *args, **kwargs):
+        messages = original(self, *args, **kwargs)
+        attempts.append(1)
+        if len(attempts) == 1:
+            other.write_arrow(pa.table({"id": pa.array([7], pa.int64()), "g": pa.array([0], pa.int32())}))
+        return messages
+
+    monkeypatch.setattr(FileStore, "delete_messages", append_once_while_deleting)
+    assert t.delete_where({"g": 0}) is not None
+    assert len(attempts) == 2  # redone, and the redo deleted the row appended meanwhile too
+    assert _groups(cat.get_table("db.t")) == {}

@@ -11,10 +11,8 @@ catalog's events announce, with table options that make it compact often.
    of its group is in flight and bars new ones until it returns), so every row is unambiguous: it is gone
    exactly when a delete of its group started after it was acknowledged. Every delete must exit 0: a conflict
    with a compaction or a concurrent write is redone, never handed to the user. Twice: partitioned by g (writes
-   of other groups land in other partitions) and unpartitioned, where a delete still gives up after
-   `commit.max-retries` redos because rows of other groups were added meanwhile (a known defect: the check
-   before publishing looks at partitions, not at file statistics); that case is an xfail naming it, and only
-   after the rows were checked.
+   of other groups land in other partitions) and unpartitioned (writes of other groups land beside the rows a
+   delete marks; their files' statistics exclude its predicate, so they do not make it conflict).
 2. A primary-key table with deletion vectors and fixed buckets: two writer-service threads and pypaimon upsert
    and delete (`rowkind.field`, so pypaimon writes -D rows too) keys of their own; the table equals the last
    acknowledged change of each key.
@@ -61,7 +59,6 @@ RESENDS = 5  # of a writer-service write whose outcome is unknown, with the same
 LAKE = [sys.executable, "-c", "import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stderr); "
         "from lsmlake.cli.main import main; sys.exit(main())"]
 REDONE = re.compile(r"delete from \S+ conflicted .*; redone on the latest snapshot")
-NOT_MATCHING_ADDED = re.compile(r"lake: error: snapshot \d+ added rows that may match the delete since it read")
 OFTEN = {"compaction.min.file-num": "2", "compaction.max.file-num": "4"}
 # pypaimon's own commit loop (Paimon's REST protocol: a lost snapshot id is rebuilt and sent again) gives up after
 # `commit.max-retries`; against a writer service group-committing every 0.2 s its default of 10 runs out
@@ -324,15 +321,8 @@ def test_deletes_by_predicate_race_writers_and_the_compactor(lake: Lake, layout:
         assert sum(r["v"] in whole for r in maybe.values()) == len(landed), f"{reader}: part of a failed write"
         _assert_rows([r for r in got if r["id"] not in maybe], expected, reader)
     failed = [d for d in deletes if d.returncode != 0]
-    for d in failed:
-        assert not partitioned and NOT_MATCHING_ADDED.search(d.output), \
-            f"lake delete --where g={d.g} exited {d.returncode}: {d.output[-3000:]}"
-    if failed:
-        # Known defect: the check a delete makes before it publishes conflicts on any file added to a partition
-        # the predicate may match, not on files whose statistics exclude it; with steady writes of other groups
-        # to the same partition every redo conflicts again and the conflict reaches the user.
-        pytest.xfail(f"{len(failed)} of {len(deletes)} deletes gave up after "
-                     f"{max(d.redone for d in failed)} redos on rows of other groups added meanwhile")
+    assert not failed, "\n".join(f"lake delete --where g={d.g} exited {d.returncode}: {d.output[-3000:]}"
+                                  for d in failed)
 
 
 def _assert_rows(got: list[dict[str, Any]], expected: list[dict[str, Any]], reader: str) -> None:

@@ -19,6 +19,7 @@ from pyroaring import BitMap
 from lsmlake.errors import CommitConflictError, CommitStateUnknownError, InvalidInputError, NotFoundError
 from lsmlake.format import options as opts
 from lsmlake.format.binary_row import deserialize_row
+from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.format.index_manifest import IndexManifestStore
 from lsmlake.format.manifest import ADD, ManifestStore
@@ -248,13 +249,35 @@ class FileStore:
                     for meta in self.manifests.read_list(snap.delta_manifest_list):
                         for e in self.manifests.read_manifest(meta.file_name):
                             if e.kind == ADD and part_pred.test(dict(zip(
-                                    self.schema.partition_keys, self.partition_values(e.partition), strict=True))):
+                                    self.schema.partition_keys, self.partition_values(e.partition), strict=True))) \
+                                    and self._values_may_match(e.file, pred):
                                 raise CommitConflictError(
                                     f"snapshot {sid} added rows that may match the delete since it read snapshot "
                                     f"{checked[0]}; this delete was not applied")
                 checked[0] = sid
 
         return validate
+
+    def _values_may_match(self, f: DataFileMeta, pred: Predicate) -> bool:
+        """Whether a data file's value statistics admit a row matching `pred` (True when unsure: statistics of
+        another schema, or absent, or unreadable)."""
+        if f.schema_id != self.schema.id or f.value_stats is None:
+            return True
+        columns = list(f.value_stats_cols) if f.value_stats_cols is not None else self.schema.field_names
+        try:
+            types = self.schema.types_of(columns)
+            lows = deserialize_row(f.value_stats.min_values, types)
+            highs = deserialize_row(f.value_stats.max_values, types)
+        except Exception:  # statistics this schema cannot decode never exclude a file
+            return True
+        nulls = f.value_stats.null_counts or ()
+        at = {c: i for i, c in enumerate(columns)}
+        for term in pred.terms:
+            i = at.get(term.column)
+            if i is not None and not term.may_match(lows[i], highs[i], nulls[i] if i < len(nulls) else None,
+                                                    f.row_count):
+                return False
+        return True
 
     def _delete_index_files(self, messages: Sequence[CommitMessage]) -> None:
         """Remove the index files written for messages whose commit definitely failed."""
