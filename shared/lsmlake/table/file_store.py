@@ -185,9 +185,10 @@ class FileStore:
             self.schema.field(c)
         user = commit_user or str(uuid.uuid4())
         redos = self.options.require(opts.COMMIT_MAX_RETRIES)
+        found: dict[str, BitMap] = {}  # the matching positions of the files read so far (they never change)
         for attempt in range(redos + 1):
             read = self.snapshots.latest()
-            messages = self.delete_messages(pred, read)
+            messages = self.delete_messages(pred, read, found)
             if not messages:
                 return None
             try:
@@ -205,15 +206,21 @@ class FileStore:
                 raise
         raise AssertionError("unreachable")
 
-    def delete_messages(self, pred: Predicate, snapshot: Snapshot | None) -> list[CommitMessage]:
+    def delete_messages(self, pred: Predicate, snapshot: Snapshot | None,
+                        found: dict[str, BitMap] | None = None) -> list[CommitMessage]:
         """The deletion-vector changes that delete the rows matching `pred` at `snapshot`, one message per bucket
-        that has such rows (its new vector files written, not committed)."""
+        that has such rows (its new vector files written, not committed).
+
+        `found` keeps, by data file name, the positions of the file's rows that match `pred` (deleted or not): data
+        files never change, so a delete redone after a conflict reads only the files that are new since.
+        """
         from lsmlake.format.data_file_read import ROW_POSITION, read_data_file
         from lsmlake.format.index_manifest import dv_index_change
         from lsmlake.table.read import load_vectors
 
         expr = pred.expression()
         columns = sorted(pred.columns())
+        found = {} if found is None else found
         messages: list[CommitMessage] = []
         if snapshot is None:
             return messages
@@ -222,12 +229,18 @@ class FileStore:
             directory = bucket_dir(self.path, self.schema.partition_dir(split.partition_values), split.bucket)
             changed = False
             for f in split.files:
-                rows = read_data_file(self.io, f.path_in(directory), self.schema, columns, [],
-                                      vectors.get(f.file_name), positions=True,
-                                      file_schema=self.history.file_schema(f.schema_id, self.schema))
-                hit = rows.filter(expr).column(ROW_POSITION).to_numpy()
-                if len(hit):
-                    vectors.setdefault(f.file_name, BitMap()).update(hit.astype(np.uint32))
+                hit = found.get(f.file_name)
+                if hit is None:
+                    file_schema = self.history.file_schema(f.schema_id, self.schema)
+                    rows = read_data_file(self.io, f.path_in(directory), self.schema, columns, [], None,
+                                          positions=True, file_schema=file_schema)
+                    hit = found[f.file_name] = BitMap(
+                        rows.filter(expr).column(ROW_POSITION).to_numpy().astype(np.uint32))
+                if not hit:
+                    continue
+                vector = vectors.get(f.file_name)
+                if vector is None or not hit <= vector:
+                    vectors[f.file_name] = hit | vector if vector is not None else BitMap(hit)
                     changed = True
             if changed:
                 added, removed = dv_index_change(self.indexes, split, vectors)
