@@ -151,6 +151,7 @@ def _write_acknowledged(client: Client, table: str, data: pa.Table, request_id: 
 PYPAIMON_WRITER = 3
 GROUPS = 4
 DELETES = 8
+MAX_DELETES = 30
 ROWS_PER_WRITE = 20
 WRITES_BETWEEN_DELETES = 6  # acknowledged writes (of all writers) before the next delete starts
 
@@ -280,7 +281,10 @@ def test_deletes_by_predicate_race_writers_and_the_compactor(lake: Lake, layout:
         t.start()
     deletes: list[Delete] = []
     try:
-        for r in range(DELETES):
+        r = 0
+        # at least DELETES; more (up to MAX_DELETES) until the compactor has committed while they run, so that the
+        # race happens however slow a loaded machine makes the compactor's Spark jobs
+        while r < DELETES or (r < MAX_DELETES and COMPACT not in lake.snapshot_kinds(name)):
             groups.wait_writes((r + 1) * WRITES_BETWEEN_DELETES, errors)
             d = Delete(r % GROUPS, groups.bar(r % GROUPS))
             try:
@@ -290,6 +294,7 @@ def test_deletes_by_predicate_race_writers_and_the_compactor(lake: Lake, layout:
             d.returncode, d.output = done.returncode, done.stdout + done.stderr
             d.redone = len(REDONE.findall(done.stderr))
             deletes.append(d)
+            r += 1
     finally:
         groups.stop = True
         for t in threads:
