@@ -49,6 +49,13 @@ class S3Server:
                 f"?endpoint_override={self.endpoint}&region={REGION}")
 
 
+def pypaimon_options(warehouse: str, endpoint: str) -> dict[str, str]:
+    """The catalog options with which pypaimon opens a warehouse URI of `S3Server.warehouse` on the server."""
+    path = warehouse.split("@", 1)[1].split("?", 1)[0]
+    return {"warehouse": f"s3://{path}", "fs.s3.endpoint": endpoint, "fs.s3.accessKeyId": ACCESS_KEY,
+            "fs.s3.accessKeySecret": SECRET_KEY, "fs.s3.region": REGION, "fs.s3.path-style-access": "true"}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -2,7 +2,7 @@
 
 Each seeded round makes a fresh table of one kind (`concurrency_model`), runs three committers on it at once (two
 threads and one worker process), and checks that the table equals the model of the acknowledged operations in
-snapshot order: read by lsmlake, again after a full compaction, and by pypaimon (local disk); that no snapshot id
+snapshot order: read by lsmlake, again after a full compaction, and by pypaimon; that no snapshot id
 was acknowledged twice; and that every snapshot the committers acknowledged is there with their commit kind.
 `LSMLAKE_MODEL_ROUNDS` sets the rounds per storage (a longer run: 2000), `LSMLAKE_MODEL_FIRST_SEED` the first seed.
 """
@@ -22,6 +22,7 @@ from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.table.compact import compact_table
 
 from .concurrency_model import KINDS, Outcome, create_table, replay, run_committer
+from .s3_server import pypaimon_options
 
 ROUNDS = int(os.environ.get("LSMLAKE_MODEL_ROUNDS", "200"))
 FIRST_SEED = int(os.environ.get("LSMLAKE_MODEL_FIRST_SEED", "0"))  # a longer run can go on where another stopped
@@ -36,15 +37,17 @@ def worker() -> Iterator[ProcessPoolExecutor]:
         yield pool
 
 
-def _pypaimon_rows(warehouse: str) -> Any:
+def _pypaimon_rows(options: dict[str, str]) -> Any:
     from pypaimon import CatalogFactory
 
     from .pypaimon_io import read
 
-    return read(CatalogFactory.create({"warehouse": warehouse}).get_table("db.t"))
+    return read(CatalogFactory.create(options).get_table("db.t"))
 
 
-def play_round(warehouse: str, seed: int, worker: ProcessPoolExecutor, ops: int, with_pypaimon: bool) -> dict[str, int]:
+def play_round(warehouse: str, seed: int, worker: ProcessPoolExecutor, ops: int,
+               pypaimon: dict[str, str]) -> dict[str, int]:
+    """`pypaimon`: the catalog options with which pypaimon opens the warehouse."""
     """One round (see the module); counts of acknowledged and refused operations."""
     kind = KINDS[seed % len(KINDS)]
     catalog = FileSystemCatalog(warehouse)
@@ -77,8 +80,7 @@ def play_round(warehouse: str, seed: int, worker: ProcessPoolExecutor, ops: int,
     compact_table(table, full=True)
     table = catalog.get_table("db.t")
     assert model.table_rows(table.to_arrow()) == model.rows, f"seed {seed} ({kind}): after a full compaction"
-    if with_pypaimon:
-        assert model.table_rows(_pypaimon_rows(warehouse)) == model.rows, f"seed {seed} ({kind}): pypaimon's read"
+    assert model.table_rows(_pypaimon_rows(pypaimon)) == model.rows, f"seed {seed} ({kind}): pypaimon's read"
     acked = sum(o.snapshot_id is not None for o in outcomes)
     return {"acknowledged": acked, "refused": sum(o.error is not None for o in outcomes)}
 
@@ -86,7 +88,8 @@ def play_round(warehouse: str, seed: int, worker: ProcessPoolExecutor, ops: int,
 def test_concurrent_commits_equal_the_model_on_a_local_disk(tmp_path, worker) -> None:
     totals = {"acknowledged": 0, "refused": 0}
     for seed in range(FIRST_SEED, FIRST_SEED + ROUNDS):
-        for k, v in play_round(str(tmp_path / f"wh{seed}"), seed, worker, OPS_LOCAL, with_pypaimon=True).items():
+        warehouse = str(tmp_path / f"wh{seed}")
+        for k, v in play_round(warehouse, seed, worker, OPS_LOCAL, {"warehouse": warehouse}).items():
             totals[k] += v
     print(f"local disk: {ROUNDS} rounds, {totals}")
     assert totals["acknowledged"] > totals["refused"]
@@ -95,7 +98,9 @@ def test_concurrent_commits_equal_the_model_on_a_local_disk(tmp_path, worker) ->
 def test_concurrent_commits_equal_the_model_on_s3(s3_server, worker) -> None:
     totals = {"acknowledged": 0, "refused": 0}
     for seed in range(FIRST_SEED, FIRST_SEED + ROUNDS):
-        for k, v in play_round(s3_server.warehouse(), seed, worker, OPS_S3, with_pypaimon=False).items():
+        warehouse = s3_server.warehouse()
+        options = pypaimon_options(warehouse, s3_server.endpoint)
+        for k, v in play_round(warehouse, seed, worker, OPS_S3, options).items():
             totals[k] += v
     print(f"S3: {ROUNDS} rounds, {totals}")
     assert totals["acknowledged"] > totals["refused"]
