@@ -194,7 +194,7 @@ def check_index_manifest(table: FileStoreTable, latest: Snapshot | None, sent_na
         before = {p for p, _, _ in _LIVE.at(table, latest)} if latest is not None else set()
         replaced = frozenset(before - {p for p, _, _ in live})
     change = index_changes.IndexChange(added, removed, replaced_partitions=replaced, sent_whole=True)
-    index_changes.apply(current, change, live, table.indexes)
+    index_changes.apply_index_change(current, change, live, table.indexes)
 
 
 def commit_snapshot(commits: CatalogCommits, request: SnapshotCommitRequest,

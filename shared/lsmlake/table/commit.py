@@ -3,8 +3,11 @@
 The protocol, for one commit:
 1. read the latest snapshot; if a snapshot already carries this commit's (user, identifier, kind),
    it landed before (a retry after a lost reply): stop;
-2. check that every file the commit deletes is still live (else: conflict, give up for good);
-3. write the delta manifest (once) and a base manifest list holding the previous snapshot's manifests;
+2. check the commit against the latest snapshot (else: conflict, nothing applied): the caller's `validate`, every
+   file it deletes is still live, and its index changes and the deletion vectors of the buckets whose files it
+   deletes are what it planned on and lose nothing (`index_changes`);
+3. write the delta manifest (once), the index manifest if the index changes, and a base manifest list holding
+   the previous snapshot's manifests;
    on a local disk each is synced as written, and the `manifest/` directory once before step 4;
 4. publish `snapshot-<latest+1>` with a write-if-absent (its content synced before the link, the
    `snapshot/` directory after); losing the race goes back to 1.
@@ -33,7 +36,7 @@ from lsmlake.errors import (
 from lsmlake.format.index_manifest import DELETION_VECTORS, IndexEntry, IndexManifestStore
 from lsmlake.format.manifest import ADD, DELETE, ManifestEntry, ManifestFileMeta, ManifestStore, merge_entries
 from lsmlake.format.snapshot import APPEND, BATCH_COMMIT_IDENTIFIER, COMPACT, OVERWRITE, Snapshot, SnapshotManager
-from lsmlake.table import index_changes as index_changes_
+from lsmlake.table.index_changes import IndexChange, apply_index_change
 from lsmlake.table.write import CommitMessage
 
 # Merge the base manifests into fresh ones once a list holds this many small manifests.
@@ -220,12 +223,12 @@ class FileStoreCommit:
             # index files of replaced partitions describe files that are gone
             removed = removed + [e for e in current if (replaced is None or e.partition in replaced)
                                  and e not in removed]
-        change = index_changes_.IndexChange(tuple(added), tuple(removed), data_deleted,
-                                            None if replaced is None else frozenset(replaced))
+        change = IndexChange(tuple(added), tuple(removed), data_deleted,
+                             None if replaced is None else frozenset(replaced))
         needs_live = any(e.dv_ranges for e in added) or any(e.index_type == DELETION_VECTORS for e in removed)
         live_after = ({(e.partition, e.bucket, e.file.file_name) for e in merge_entries(list(live.values()) + entries)
                        .values()} if needs_live else set())
-        after = index_changes_.apply(current, change, live_after, self.indexes)
+        after = apply_index_change(current, change, live_after, self.indexes)
         if after == current:
             return current_name
         name = self.indexes.write(after)

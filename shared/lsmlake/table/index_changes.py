@@ -172,8 +172,8 @@ def entries_after(current: Sequence[IndexEntry], change: IndexChange,
     return kept + list(change.added)
 
 
-def apply(current: Sequence[IndexEntry], change: IndexChange, live_after: Collection[FileKey],
-          indexes: IndexManifestStore) -> list[IndexEntry]:
+def apply_index_change(current: Sequence[IndexEntry], change: IndexChange, live_after: Collection[FileKey],
+                       indexes: IndexManifestStore) -> list[IndexEntry]:
     """Check the change against `current` (both questions of the module) and return the entries after it."""
     check_planned_against(current, change)
     after = entries_after(current, change, live_after)
