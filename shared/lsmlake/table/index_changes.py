@@ -18,6 +18,7 @@ writes, which commit through it) and the REST commit, whose client sends the new
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
@@ -61,8 +62,14 @@ class IndexChange:
 def diff(current: Sequence[IndexEntry],
          sent: Sequence[IndexEntry]) -> tuple[tuple[IndexEntry, ...], tuple[IndexEntry, ...]]:
     """(added, removed): what an index manifest sent whole changes in `current` (an entry changed in place is both)."""
-    now, new = set(current), set(sent)
-    return tuple(e for e in sent if e not in now), tuple(e for e in current if e not in new)
+    now, new = {_identity(e) for e in current}, {_identity(e) for e in sent}
+    return tuple(e for e in sent if _identity(e) not in now), tuple(e for e in current if _identity(e) not in new)
+
+
+def _identity(e: IndexEntry) -> tuple[object, ...]:
+    """Every field of an entry, hashable (a global index's metadata is a dict)."""
+    return (e.partition, e.bucket, e.index_type, e.file_name, e.file_size, e.row_count, e.dv_ranges, e.external_path,
+            json.dumps(e.global_index, sort_keys=True, default=repr) if e.global_index is not None else None)
 
 
 def _key(e: IndexEntry) -> Key:
