@@ -79,3 +79,18 @@ def test_a_good_library_commit_still_lands(tmp_path: Path) -> None:
     result = cat.commit(table, messages)
     assert result.snapshot_id == 1 and not result.already_committed
     assert sorted(r["k"] for r in table.to_arrow().to_pylist()) == [1, 2]
+
+
+def test_an_index_file_with_an_external_path_is_refused(tmp_path: Path) -> None:
+    """lsmlake keeps index files in the table's `index/` folder: an index entry naming a file elsewhere (`/dev/zero`
+    as a HASH file, say, which the catalog would read without end) is refused before anything is read."""
+    from lsmlake.format.index_manifest import HASH_INDEX, IndexEntry
+
+    cat, table = _table(tmp_path)
+    w = table.new_write()
+    w.write(pa.table({"k": [1], "v": ["a"]}))
+    (msg,) = w.prepare_commit()
+    entry = IndexEntry(msg.partition, msg.bucket, HASH_INDEX, "index-x-0", 0, 0, external_path="/dev/zero")
+    with pytest.raises(InvalidInputError, match="external path"):
+        cat.commit(table, [dataclasses.replace(msg, new_index_files=[entry])], overwrite=False, partitions=None)
+    assert table.snapshots.latest_id() is None

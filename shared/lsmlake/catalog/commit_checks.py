@@ -82,8 +82,12 @@ def _check_written(table: FileStoreTable, path: str, size: int, where: str) -> N
         raise InvalidInputError(f"{where}: {path} has {found} bytes, not the {size} the commit says")
 
 
-def _check_index(e: IndexEntry, where: str) -> None:
+def _check_index(e: IndexEntry, where: str, new: bool) -> None:
     check_file_name(e.file_name, where)
+    if new and e.external_path is not None:
+        # a checker of index changes reads index files: only the table's own, in its index folder
+        raise InvalidInputError(f"{where}: index file {e.file_name} has an external path; lsmlake keeps index files "
+                                "in the table's index folder")
     if e.file_size < 0 or e.row_count < 0:
         raise InvalidInputError(f"{where}: file_size {e.file_size} and row_count {e.row_count} must not be negative")
     for j, r in enumerate(e.dv_ranges or ()):
@@ -124,6 +128,6 @@ def check_changes(table: FileStoreTable, changes: Sequence[CommitMessage],
                 check_external_path(f.external_path, table.options, f"changes[{i}].deleted_files[{j}]")
         for kind, entries in (("new_index_files", c.new_index_files), ("deleted_index_files", c.deleted_index_files)):
             for j, e in enumerate(entries):
-                _check_index(e, f"changes[{i}].{kind}[{j}]")
+                _check_index(e, f"changes[{i}].{kind}[{j}]", new=kind == "new_index_files")
     for i, p in enumerate(overwrite_partitions):
         check_partition(table, p, f"overwrite_partitions[{i}]")
