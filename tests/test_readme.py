@@ -502,7 +502,7 @@ def test_make_lines_come_first_and_run_the_demo_and_the_suite() -> None:
     """`make demo` and `make test` are not re-run here: `make test` IS this suite (pytest over tests/, this file
     included), and the demo is run by tests/test_demo.py (at the CI size). This checks that the README starts
     with exactly those two commands and that the Makefile targets run exactly the demo module and pytest (after
-    installing the browser the console's tests drive)."""
+    installing the browser the console's tests drive and the Azure emulator the publication tests start)."""
     first = sh_commands()[:2]
     assert [c.args() for c in first] == [["demo"], ["test"]] and {c.program for c in first} == {"make"}, first
     makefile = (ROOT / "Makefile").read_text()
@@ -513,9 +513,12 @@ def test_make_lines_come_first_and_run_the_demo_and_the_suite() -> None:
         return m[1].split(), [ln.strip() for ln in m[2].splitlines()]
 
     assert recipe("demo") == (["venv"], ["$(BIN)/python -m lsmlake.cli.demo"])
-    assert recipe("test") == (["venv", "browser"], ["$(BIN)/python -m pytest -q"])
+    assert recipe("test") == (["venv", "browser", "azurite"], ["$(BIN)/python -m pytest -q"])
     _, browser = recipe("browser")  # the console's browser tests: Debian's packages, as the README says
     assert any("apt-get install" in ln and "chromium chromium-driver" in ln for ln in browser), browser
+    _, azurite = recipe("azurite")  # the Azure publication tests' emulator: from npm, as the README says
+    assert any("npm install --prefix .node" in ln and "azurite@" in ln for ln in azurite), azurite
+    assert "make azurite" in (ROOT / "README.md").read_text()
     assert 'testpaths = ["tests"]' in (ROOT / "pyproject.toml").read_text()
     assert '"-m", "lsmlake.cli.demo"' in (ROOT / "tests" / "test_demo.py").read_text()
 
