@@ -32,7 +32,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from .s3_server import free_port
+from .s3_server import free_port, stop_process
 
 ACCOUNT = "devstoreaccount1"
 #: Azurite's well-known account key (public, documented by Microsoft)
@@ -102,19 +102,10 @@ def start_azurite(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
         except (urllib.error.URLError, OSError):
             pass
         if time.monotonic() > deadline:
-            stop_azurite(proc)
+            stop_process(proc)
             raise RuntimeError(f"Azurite did not answer on {authority} within {_START_TIMEOUT_S:.0f} s: "
                                f"{_tail(log_path)}")
         time.sleep(0.1)
-
-
-def stop_azurite(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def _missing() -> tuple[str, bool] | None:
@@ -156,5 +147,5 @@ def azure_server() -> Iterator[AzureServer]:
         server.filesystem().create_dir(CONTAINER)
         yield server
     finally:
-        stop_azurite(proc)
+        stop_process(proc)
         shutil.rmtree(workdir, ignore_errors=True)

@@ -89,13 +89,14 @@ def start_moto(log_path: str) -> tuple[subprocess.Popen[bytes], str]:
         except (urllib.error.URLError, OSError):
             pass
         if time.monotonic() > deadline:
-            stop_moto(proc)
+            stop_process(proc)
             raise RuntimeError(f"moto server did not answer on {endpoint} within {_START_TIMEOUT_S:.0f} s: "
                                f"{_tail(log_path)}")
         time.sleep(0.1)
 
 
-def stop_moto(proc: subprocess.Popen[bytes]) -> None:
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a test server: SIGTERM, then SIGKILL if it is still there after 10 s."""
     proc.terminate()
     try:
         proc.wait(10)
@@ -132,4 +133,4 @@ def s3_server() -> Iterator[S3Server]:
         create_bucket(endpoint, BUCKET)
         yield S3Server(endpoint, BUCKET)
     finally:
-        stop_moto(proc)
+        stop_process(proc)

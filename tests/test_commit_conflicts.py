@@ -230,10 +230,9 @@ def test_an_index_manifest_sent_whole_is_compared_by_content(tmp_path) -> None:
         check_index_manifest(d, latest, d.indexes.write(swapped), [])
 
 
-def test_a_delete_is_not_starved_by_appends_its_predicate_cannot_match(tmp_path, monkeypatch) -> None:
-    """Another writer appends rows of group 1 while every attempt of a delete of group 0 runs: those files'
-    statistics exclude the predicate, so they do not conflict with it (before, the delete gave up after
-    `commit.max-retries` redos)."""
+def _append_while_deleting(tmp_path, monkeypatch, group: int, times: int):
+    """A table with one row of group 0, and another writer that appends a row of `group` while each of the first
+    `times` attempts of a delete runs; (the catalog, the table, the attempts made so far)."""
     cat = FileSystemCatalog(str(tmp_path / "wh"))
     cat.create_database("db")
     t = cat.create_table("db.t", "id BIGINT NOT NULL, g INT NOT NULL",
@@ -241,38 +240,32 @@ def test_a_delete_is_not_starved_by_appends_its_predicate_cannot_match(tmp_path,
     t.write_arrow(pa.table({"id": pa.array([0], pa.int64()), "g": pa.array([0], pa.int32())}))
     other = cat.get_table("db.t")
     original = FileStore.delete_messages
-    attempts = []
+    attempts: list[int] = []
 
     def append_while_deleting(self, *args, **kwargs):
         messages = original(self, *args, **kwargs)
         attempts.append(1)
-        other.write_arrow(pa.table({"id": pa.array([len(attempts)], pa.int64()), "g": pa.array([1], pa.int32())}))
+        if len(attempts) <= times:
+            other.write_arrow(pa.table({"id": pa.array([len(attempts)], pa.int64()),
+                                        "g": pa.array([group], pa.int32())}))
         return messages
 
     monkeypatch.setattr(FileStore, "delete_messages", append_while_deleting)
+    return cat, t, attempts
+
+
+def test_a_delete_is_not_starved_by_appends_its_predicate_cannot_match(tmp_path, monkeypatch) -> None:
+    """Another writer appends rows of group 1 while every attempt of a delete of group 0 runs: those files'
+    statistics exclude the predicate, so they do not conflict with it (before, the delete gave up after
+    `commit.max-retries` redos)."""
+    cat, t, attempts = _append_while_deleting(tmp_path, monkeypatch, group=1, times=100)
     assert t.delete_where({"g": 0}) is not None
     assert len(attempts) == 1
     assert _groups(cat.get_table("db.t")) == {1: 1}
 
 
 def test_a_delete_still_conflicts_with_appends_its_predicate_may_match(tmp_path, monkeypatch) -> None:
-    cat = FileSystemCatalog(str(tmp_path / "wh"))
-    cat.create_database("db")
-    t = cat.create_table("db.t", "id BIGINT NOT NULL, g INT NOT NULL",
-                         options={"bucket": "-1", "deletion-vectors.enabled": "true"})
-    t.write_arrow(pa.table({"id": pa.array([0], pa.int64()), "g": pa.array([0], pa.int32())}))
-    other = cat.get_table("db.t")
-    original = FileStore.delete_messages
-    attempts = []
-
-    def append_once_while_deleting(self, *args, **kwargs):
-        messages = original(self, *args, **kwargs)
-        attempts.append(1)
-        if len(attempts) == 1:
-            other.write_arrow(pa.table({"id": pa.array([7], pa.int64()), "g": pa.array([0], pa.int32())}))
-        return messages
-
-    monkeypatch.setattr(FileStore, "delete_messages", append_once_while_deleting)
+    cat, t, attempts = _append_while_deleting(tmp_path, monkeypatch, group=0, times=1)
     assert t.delete_where({"g": 0}) is not None
     assert len(attempts) == 2  # redone, and the redo deleted the row appended meanwhile too
     assert _groups(cat.get_table("db.t")) == {}

@@ -4,10 +4,7 @@ conditional writes is refused with one clear error (a warning when the caller se
 
 from __future__ import annotations
 
-import json
 import logging
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -21,6 +18,7 @@ from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import CommitStateUnknownError, PublicationUnsupportedError
 from lsmlake.fs.conditional_create import PROBE_DIR, ConditionalCreate
 
+from .process_commits import assert_processes_lose_no_commit
 from .s3_server import S3Server
 
 pytestmark = pytest.mark.integration
@@ -28,50 +26,11 @@ pytestmark = pytest.mark.integration
 PROCESSES = 3
 COMMITS = 15
 
-# One committer: COMMITS one-row appends, each printed as a JSON line (the snapshot id it got, its commit user).
-_COMMITTER = """
-import json, sys
-import pyarrow as pa
-from lsmlake.catalog.filesystem import FileSystemCatalog
-
-warehouse, w, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-t = FileSystemCatalog(warehouse).get_table("db.t")
-for i in range(n):
-    r = t.write_arrow(pa.table({"k": [w * 100 + i], "w": pa.array([w], pa.int32())}), commit_user=f"writer-{w}")
-    print(json.dumps({"w": w, "i": i, "snapshot": r.snapshot_id, "already": r.already_committed}), flush=True)
-"""
 
 
 def test_processes_committing_to_one_s3_table_lose_no_commit(s3_server: S3Server, tmp_path: Path) -> None:
     warehouse = s3_server.warehouse()
-    cat = FileSystemCatalog(warehouse)
-    cat.create_database("db")
-    cat.create_table("db.t", "k BIGINT NOT NULL, w INT", options={"commit.max-retries": "500"})
-    script = tmp_path / "committer.py"
-    script.write_text(_COMMITTER)
-    procs = [subprocess.Popen([sys.executable, str(script), warehouse, str(w), str(COMMITS)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for w in range(PROCESSES)]
-    claimed: dict[int, list[int]] = {}  # snapshot id -> the writers that were told they published it
-    for p in procs:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-3000:]
-        for line in out.splitlines():
-            r = json.loads(line)
-            claimed.setdefault(r["snapshot"], []).append(r["w"])
-
-    expected = list(range(1, PROCESSES * COMMITS + 1))
-    t = cat.get_table("db.t")
-    keys = sorted(r["k"] for r in t.to_arrow().to_pylist())
-    doubly = {sid: ws for sid, ws in claimed.items() if len(ws) > 1}
-    assert not doubly, (f"{len(keys)} of {PROCESSES * COMMITS} rows in the table; snapshots that more than one "
-                        f"commit was told it published (one overwrote another): {doubly}")
-    assert sorted(claimed) == expected
-    assert t.snapshots.ids() == expected
-    for sid in expected:  # what each commit was told is what the snapshot file holds
-        assert t.snapshots.snapshot(sid).commit_user == f"writer-{claimed[sid][0]}", sid
-    assert keys == sorted(w * 100 + i for w in range(PROCESSES) for i in range(COMMITS)), \
-        f"{len(keys)} of {PROCESSES * COMMITS} rows in the table"
+    assert_processes_lose_no_commit(warehouse, tmp_path, PROCESSES, COMMITS)
 
 
 def test_conditional_create_refuses_a_second_create(s3_server: S3Server) -> None:

@@ -9,9 +9,6 @@ fake-gcs-server refuses obstore's XML-API PUT), so a test there could not fail f
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,22 +20,11 @@ from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.fs.conditional_create import PROBE_DIR, ConditionalCreate
 
 from .azure_server import AzureServer
+from .process_commits import assert_processes_lose_no_commit
 
 PROCESSES = 3
 COMMITS = 10
 
-# One committer: COMMITS one-row appends, each printed as a JSON line (the snapshot id it got).
-_COMMITTER = """
-import json, sys
-import pyarrow as pa
-from lsmlake.catalog.filesystem import FileSystemCatalog
-
-warehouse, w, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-t = FileSystemCatalog(warehouse).get_table("db.t")
-for i in range(n):
-    r = t.write_arrow(pa.table({"k": [w * 100 + i], "w": pa.array([w], pa.int32())}), commit_user=f"writer-{w}")
-    print(json.dumps({"w": w, "i": i, "snapshot": r.snapshot_id}), flush=True)
-"""
 
 
 def test_the_sas_of_an_abfs_uri_signs_the_conditional_create() -> None:
@@ -110,31 +96,4 @@ def test_a_warehouse_on_azurite_writes_reads_and_expires(azure_server: AzureServ
 @pytest.mark.integration
 def test_processes_committing_to_one_azure_table_lose_no_commit(azure_server: AzureServer, tmp_path: Path) -> None:
     warehouse = azure_server.warehouse()
-    cat = FileSystemCatalog(warehouse)
-    cat.create_database("db")
-    cat.create_table("db.t", "k BIGINT NOT NULL, w INT", options={"commit.max-retries": "500"})
-    script = tmp_path / "committer.py"
-    script.write_text(_COMMITTER)
-    procs = [subprocess.Popen([sys.executable, str(script), warehouse, str(w), str(COMMITS)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for w in range(PROCESSES)]
-    claimed: dict[int, list[int]] = {}  # snapshot id -> the writers that were told they published it
-    for p in procs:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-3000:]
-        for line in out.splitlines():
-            r = json.loads(line)
-            claimed.setdefault(r["snapshot"], []).append(r["w"])
-
-    expected = list(range(1, PROCESSES * COMMITS + 1))
-    t = cat.get_table("db.t")
-    keys = sorted(r["k"] for r in t.to_arrow().to_pylist())
-    doubly = {sid: ws for sid, ws in claimed.items() if len(ws) > 1}
-    assert not doubly, (f"{len(keys)} of {PROCESSES * COMMITS} rows in the table; snapshots that more than one "
-                        f"commit was told it published (one overwrote another): {doubly}")
-    assert sorted(claimed) == expected
-    assert t.snapshots.ids() == expected
-    for sid in expected:  # what each commit was told is what the snapshot file holds
-        assert t.snapshots.snapshot(sid).commit_user == f"writer-{claimed[sid][0]}", sid
-    assert keys == sorted(w * 100 + i for w in range(PROCESSES) for i in range(COMMITS)), \
-        f"{len(keys)} of {PROCESSES * COMMITS} rows in the table"
+    assert_processes_lose_no_commit(warehouse, tmp_path, PROCESSES, COMMITS)
