@@ -188,10 +188,12 @@ class CatalogServer(ServiceProcess[Settings]):
         if s.ui_port is not None:
             sec = s.security
             console = Console(catalog, self._store, self.history, tls=sec.tls_cert is not None)
-            self._ui = JsonHttpServer(console.routes(), HttpSettings(
+            ui = self._ui = JsonHttpServer(console.routes(), HttpSettings(
                 host=s.host, port=s.ui_port, tls_cert=sec.tls_cert, tls_key=sec.tls_key,
                 tls_client_ca=sec.tls_client_ca, auth_tokens=sec.auth_tokens, workers=4),
-                token_cookie=TOKEN_COOKIE, error_page=error_page, accept_forms=True)
+                session_cookie=TOKEN_COOKIE,
+                session_principal=lambda v: ui.tokens.authenticate(v) if ui.tokens is not None else None,
+                error_page=error_page, accept_forms=True)
 
     def _run(self) -> None:
         assert self._relay is not None and self._store is not None and self._catalog is not None

@@ -56,6 +56,7 @@ class Request:
     query: Mapping[str, str]
     body: Any
     principal: Principal | None
+    headers: Mapping[str, str] = field(default_factory=dict)  # the request's headers, names in lower case
 
 
 JSON = "application/json"
@@ -146,11 +147,15 @@ class JsonHttpServer:
 
     def __init__(self, routes: Sequence[Route], settings: HttpSettings,
                  observe: Callable[[str, int, float], None] | None = None, server_name: str = "lsmlake",
-                 token_cookie: str | None = None, error_page: Callable[[int, str], Response] | None = None,
-                 accept_forms: bool = False) -> None:
-        """`token_cookie` names a cookie that may carry the bearer token (browsers); `error_page` renders a refusal
-        (status, message) instead of Paimon's JSON error body; `accept_forms`: HTML form bodies are read too."""
-        self.token_cookie = token_cookie
+                 session_cookie: str | None = None,
+                 session_principal: Callable[[str], Principal | None] | None = None,
+                 error_page: Callable[[int, str], Response] | None = None, accept_forms: bool = False) -> None:
+        """`session_cookie` names a cookie that carries a session (browsers), which `session_principal` turns into
+        its principal (None: no such session, or expired); a request with an `Authorization` header is
+        authenticated by its token instead. `error_page` renders a refusal (status, message) instead of Paimon's
+        JSON error body; `accept_forms`: HTML form bodies are read too."""
+        self.session_cookie = session_cookie
+        self.session_principal = session_principal
         self.accept_forms = accept_forms
         self.error_page = error_page
         self.routes = list(routes)
@@ -256,8 +261,7 @@ class JsonHttpServer:
             if self._stopping.is_set():
                 raise ServiceUnavailableError("the catalog is shutting down; ask another replica or retry")
             public = any(r.public and r.method == method and r.regex.fullmatch(url.path) for r in self.routes)
-            principal = None if public else self.authenticate(headers.get("authorization")
-                                                              or self._cookie_token(headers))
+            principal = None if public else self._principal(headers)
             found = self.match(method, url.path)
             if found is None:
                 raise UnknownPathError(f"no such REST resource: {method} {url.path[:200]}")
@@ -267,7 +271,7 @@ class JsonHttpServer:
                                             f"{route.name}: it needs role {route.role.name.lower()}")
             body = self._read_body(headers, read_body)
             query = {k: v for k, v in parse_qsl(url.query, keep_blank_values=True)}
-            answer = self._run(route, Request(method, url.path, params, query, body, principal))
+            answer = self._run(route, Request(method, url.path, params, query, body, principal, headers))
         except Exception as e:
             err = rest_error_for(e, route.resource if route is not None else None)
             if err is None:
@@ -283,15 +287,30 @@ class JsonHttpServer:
         self._observe(route.name if route is not None else "unmatched", answer.status, time.perf_counter() - started)
         return answer
 
-    def _cookie_token(self, headers: Mapping[str, str]) -> str | None:
-        """`Bearer <token>` from the token cookie, when the server takes one and the request has it."""
-        if self.token_cookie is None:
-            return None
+    def _principal(self, headers: Mapping[str, str]) -> Principal | None:
+        """Who calls: the bearer token's principal, else the session cookie's (when the server takes one)."""
+        if self._tokens is None or headers.get("authorization") or self.session_principal is None:
+            return self.authenticate(headers.get("authorization"))
+        session = self._cookie(headers)
+        if session is None:
+            return self.authenticate(None)
+        principal = self.session_principal(session)
+        if principal is None:
+            raise UnauthenticatedError("the console session is not valid or has expired; log in again")
+        return principal
+
+    def _cookie(self, headers: Mapping[str, str]) -> str | None:
+        """The session cookie's value, when the request has it."""
         for part in headers.get("cookie", "").split(";"):
             name, _, value = part.strip().partition("=")
-            if name == self.token_cookie and value:
-                return f"Bearer {unquote_plus(value)}"
+            if name == self.session_cookie and value:
+                return unquote_plus(value)
         return None
+
+    @property
+    def tokens(self) -> TokenStore | None:
+        """The tokens this server checks (None: it checks none)."""
+        return self._tokens
 
     def _run(self, route: Route, request: Request) -> Response:
         """Run a handler in one of `workers` slots, as the caller's principal."""
