@@ -5,7 +5,8 @@ uses lsmlake as its catalog: databases, tables, schema changes, snapshots, parti
 `commit`, which publishes the snapshot the engine built after lsmlake's checks and records it with its
 events, so the compactor compacts what these engines write (`lsmlake.catalog.snapshot_commit`).
 The roles are those of gRPC: reading needs `reader`, committing `writer` (an OVERWRITE or an unplanned
-COMPACT `admin`, as under gRPC), definitions and deletions `admin`.
+COMPACT `admin`, a change of the HASH index `service`, as under gRPC), definitions and deletions `admin`;
+a commit user without a principal's namespace belongs to the first principal that commits under it.
 """
 
 from __future__ import annotations
@@ -185,6 +186,7 @@ class RestCatalogApi:
             if cat.io.exists(cat.table_path(dst)):
                 raise AlreadyExistsError(f"table {dst!r} already exists")
             os.rename(cat.table_path(src), cat.table_path(dst))
+            store.move_commit_users(src, dst)  # the jobs committing to the table still own their commit users
             store.forget_table(src)  # the history is the old name's; the new name records the snapshots anew
         return Response()
 

@@ -30,7 +30,7 @@ from lsmlake.catalog.outbox import EventEncoder, SnapshotEvent, record_events
 from lsmlake.catalog.reconcile import WRITES_PROPERTY, reconcile_table
 from lsmlake.errors import AlreadyExistsError, StaleTableError
 from lsmlake.format.snapshot import OVERWRITE
-from lsmlake.metastore import CompactionPlan, MetaStore
+from lsmlake.metastore import CompactionPlan, MetaStore, now_ms
 from lsmlake.table.commit import CommitResult
 from lsmlake.table.file_store_table import FileStoreTable
 
@@ -65,15 +65,17 @@ class CatalogCommits:
 
     `encode_events` writes a snapshot's outbox rows (see `outbox`); `on_reconciled` hears of the snapshots
     recorded by step 1; `fault_point` is called at AFTER_SNAPSHOT (published, not yet recorded) and
-    AFTER_COMMIT (recorded, lock released), where the recovery tests crash the service.
+    AFTER_COMMIT (recorded, lock released), where the recovery tests crash the service. `clock` (epoch
+    milliseconds) dates the snapshots the catalog publishes as a client built them (`snapshot_commit`).
     """
 
     def __init__(self, catalog: FileSystemCatalog, store: MetaStore, encode_events: EventEncoder,
                  on_reconciled: Callable[[list[int]], None] = _ignore,
-                 fault_point: Callable[[str], None] = _ignore) -> None:
+                 fault_point: Callable[[str], None] = _ignore, clock: Callable[[], int] = now_ms) -> None:
         self.catalog = catalog
         self.store = store
         self.encode_events = encode_events
+        self.clock = clock
         self._on_reconciled = on_reconciled
         self._fault_point = fault_point
 
@@ -94,7 +96,8 @@ class CatalogCommits:
         principal = current_principal()
         check_request(request, principal)
         check_rights(request.kind, request.properties, principal, planned=plan_check is not None,
-                     changes=request.changes)
+                     index_added=[e for m in request.changes for e in m.new_index_files],
+                     index_removed=[e for m in request.changes for e in m.deleted_index_files])
         tid, kind, number = request.table_id, request.kind, request.identifier
         me = CommitIdentity.of(kind, request.commit_user, request.request_ids, request.changes,
                                request.overwrite_all, request.overwrite_partitions)

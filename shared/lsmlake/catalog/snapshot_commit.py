@@ -11,11 +11,16 @@ snapshot; under the table's commit lock (shared by catalog replicas):
 3. its shape is checked (kinds, names that are not paths, numbers a Java long holds, a schema the table
    has), its manifest lists and index manifest must be files of the table that read as such, and its base
    must hold exactly the files of the latest snapshot (a client cannot drop files by leaving them out);
-4. the file changes of its delta are checked like every commit's (`commit_checks`: new files exist under
+4. the caller's role must allow what its index manifest changes (`commit_identity.check_rights`: the HASH
+   index is the bucket assigner's, dropping deletion vectors an admin's), as its kind and properties;
+5. the file changes of its delta are checked like every commit's (`commit_checks`: new files exist under
    the table with the sizes the manifests say; an APPEND deletes nothing), adds are new to the table,
    deletes are of live files, no changelog file is a data file (`live_files`), and the counts add up;
-5. the snapshot is published as sent (fields lsmlake does not know are kept), then recorded with its events
-   like any snapshot found in the warehouse (`reconcile`), in the same metadata-store transaction.
+6. a bare commit user (no principal's namespace) must be the caller's or nobody's on this table, and is
+   the caller's from then on (`commit_identity.check_commit_user`);
+7. the snapshot is published as sent (fields lsmlake does not know are kept) but dated by the catalog's
+   clock, then recorded with its events like any snapshot found in the warehouse (`reconcile`), in the same
+   metadata-store transaction.
 """
 
 from __future__ import annotations
@@ -23,17 +28,19 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lsmlake.auth.principal import SEPARATOR, current_principal, owned
+from lsmlake.auth.tokens import Principal
 from lsmlake.catalog.commit_checks import MAX_TIME_MS, MIN_TIME_MS, check_changes, check_file_name
-from lsmlake.catalog.commit_identity import check_rights
+from lsmlake.catalog.commit_identity import check_commit_user, check_rights
 from lsmlake.catalog.commit_request import MAX_PROPERTIES, MAX_PROPERTY_CHARS
 from lsmlake.catalog.commits import AFTER_SNAPSHOT, CatalogCommits, check_table_identity
 from lsmlake.catalog.live_files import LiveFiles
 from lsmlake.catalog.reconcile import WRITES_PROPERTY, reconcile_table, snapshot_changes
 from lsmlake.errors import CorruptMetadataError, InvalidInputError, LakeError, NotFoundError, PermissionDeniedError
+from lsmlake.format.index_manifest import IndexEntry
 from lsmlake.format.snapshot import ANALYZE, APPEND, COMMIT_KINDS, OVERWRITE, Snapshot
 from lsmlake.table import index_changes
 from lsmlake.table.file_store_table import FileStoreTable
@@ -164,25 +171,44 @@ def _check_base(table: FileStoreTable, snap: Snapshot, latest: Snapshot | None) 
                                 f"({missing} missing, {extra} not in it); build on the latest snapshot")
 
 
+@dataclass(frozen=True)
+class IndexDiff:
+    """How an index manifest sent whole differs from the latest snapshot's: the entries it adds and removes."""
+
+    current: list[IndexEntry]  # the latest snapshot's entries
+    added: tuple[IndexEntry, ...] = ()
+    removed: tuple[IndexEntry, ...] = ()
+
+
+def diff_index_manifest(table: FileStoreTable, latest: Snapshot | None, sent_name: str | None) -> IndexDiff:
+    latest_name = latest.index_manifest if latest is not None else None
+    if sent_name == latest_name:
+        return IndexDiff([])
+    current = table.indexes.read(latest_name)
+    added, removed = index_changes.diff(current, table.indexes.read(sent_name))
+    return IndexDiff(current, added, removed)
+
+
 def check_index_manifest(table: FileStoreTable, latest: Snapshot | None, sent_name: str | None,
                          changes: list[CommitMessage], kind: str = APPEND) -> None:
     """The index manifest a client sent whole may differ from the latest one only as a commit's index changes may
-    (`index_changes`): new index files exist in the table's index folder, no bucket holds two files of a type, no
-    vector marks a file that is not live, and no vector of a live file nor any HASH key is dropped."""
-    latest_name = latest.index_manifest if latest is not None else None
-    if sent_name == latest_name:
-        return
-    current = table.indexes.read(latest_name)
-    sent = table.indexes.read(sent_name)
-    added, removed = index_changes.diff(current, sent)
-    for i, e in enumerate(added):
+    (see `check_index_diff`)."""
+    check_index_diff(table, latest, diff_index_manifest(table, latest, sent_name), changes, kind)
+
+
+def check_index_diff(table: FileStoreTable, latest: Snapshot | None, d: IndexDiff, changes: list[CommitMessage],
+                     kind: str = APPEND) -> None:
+    """An index manifest's changes as a commit's index changes may be (`index_changes`): new index files exist in
+    the table's index folder, no bucket holds two files of a type, no vector marks a file that is not live, and no
+    vector of a live file nor any HASH key is dropped."""
+    for i, e in enumerate(d.added):
         check_file_name(e.file_name, f"snapshot: index manifest entry {i}")
         if e.external_path is not None:
             raise InvalidInputError(f"snapshot: index file {e.file_name} has an external path; lsmlake keeps index "
                                     "files in the table's index folder")
         if not table.io.exists(table.indexes.index_path(e.file_name)):
             raise InvalidInputError(f"snapshot: index file {e.file_name} does not exist under {table.identifier}")
-    if not added and not removed:
+    if not d.added and not d.removed:
         return
     live = set(_LIVE.at(table, latest)) if latest is not None else set()
     for c in changes:
@@ -193,8 +219,8 @@ def check_index_manifest(table: FileStoreTable, latest: Snapshot | None, sent_na
     if kind == OVERWRITE:
         before = {p for p, _, _ in _LIVE.at(table, latest)} if latest is not None else set()
         replaced = frozenset(before - {p for p, _, _ in live})
-    change = index_changes.IndexChange(added, removed, replaced_partitions=replaced, sent_whole=True)
-    index_changes.apply_index_change(current, change, live, table.indexes)
+    change = index_changes.IndexChange(d.added, d.removed, replaced_partitions=replaced, sent_whole=True)
+    index_changes.apply_index_change(d.current, change, live, table.indexes)
 
 
 def commit_snapshot(commits: CatalogCommits, request: SnapshotCommitRequest,
@@ -204,6 +230,7 @@ def commit_snapshot(commits: CatalogCommits, request: SnapshotCommitRequest,
     snap, tid = request.snapshot, request.table_id
     check_snapshot_shape(snap)
     principal = current_principal()
+    # what its kind and properties need, before any file is read; its index changes are read under the lock
     check_rights(snap.commit_kind, snap.properties or {}, principal)
     if SEPARATOR in snap.commit_user and (principal is None or owned(snap.commit_user, principal) != snap.commit_user):
         # gRPC callers' commit users are `<principal>/<name>`: nobody may claim another principal's commits
@@ -231,7 +258,9 @@ def commit_snapshot(commits: CatalogCommits, request: SnapshotCommitRequest,
             return False
         if snap.schema_id > table.schema.id or not table.io.exists(table.schemas.path(snap.schema_id)):
             raise InvalidInputError(f"snapshot: schemaId {snap.schema_id} is not a schema of {table.identifier}")
-        _check_written(table, snap, latest)
+        _check_written(table, snap, latest, principal)
+        check_commit_user(store, tid, snap.commit_user, principal)
+        snap = _dated(snap, latest, commits.clock())
         if not table.snapshots.publish(snap):  # a writer outside the catalog took the id meanwhile
             return False
         if fault_point is not None:
@@ -244,14 +273,19 @@ def commit_snapshot(commits: CatalogCommits, request: SnapshotCommitRequest,
     return True
 
 
-def _check_written(table: FileStoreTable, snap: Snapshot, latest: Snapshot | None) -> None:
+def _check_written(table: FileStoreTable, snap: Snapshot, latest: Snapshot | None,
+                   principal: Principal | None) -> None:
     """Everything the snapshot names, read from the files the client wrote (see the module): InvalidInputError
-    naming the first problem; a file that does not read as what the snapshot says it is, too."""
+    naming the first problem; a file that does not read as what the snapshot says it is, too; PermissionDeniedError
+    when its index changes need a role the caller does not have."""
     try:
         _check_files_exist(table, snap)
+        index = diff_index_manifest(table, latest, snap.index_manifest)
+        check_rights(snap.commit_kind, snap.properties or {}, principal, index_added=index.added,
+                     index_removed=index.removed)
         _check_base(table, snap, latest)
         changes = snapshot_changes(table, snap)
-        check_index_manifest(table, latest, snap.index_manifest, changes, snap.commit_kind)
+        check_index_diff(table, latest, index, changes, snap.commit_kind)
         if snap.commit_kind in (APPEND, ANALYZE):
             for c in changes:
                 if c.deleted_files or (snap.commit_kind == ANALYZE and c.new_files):
@@ -267,6 +301,12 @@ def _check_written(table: FileStoreTable, snap: Snapshot, latest: Snapshot | Non
     except (KeyError, ValueError, TypeError, IndexError, OverflowError, RecursionError) as e:
         raise InvalidInputError(f"snapshot: a file it names does not read as what it should be "
                                 f"({type(e).__name__}: {str(e)[:200]})") from None
+
+
+def _dated(snap: Snapshot, latest: Snapshot | None, now_ms: int) -> Snapshot:
+    """`snap` dated by the catalog's clock, never before the latest snapshot: expiration by age stops at the first
+    young snapshot and time travel answers the first at a time, so a client's date is not trusted."""
+    return replace(snap, time_millis=max(now_ms, latest.time_millis if latest is not None else now_ms))
 
 
 def _check_against_live(table: FileStoreTable, latest: Snapshot | None, changes: list[CommitMessage]) -> None:

@@ -1,4 +1,5 @@
-"""The catalog's metadata store: per-table commit locks, commit records, an event outbox and compaction timelines.
+"""The catalog's metadata store: per-table commit locks, commit records and commit-user claims, an event outbox
+and compaction timelines.
 
 One interface, two backends chosen by URL (`open_store`):
 - `sqlite:///abs/path/meta.db` (or `sqlite:relative/meta.db`): the embedded default, one file in WAL mode;
@@ -25,16 +26,18 @@ uncommitted outputs), `abandon_plan` ends a plan whose inputs are gone. The inpu
 from __future__ import annotations
 
 from lsmlake.metastore.checks import check_table_id
+from lsmlake.metastore.commit_users import CommitUserClaims
 from lsmlake.metastore.commits import CommitRecords
 from lsmlake.metastore.outbox import Outbox
 from lsmlake.metastore.timeline import CompactionTimeline
 
 
-class MetaStore(CommitRecords, Outbox, CompactionTimeline):
+class MetaStore(CommitRecords, CommitUserClaims, Outbox, CompactionTimeline):
     """The metadata store interface; `open_store(url)` picks the backend."""
 
     def forget_table(self, table_id: str) -> None:
-        """Drop what the store keeps of a table (commits, plans, sequence counters); undelivered events are still sent.
+        """Drop what the store keeps of a table (commits, plans, sequence counters, commit-user claims); undelivered
+        events are still sent.
 
         Call it inside the table's `commit_lock` when the table is dropped, so that a new table of the same
         name starts with no history.
@@ -43,6 +46,7 @@ class MetaStore(CommitRecords, Outbox, CompactionTimeline):
         with self._tx(write=True) as conn:
             self._run(conn, "DELETE FROM lsmlake_commits WHERE table_id = ?", (table_id,))
             self._run(conn, "DELETE FROM lsmlake_writes WHERE table_id = ?", (table_id,))
+            self._run(conn, "DELETE FROM lsmlake_commit_users WHERE table_id = ?", (table_id,))
             self._run(conn, "DELETE FROM lsmlake_sequences WHERE table_id = ?", (table_id,))
             self._run(conn, "DELETE FROM lsmlake_sequence_sync WHERE table_id = ?", (table_id,))
             self._run(conn, "DELETE FROM lsmlake_plan_files WHERE table_id = ?", (table_id,))

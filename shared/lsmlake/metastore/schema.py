@@ -25,6 +25,10 @@ def schema_ddl(serial_id: str, blob: str, bigint: str) -> list[str]:
         f" table_id TEXT NOT NULL, request_id TEXT NOT NULL, snapshot_id {bigint} NOT NULL,"
         f" created_ms {bigint} NOT NULL, PRIMARY KEY (table_id, request_id))",
         "CREATE INDEX IF NOT EXISTS lsmlake_writes_by_age ON lsmlake_writes (created_ms)",
+        # the principal that first committed under a bare commit user of a table owns that user there
+        "CREATE TABLE IF NOT EXISTS lsmlake_commit_users ("
+        " table_id TEXT NOT NULL, commit_user TEXT NOT NULL, principal TEXT NOT NULL,"
+        f" created_ms {bigint} NOT NULL, PRIMARY KEY (table_id, commit_user))",
         # the sequence-number authority: the next number each (partition, bucket) of a table hands out, never
         # below what the table's snapshots hold (raised from them up to `lsmlake_sequence_sync.snapshot_id`)
         "CREATE TABLE IF NOT EXISTS lsmlake_sequences ("
