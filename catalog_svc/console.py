@@ -3,30 +3,44 @@
 - `/`: the tables ranked by health (stalled first, then the worst score), with lag, runs and plans;
 - `/table/{database}/{table}`: the table's figures, each bucket's LSM shape (levels and sorted runs by size),
   the compaction timeline of the last hour by state, and lag, level-0 files and plans over the last hour;
-- `/login`: a form; posted, it answers with the token in a cookie (`lsmlake_token`: HttpOnly, SameSite=Strict,
-  Secure under TLS) that the pages then take; `/logout` clears it. API clients send `Authorization: Bearer
-  <token>` instead. Pages need the reader role.
+- `/login`: a form; posted with a valid token, it opens a console session (`lsmlake.auth.sessions`: reading
+  only, ended by idling, its lifetime, logout or the token's removal) whose random id, never the token, is the
+  cookie `lsmlake_session` (HttpOnly, SameSite=Strict, Secure under TLS) that the pages then take; `/logout`
+  ends the session on the server and clears the cookie. API clients send `Authorization: Bearer <token>`
+  instead. Pages need the reader role. Without a token file the console is open and needs no login.
+- `/login` and `/logout` posted from another site's page are refused (login CSRF: logging a browser in as
+  someone else, or out): a browser's `Sec-Fetch-Site` must say `same-origin` (or `none`: the user's own
+  doing), or, from a browser that sends no `Sec-Fetch-Site`, its `Origin` must be the console's own (scheme,
+  host and port, the scheme from whether TLS is on and the rest from `Host`). A request with neither header
+  comes from no browser (curl, a script), and has no victim's cookies to abuse.
 No script runs on any page (the policy forbids all); nothing is loaded from elsewhere; no page may be framed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from html import escape
-from urllib.parse import quote
+from urllib.parse import unquote_plus, urlsplit
 
 from catalog_svc.console_svg import HOUR_MS, line_svg, lsm_svg, timeline_svg, window_ms
 from catalog_svc.health_history import HealthHistory
 from lsmlake.auth.roles import Role
+from lsmlake.auth.sessions import SessionStore
+from lsmlake.auth.tokens import Principal
 from lsmlake.catalog.filesystem import FileSystemCatalog, check_name
 from lsmlake.catalog.health import health_of, read_healths
+from lsmlake.errors import PermissionDeniedError
 from lsmlake.format.partition import partition_value_string
 from lsmlake.metastore import MetaStore, now_ms
 from lsmlake.rest.http_server import Request, Response, Route
 from lsmlake.table.compact import restore_levels
 from lsmlake.table.postpone import every_bucket
 
-TOKEN_COOKIE = "lsmlake_token"
+SESSION_COOKIE = "lsmlake_session"
+# where consoles before sessions kept the token itself: cleared at every login and logout, so no browser keeps it
+_TOKEN_COOKIE = "lsmlake_token"
+_SAME_SITE = ("same-origin", "none")  # Sec-Fetch-Site of a form posted from the console's page, or by the user
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 HTML = "text/html; charset=utf-8"
 _STYLE = ("body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse}"
           "td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}td.l,th.l{text-align:left}"
@@ -44,15 +58,66 @@ def page(title: str, body: str, status: int = 200, headers: tuple[tuple[str, str
     return Response(text, status, HTML, _HEADERS + headers)
 
 
-def _redirect(to: str, cookie: str) -> Response:
-    """303 to `to` (the browser follows with a GET), setting the token cookie."""
-    return Response(None, 303, HTML, _HEADERS + (("Location", to), ("Set-Cookie", cookie)))
+def _redirect(to: str, *cookies: str) -> Response:
+    """303 to `to` (the browser follows with a GET), setting `cookies`."""
+    return Response(None, 303, HTML, _HEADERS + (("Location", to),) + tuple(("Set-Cookie", c) for c in cookies))
 
 
 def error_page(status: int, message: str) -> Response:
-    """A refusal as a page: 401 links to the login form."""
-    hint = '<p><a href="/login">Log in with a token</a></p>' if status == 401 else '<p><a href="/">Tables</a></p>'
+    """A refusal as a page: 401 and 403 link to the login form."""
+    hint = '<p><a href="/login">Log in with a token</a></p>' if status in (401, 403) \
+        else '<p><a href="/">Tables</a></p>'
     return page(f"{status}", f"<p>{escape(message)}</p>{hint}", status)
+
+
+def _login_form(status: int = 200, problem: str = "") -> Response:
+    body = (f"{f'<p>{escape(problem)}</p>' if problem else ''}"
+            '<form id="login" method="post" action="/login"><label>Token <input id="token" name="token" '
+            'type="password" autocomplete="off"></label> <button type="submit">Open the console</button></form>')
+    return page("Log in", body, status)
+
+
+def _cookie(headers: Mapping[str, str], name: str) -> str | None:
+    """The value of the request's cookie `name`, if it has one."""
+    for part in headers.get("cookie", "").split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == name and value:
+            return unquote_plus(value)
+    return None
+
+
+def _cross_site(headers: Mapping[str, str], tls: bool) -> str | None:
+    """Why a request looks sent by another site's page (None: by the console's own page, the user, or no browser).
+
+    `Sec-Fetch-Site` decides when a browser sent it (no page can forge it, and it is right behind a proxy that
+    changes `Host`); otherwise `Origin` must be the console's own origin."""
+    site = headers.get("sec-fetch-site")
+    if site is not None:
+        return None if site.strip().lower() in _SAME_SITE else f"Sec-Fetch-Site: {site[:40]}"
+    origin = headers.get("origin")
+    if origin is None:
+        return None
+    own = _origin(f"{'https' if tls else 'http'}://{headers.get('host', '')}")
+    if own is None or _origin(origin) != own:
+        return f"Origin {origin[:100]} is not this console's {_show(own) if own else '(no Host header)'}"
+    return None
+
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an origin, the default port filled in; None when it is none (`null`, no host)."""
+    try:
+        parts = urlsplit(url.strip())
+        scheme, host, port = parts.scheme.lower(), parts.hostname, parts.port
+    except ValueError:  # a port that is not a number
+        return None
+    if scheme not in _DEFAULT_PORTS or not host:
+        return None
+    return scheme, host, port if port is not None else _DEFAULT_PORTS[scheme]
+
+
+def _show(origin: tuple[str, str, int]) -> str:
+    scheme, host, port = origin
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
 
 
 def _ms(ms: float) -> str:
@@ -64,13 +129,20 @@ class Console:
     """The routes of the console, over the catalog's warehouse and metadata store."""
 
     def __init__(self, catalog: FileSystemCatalog, store: MetaStore, history: HealthHistory,
-                 clock: Callable[[], int] = now_ms, tls: bool = False) -> None:
-        """`tls`: the console is served over TLS, so the token cookie is sent over TLS only."""
+                 clock: Callable[[], int] = now_ms, tls: bool = False, sessions: SessionStore | None = None) -> None:
+        """`tls`: the console is served over TLS (its origin is https, the cookie is sent over TLS only).
+        `sessions`: the logins, over the tokens the server checks; None when it checks none (no login needed)."""
         self.catalog = catalog
         self.store = store
         self.history = history
         self.clock = clock
+        self.tls = tls
+        self.sessions = sessions
         self._cookie_flags = "; Path=/; HttpOnly; SameSite=Strict" + ("; Secure" if tls else "")
+
+    def session_principal(self, session_id: str) -> Principal | None:
+        """Who the session of a cookie acts as (reading only); None: no such session, or it ended."""
+        return self.sessions.principal(session_id) if self.sessions is not None else None
 
     def routes(self) -> list[Route]:
         return [Route("GET", "/", Role.READER, self.tables, name="tables"),
@@ -143,16 +215,37 @@ class Console:
         return page(tid, body)
 
     def login(self, request: Request) -> Response:
-        body = ('<form id="login" method="post" action="/login"><label>Token <input id="token" name="token" '
-                'type="password" autocomplete="off"></label> <button type="submit">Open the console</button></form>')
-        return page("Log in", body)
+        return _login_form()
 
     def log_in(self, request: Request) -> Response:
-        """The posted token in the cookie, then the tables (which refuse an unknown token)."""
+        """A session for the posted token, its id in the cookie, then the tables; an unknown token: the form again."""
+        self._refuse_cross_site(request, "login")
         token = request.body.get("token", "") if isinstance(request.body, dict) else ""
         if not token or len(token) > 4096:
             return error_page(400, "send the login form with a token")
-        return _redirect("/", f"{TOKEN_COOKIE}={quote(token, safe='')}{self._cookie_flags}")
+        forget_token = f"{_TOKEN_COOKIE}={self._cookie_flags}; Max-Age=0"
+        if self.sessions is None:  # the console checks no tokens: it is open to everyone anyway
+            return _redirect("/", forget_token)
+        session_id = self.sessions.open(token)
+        if session_id is None:
+            return _login_form(401, "That token is not valid.")
+        previous = _cookie(request.headers, SESSION_COOKIE)
+        if previous is not None:  # the browser's earlier session ends: its cookie is replaced
+            self.sessions.close(previous)
+        return _redirect("/", forget_token, f"{SESSION_COOKIE}={session_id}{self._cookie_flags}; "
+                                            f"Max-Age={int(self.sessions.lifetime_s)}")
 
     def log_out(self, request: Request) -> Response:
-        return _redirect("/login", f"{TOKEN_COOKIE}={self._cookie_flags}; Max-Age=0")
+        """The session ends on the server too: a copy of the cookie stops working with the browser's."""
+        self._refuse_cross_site(request, "logout")
+        session_id = _cookie(request.headers, SESSION_COOKIE)
+        if session_id is not None and self.sessions is not None:
+            self.sessions.close(session_id)
+        return _redirect("/login", f"{_TOKEN_COOKIE}={self._cookie_flags}; Max-Age=0",
+                         f"{SESSION_COOKIE}={self._cookie_flags}; Max-Age=0")
+
+    def _refuse_cross_site(self, request: Request, what: str) -> None:
+        reason = _cross_site(request.headers, self.tls)
+        if reason is not None:
+            raise PermissionDeniedError(f"refused a {what} form posted from another site ({reason}): use the form "
+                                        "on this console's own page")

@@ -10,13 +10,14 @@ from dataclasses import dataclass
 
 import grpc
 
-from catalog_svc.console import TOKEN_COOKIE, Console, error_page
+from catalog_svc.console import SESSION_COOKIE, Console, error_page
 from catalog_svc.health_history import HealthHistory
 from catalog_svc.maintenance import Maintenance, reconcile_all
 from catalog_svc.metrics import CatalogMetrics
 from catalog_svc.relay import KEEP_DELIVERED_S, KEEP_UNDELIVERED_S, OutboxRelay
 from catalog_svc.rest_api import RestCatalogApi
 from catalog_svc.servicer import FAULTS, KEEP_WRITES_MS, CatalogService
+from lsmlake.auth.sessions import SessionStore
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.metastore import MetaStore, open_store
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc
@@ -191,9 +192,10 @@ class CatalogServer(ServiceProcess[Settings]):
             ui = self._ui = JsonHttpServer(console.routes(), HttpSettings(
                 host=s.host, port=s.ui_port, tls_cert=sec.tls_cert, tls_key=sec.tls_key,
                 tls_client_ca=sec.tls_client_ca, auth_tokens=sec.auth_tokens, workers=4),
-                session_cookie=TOKEN_COOKIE,
-                session_principal=lambda v: ui.tokens.authenticate(v) if ui.tokens is not None else None,
+                session_cookie=SESSION_COOKIE, session_principal=console.session_principal,
                 error_page=error_page, accept_forms=True)
+            if ui.tokens is not None:  # logins check, and sessions re-check, the tokens of the server's own file
+                console.sessions = SessionStore(ui.tokens)
 
     def _run(self) -> None:
         assert self._relay is not None and self._store is not None and self._catalog is not None

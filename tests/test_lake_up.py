@@ -93,6 +93,25 @@ def get(url: str, token: str | None = None, cookie: str | None = None) -> tuple[
         conn.close()
 
 
+def console_session(address: str, token: str) -> str:
+    """`lsmlake_session=<id>`: the cookie the console's login form sets for `token` (posted as a browser posts it
+    from the console's own page), to send back."""
+    parts = urllib.parse.urlsplit(address)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        conn.request("POST", "/login", body=urllib.parse.urlencode({"token": token}),
+                     headers={"Content-Type": "application/x-www-form-urlencoded", "Sec-Fetch-Site": "same-origin",
+                              "Origin": f"{parts.scheme}://{parts.netloc}"})
+        r = conn.getresponse()
+        r.read()
+        assert r.status == 303, r.status
+        cookies = [c for c in r.headers.get_all("Set-Cookie", []) if c.startswith("lsmlake_session=")]
+    finally:
+        conn.close()
+    assert len(cookies) == 1 and token not in cookies[0], cookies
+    return cookies[0].split(";")[0]
+
+
 def console_rows(page: str) -> list[str]:
     """The tables the console's table page lists, in its order (worst health first)."""
     return re.findall(r'<tr class="table-row"><td>\d+</td><td class="l"><a href="/table/[^"]*">([^<]*)</a>', page)
@@ -158,7 +177,7 @@ def test_the_printed_console_address_serves_the_console(cluster: str, capsys: py
 def test_the_console_of_a_cluster_with_tokens_needs_one(tmp_path: Path) -> None:
     """`lake up` with a token file (LSMLAKE_AUTH_TOKENS, which every service inherits) and the writer's own token
     (LSMLAKE_CATALOG_TOKEN): the console shows its login page to anyone, refuses its pages without a token or with
-    an unknown one, and shows them for a reader's token sent as the login cookie or as a bearer header."""
+    an unknown one, and shows them for a reader's login session (the cookie) or the token as a bearer header."""
     reader, admin, service, unknown = (secrets.token_urlsafe(24) for _ in range(4))
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps({"tokens": [{"principal": "ann", "role": "reader", "token": reader},
@@ -186,13 +205,15 @@ def test_the_console_of_a_cluster_with_tokens_needs_one(tmp_path: Path) -> None:
             status, kind, body = get(f"{address}{path}")
             assert (status, kind) == (401, "text/html") and 'href="/login"' in body, path
             assert get(f"{address}{path}", token=unknown)[0] == 401, path
-            assert get(f"{address}{path}", cookie=f"lsmlake_token={unknown}")[0] == 401, path
+            assert get(f"{address}{path}", cookie=f"lsmlake_session={unknown}")[0] == 401, path
+            assert get(f"{address}{path}", cookie=f"lsmlake_session={reader}")[0] == 401, path  # a token is no session
             assert "shop.busy" not in body
-        status, _, by_cookie = get(address, cookie=f"lsmlake_token={reader}")
+        cookie = console_session(address, reader)
+        status, _, by_cookie = get(address, cookie=cookie)
         assert status == 200 and console_rows(by_cookie) == ["shop.busy", "shop.quiet"], by_cookie
         status, _, by_header = get(address, token=reader)
         assert status == 200 and console_rows(by_header) == ["shop.busy", "shop.quiet"]
-        status, _, table_page = get(f"{address}table/shop/busy", cookie=f"lsmlake_token={reader}")
+        status, _, table_page = get(f"{address}table/shop/busy", cookie=cookie)
         assert status == 200 and "sorted runs 3 of" in table_page and "level-0 files 3;" in table_page, table_page
 
 

@@ -1,9 +1,10 @@
 """The web console in a real headless browser (Debian's chromium, driven by chromedriver through Selenium).
 
-What only a browser shows: the login form, posted, leaves the token in a cookie the pages then accept and that
-no script can read; the SVG pictures are laid out with a real size; a page without a token sends the browser to
-the login form; logging out makes the pages refuse again. `make browser` (run by `.ci/run`) installs chromium and
-chromium-driver from Debian's packages; without them these tests are skipped, saying so.
+What only a browser shows: the login form, posted from the console's own page (the browser says so in `Origin`
+and `Sec-Fetch-Site`), leaves a session cookie the pages then accept, that is not the token and that no script can
+read; the SVG pictures are laid out with a real size; a page without a token sends the browser to the login form;
+logging out makes the pages refuse again, even to a copy of the old cookie. `make browser` (run by `.ci/run`)
+installs chromium and chromium-driver from Debian's packages; without them these tests are skipped, saying so.
 
 With `LSMLAKE_SCREENSHOT_DIR` set, the pages are also saved there as PNG (the README's picture comes from it).
 """
@@ -44,15 +45,20 @@ def test_without_a_token_the_browser_is_sent_to_the_login_form(ui: int, browser:
 
 def test_an_unknown_token_is_refused(ui: int, browser: WebDriver, tokens: Tokens) -> None:
     _log_in(browser, ui, tokens.unknown)
-    assert browser.find_element(By.TAG_NAME, "h1").text == "401"
+    assert "not valid" in browser.find_element(By.TAG_NAME, "body").text
+    assert browser.find_elements(By.ID, "token")  # the login form again, and no cookie
+    assert browser.get_cookie("lsmlake_session") is None
     assert not browser.find_elements(By.CSS_SELECTOR, "tr.table-row")
 
 
 def test_logged_in_the_pages_show_the_tables_and_their_buckets(ui: int, browser: WebDriver, tokens: Tokens) -> None:
     _log_in(browser, ui, tokens.reader)
-    # the cookie the login answer set opens the table list, and is out of reach of scripts (HttpOnly)
+    # the cookie the login answer set opens the table list, holds a session id, not the token, and is out of reach
+    # of scripts (HttpOnly)
     assert browser.find_element(By.TAG_NAME, "h1").text == "Tables"
-    assert browser.get_cookie("lsmlake_token")["httpOnly"] is True  # type: ignore[index]
+    cookie = browser.get_cookie("lsmlake_session")
+    assert cookie is not None and cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
+    assert tokens.reader not in cookie["value"]
     assert browser.execute_script("return document.cookie") == ""
     rows = browser.find_elements(By.CSS_SELECTOR, "tr.table-row")
     assert [r.find_element(By.TAG_NAME, "a").text for r in rows] == ["db.busy", "db.calm"]
@@ -83,17 +89,26 @@ def test_values_stay_text_in_the_browser(ui: int, browser: WebDriver, tokens: To
 def test_logging_out_closes_the_pages(ui: int, browser: WebDriver, tokens: Tokens) -> None:
     _log_in(browser, ui, tokens.reader)
     assert browser.find_element(By.TAG_NAME, "h1").text == "Tables"
+    cookie = browser.get_cookie("lsmlake_session")
+    assert cookie is not None
     browser.find_element(By.CSS_SELECTOR, "form.logout button").click()
     WebDriverWait(browser, 30).until(lambda d: d.current_url.endswith("/login"))
-    assert browser.get_cookie("lsmlake_token") is None
+    assert browser.get_cookie("lsmlake_session") is None
     browser.get(f"http://127.0.0.1:{ui}/")
     assert browser.find_element(By.TAG_NAME, "h1").text == "401"
+    # the old cookie, put back: its session ended on the server
+    browser.add_cookie({"name": "lsmlake_session", "value": cookie["value"], "path": "/"})
+    browser.get(f"http://127.0.0.1:{ui}/")
+    assert browser.find_element(By.TAG_NAME, "h1").text == "401"
+    assert "log in again" in browser.find_element(By.TAG_NAME, "body").text
 
 
 def _log_in(browser: WebDriver, port: int, token: str) -> None:
     browser.delete_all_cookies()
     browser.get(f"http://127.0.0.1:{port}/login")
     browser.find_element(By.ID, "token").send_keys(token)
+    browser.execute_script("document.documentElement.dataset.form = 'login'")  # marks the form's page
     browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    WebDriverWait(browser, 30).until(lambda d: not d.current_url.endswith("/login"))
-    WebDriverWait(browser, 30).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    # the answer (the tables, or the form again with a 401) is another page: without the mark, and loaded
+    WebDriverWait(browser, 30).until(lambda d: d.execute_script(
+        "return document.documentElement.dataset.form === undefined && document.readyState === 'complete'"))
