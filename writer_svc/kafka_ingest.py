@@ -65,12 +65,21 @@ from lsmlake.kafka.client import Publisher, consumer
 from lsmlake.runtime.background import BackgroundLoop
 from writer_svc.catalog_client import CatalogClient
 from writer_svc.metrics import WriterMetrics
-from writer_svc.table_ingest import TableIngest
+from writer_svc.table_ingest import TableIngest, TableReplacedError
 
 _log = logging.getLogger(__name__)
 
 GROUP_ID = "lsmlake-writer"
 PAUSE_S = 1.0  # a partition whose table's buckets are full is read again after this
+
+
+class _TableChanged(Exception):
+    """A table was altered, or dropped and created again, under the ingestion: its messages are not refused
+    against the old schema but read again from the snapshots' offsets and decoded with the current one."""
+
+    def __init__(self, ingest: TableIngest) -> None:
+        super().__init__(f"table {ingest.table_id} changed under the ingestion")
+        self.ingest = ingest
 
 
 @dataclass(frozen=True)
@@ -222,17 +231,21 @@ class KafkaIngest:
         if self.rebalanced.is_set():
             self._after_rebalance()
             return  # what this poll returned was fetched from positions the rewind replaced
-        for tp, records in batches.items():
-            if tp in self._paused:
-                continue
-            if not self._consume(tp, records):  # the table's buckets are full: read these again later
-                c.seek(tp, records[0].offset)
-                c.pause(tp)
-                self._paused[tp] = time.monotonic() + PAUSE_S
-                continue
-            high = c.highwater(tp)
-            if high is not None:
-                self.metrics.consumer_lag.labels(tp.topic).set(max(0, high - records[-1].offset - 1))
+        try:
+            for tp, records in batches.items():
+                if tp in self._paused:
+                    continue
+                if not self._consume(tp, records):  # the table's buckets are full: read these again later
+                    c.seek(tp, records[0].offset)
+                    c.pause(tp)
+                    self._paused[tp] = time.monotonic() + PAUSE_S
+                    continue
+                high = c.highwater(tp)
+                if high is not None:
+                    self.metrics.consumer_lag.labels(tp.topic).set(max(0, high - records[-1].offset - 1))
+        except _TableChanged as e:
+            self._catch_up(e)
+            return  # the rest of this poll was fetched from positions the rewind replaced
         if self._first_pending is not None and time.monotonic() - self._first_pending >= self.commit_interval_s:
             self.commit_all()
 
@@ -253,16 +266,23 @@ class KafkaIngest:
         result = decode_messages(ingest.table.schema, values, spec.fmt, self._retract[spec.table_id],
                                  table=spec.table_id)
         rejected = list(result.rejected)
+        if rejected and ingest.outdated():  # a dead letter is final: not for a field of the table's new schema
+            raise _TableChanged(ingest)
         if result.batch.num_rows:
             try:
                 ingest.write(result.batch, time.monotonic())  # never wait here: the consumer must keep polling
             except BackPressureError as e:
                 _log.info("%s: pausing %s", e, tp)
                 return False
+            except TableReplacedError as e:
+                raise _TableChanged(ingest) from e
             except InvalidInputError:
                 # the table refused the batch (e.g. a delete its merge engine does not take): find the
                 # messages at fault one by one; the others are written in order
-                rejected += self._write_each(ingest, result.batch, result.source_index)
+                try:
+                    rejected += self._write_each(ingest, result.batch, result.source_index)
+                except TableReplacedError as e:
+                    raise _TableChanged(ingest) from e
                 rejected.sort()
         for index, reason in rejected:
             r = records[index]
@@ -341,6 +361,15 @@ class KafkaIngest:
                     resume(c, tp)
             self._paused.clear()
             self.rewind(list(c.assignment()))
+
+    def _catch_up(self, changed: _TableChanged) -> None:
+        """A table changed under the ingestion: drop every buffer, rewind every partition to the snapshots'
+        offsets (as after a rebalance: the buffers mix the tables' partitions), then move the table's ingest
+        to its current schema, or let `_table` open the new table, so the messages are decoded again with it."""
+        _log.warning("%s: reading again from the offsets in the snapshots with the table's current schema",
+                     changed)
+        self._reset(changed)
+        changed.ingest.catch_up()  # nothing is buffered now: adopting a newer schema commits nothing
 
     def _after_rebalance(self) -> None:
         """Drop every buffer and rewind every assigned partition to the offsets the snapshots record.

@@ -66,13 +66,8 @@ class WriterService(writer_pb2_grpc.WriterServiceServicer):
     def _write(self, rpc: str, table_id: str, data: pa.Table, now: bool, request_id: str,
                context: grpc.ServicerContext) -> writer_pb2.WriteResponse:
         deadline = self._deadline(context)
-        ingest = self.tables.get(table_id)
-        again = False
         try:
-            if request_id:
-                group, again = ingest.write_once(data, deadline, request_id)
-            else:
-                group = ingest.write(data, deadline)
+            group, again = self.tables.write(table_id, data, deadline, request_id)
         except BackPressureError:
             self.metrics.requests.labels(rpc, "stalled").inc()
             raise
@@ -130,6 +125,6 @@ class WriterService(writer_pb2_grpc.WriterServiceServicer):
         self.metrics.bytes_in.labels("grpc").inc(size)
         if not request.rows_json:
             raise InvalidInputError("rows_json must not be empty")
-        ingest = self.tables.get(table_id)
-        data = rows_from_json(ingest.table.schema, list(request.rows_json), table_id)
+        rows_json = list(request.rows_json)
+        data = self.tables.decode(table_id, lambda schema: rows_from_json(schema, rows_json, table_id))
         return self._write("WriteRows", table_id, data, now, request.request_id, context)

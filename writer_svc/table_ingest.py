@@ -59,6 +59,11 @@ RESEND_PAUSE_S = 1.0  # between two rounds of resending a commit whose outcome i
 REPLY_MARGIN_S = 3.0  # a group gives up this long before its earliest waiter's deadline, so the error gets there
 
 
+class TableReplacedError(ServiceUnavailableError):
+    """The table was dropped and created again under the writer: nothing was written; its owner opens the new
+    table and writes the rows there (`Tables.write`), else the client resends them."""
+
+
 @dataclass
 class Group:
     """The writes that will share one commit."""
@@ -142,6 +147,23 @@ class TableIngest:
         if self.stale:
             _log.warning("table %s was dropped (and created again): this writer reopens it", self.table_id)
 
+    def _newer_schema(self) -> bool:
+        """Whether the table was altered since this writer loaded its schema (one existence check)."""
+        return self.table.io.exists(self.table.schemas.path(self.table.schema.id + 1))
+
+    def outdated(self) -> bool:
+        """Whether the table under this name moved on from the schema this writer decodes rows with: altered
+        since, or dropped and created again (then `stale` is set). Reads the warehouse: for refusals only."""
+        self._check_identity()
+        return self.stale or self._newer_schema()
+
+    def catch_up(self) -> None:
+        """Bring this writer up to the table under its name before a refusal is final: an altered table's
+        newer schema is adopted (the rows buffered under the old one are committed first); a table dropped and
+        created again leaves this writer `stale`, and its owner opens the new one."""
+        if self.outdated() and not self.stale:
+            self._adopt_new_schema()
+
     # -- writes ------------------------------------------------------------------------------------
 
     def write_once(self, data: pa.Table, deadline: float, request_id: str) -> tuple[Group, bool]:
@@ -194,7 +216,7 @@ class TableIngest:
         Waits, until `deadline` (monotonic), while a bucket the rows go to has too many sorted runs.
         `request_id` (claimed by `write_once`) is recorded with the group, to be committed with it.
         """
-        if self.table.io.exists(self.table.schemas.path(self.table.schema.id + 1)):
+        if self._newer_schema():
             self._adopt_new_schema()
         with self._lock:
             self._writing += 1
@@ -219,7 +241,7 @@ class TableIngest:
                         except InvalidInputError as e:  # rows for a newer table of the same name?
                             self._check_identity()
                             if self.stale:
-                                raise ServiceUnavailableError(
+                                raise TableReplacedError(
                                     f"table {self.table_id} was dropped and created again; nothing was written: "
                                     "resend the write") from e
                             raise
@@ -273,7 +295,7 @@ class TableIngest:
     def _adopt_new_schema(self) -> None:
         """The table was altered: commit what was buffered under the old schema, then write with the new one."""
         with self._commit_lock:
-            if not self.table.io.exists(self.table.schemas.path(self.table.schema.id + 1)):
+            if not self._newer_schema():
                 return  # another write switched already
             try:
                 self.commit()

@@ -15,17 +15,23 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from typing import TypeVar
+
+import pyarrow as pa
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
-from lsmlake.errors import ServiceUnavailableError
+from lsmlake.errors import InvalidInputError, ServiceUnavailableError
+from lsmlake.format.schema import TableSchema
 from lsmlake.runtime.background import BackgroundLoop
 from writer_svc.catalog_client import CatalogClient
 from writer_svc.metrics import WriterMetrics
-from writer_svc.table_ingest import TableIngest
+from writer_svc.table_ingest import Group, TableIngest, TableReplacedError
 
 _log = logging.getLogger(__name__)
 
 LOOK_S = 0.5  # the longest a committer waits before it looks at its table's group again
+T = TypeVar("T")
 
 
 class ShutdownError(ServiceUnavailableError):
@@ -114,6 +120,37 @@ class Tables:
                 ingest.on_idle = committer.ask
                 entry = self._tables[table_id] = (ingest, committer)
             return entry[0]
+
+    def decode(self, table_id: str, decode: Callable[[TableSchema], T]) -> T:
+        """`decode(schema)` with the schema of the table the writer holds; when that refuses the input
+        (InvalidInputError) and the table has changed since the writer loaded it (altered, or dropped and
+        created again), once more with the table's current schema. Only then is the refusal final: a client
+        takes INVALID_ARGUMENT as final, so it must not come from the writer's out-of-date copy of the table."""
+        ingest = self.get(table_id)
+        schema = ingest.table.schema
+        try:
+            return decode(schema)
+        except InvalidInputError:
+            ingest.catch_up()
+            fresh = self.get(table_id)  # a new TableIngest when the table was dropped and created again
+            if fresh is ingest and fresh.table.schema.id == schema.id:
+                raise  # the table is as it was: the input is at fault
+        return decode(fresh.table.schema)
+
+    def write(self, table_id: str, data: pa.Table, deadline: float, request_id: str) -> tuple[Group, bool]:
+        """Buffer the rows in the table's group: (the group, whether an attempt of `request_id` was committed
+        before, see `TableIngest.write_once`; no id: always False). Rows that did not fit the table the writer
+        held because it was dropped and created again are written to the new table."""
+        try:
+            return self._write_to(self.get(table_id), data, deadline, request_id)
+        except TableReplacedError:
+            return self._write_to(self.get(table_id), data, deadline, request_id)
+
+    @staticmethod
+    def _write_to(ingest: TableIngest, data: pa.Table, deadline: float, request_id: str) -> tuple[Group, bool]:
+        if request_id:
+            return ingest.write_once(data, deadline, request_id)
+        return ingest.write(data, deadline), False
 
     def commit_soon(self, table_id: str) -> None:
         entry = self._tables.get(table_id)
