@@ -48,6 +48,7 @@ from lsmlake.rpc.events import snapshot_events
 from lsmlake.table import features
 from lsmlake.table.dynamic_bucket import CommittingAssigner, HashFiles, is_dynamic
 from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.hash_file_cache import HashFileCache
 from lsmlake.table.sequence_numbers import committed_floors
 from lsmlake.table.write import CommitMessage
 
@@ -88,7 +89,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
             raise InvalidInputError(f"the retention of request ids must be positive, got {keep_writes_ms} ms")
         self._keep_writes_ms = keep_writes_ms
         self._changed = threading.Condition()  # notified after every commit through this replica
-        self._hash_files: dict[str, HashFiles] = {}  # table uuid -> the HASH index files read for AssignBuckets
+        self._hash_files = HashFileCache()  # the HASH index files read for AssignBuckets, per table
         self._forget_writes_at = 0.0  # monotonic time of the next purge of old client write ids
 
     def _table(self, t: common_pb2.TableIdentifier) -> FileStoreTable:
@@ -126,6 +127,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         for t in tables:  # forget each table's history, under its lock, before its files go
             with self.store.commit_lock(f"{name}.{t}"):
                 self.store.forget_table(f"{name}.{t}")
+                self._hash_files.forget(f"{name}.{t}")
         self.catalog.drop_database(name, cascade=cascade)
 
     def drop_table(self, tid: str) -> None:
@@ -133,6 +135,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         with self.store.commit_lock(tid):  # not in the middle of a commit of that table
             self.catalog.drop_table(tid)
             self.store.forget_table(tid)  # a new table of that name starts without history
+            self._hash_files.forget(tid)
 
     # -- tables --------------------------------------------------------------------------------
 
@@ -316,10 +319,8 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
                     tid, APPEND, BUCKET_ASSIGNER_USER, BATCH_COMMIT_IDENTIFIER, messages,
                     table_uuid=table.table_uuid)).snapshot_id)
 
-            files = self._hash_files.get(table.table_uuid)
-            if files is None:
-                files = self._hash_files[table.table_uuid] = HashFiles(table.indexes)
-            answers = CommittingAssigner(table, commit, files=files).assign(keys)
+            with self._hash_files.use(tid, table.table_uuid, lambda: HashFiles(table.indexes)) as files:
+                answers = CommittingAssigner(table, commit, files=files).assign(keys)
         return catalog_pb2.AssignBucketsResponse(
             snapshot_id=committed[-1] if committed else 0,
             partitions=[catalog_pb2.PartitionBuckets(

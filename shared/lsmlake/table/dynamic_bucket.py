@@ -162,6 +162,10 @@ class PartitionIndex:
         out[hit] = owner[at[hit]]
         return out
 
+    def arrays(self) -> list[np.ndarray]:
+        """The arrays this index holds: each bucket's hashes, and their sorted copy once a lookup built it."""
+        return [*self.hashes.values(), *self.__dict__.get("_sorted", ())]
+
     @cached_property
     def _sorted(self) -> tuple[np.ndarray, np.ndarray]:
         """Every known hash, sorted, and its bucket: built once per index (`HashFiles` keeps the index while its
@@ -308,6 +312,16 @@ class HashFiles:
         remap = np.full(len(parts), -1, np.int32)
         remap[used] = np.arange(len(used), dtype=np.int32)
         return Elsewhere(positions, [parts[i] for i in used.tolist()], remap[owner_p[at]], owner_b[at])
+
+    def nbytes(self) -> int:
+        """Bytes of the hashes held: the files read, the partitions' indexes and sorted copies, the table's
+        index; an array shared by several of them counts once."""
+        arrays = {id(a): a for a in self._read.values()}
+        for _, index in self._partitions.values():
+            arrays.update((id(a), a) for a in index.arrays())
+        if self._table_index is not None:
+            arrays.update((id(a), a) for a in self._table_index[2:])
+        return sum(a.nbytes for a in arrays.values())
 
     def _hashes(self, e: IndexEntry) -> np.ndarray:
         hashes = self._read.get(e.file_name)
