@@ -13,8 +13,7 @@ no token of the gRPC or REST ports. A session ends
 - when `max_sessions` (default 1000) are open and a new login needs room: expired sessions go first, then the
   oldest login.
 
-To check the token again, a session keeps it in this process's memory (never in a cookie or a log) until the
-session ends; the token store offers no look-up by digest to do with less.
+To check the token again, a session keeps only its SHA-256 (as the token store does), never the token.
 
 Sessions live in the memory of one catalog replica: a restart ends them all, and a console served by several
 replicas (a Kubernetes Service over `catalog.replicas` > 1) needs client-IP session affinity in front of it, or
@@ -31,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lsmlake.auth.roles import Role
-from lsmlake.auth.tokens import Principal, TokenStore
+from lsmlake.auth.tokens import Principal, TokenStore, digest
 
 IDLE_S = 30 * 60.0
 LIFETIME_S = 8 * 3600.0
@@ -42,7 +41,7 @@ SESSION_ROLE = Role.READER
 
 @dataclass
 class _Session:
-    token: str
+    token_digest: bytes
     principal: Principal  # its role capped at SESSION_ROLE
     opened: float
     used: float
@@ -76,7 +75,7 @@ class SessionStore:
             while len(self._sessions) >= self.max_sessions:
                 self._sessions.popitem(last=False)
             self._sessions[session_id] = _Session(
-                token, Principal(principal.name, min(principal.role, SESSION_ROLE)), now, now)
+                digest(token), Principal(principal.name, min(principal.role, SESSION_ROLE)), now, now)
         return session_id
 
     def principal(self, session_id: str) -> Principal | None:
@@ -89,7 +88,8 @@ class SessionStore:
                 session = None
         if session is None:
             return None
-        owner = self._tokens.authenticate(session.token)  # outside the lock: it may read the token file again
+        # outside the lock: it may read the token file again
+        owner = self._tokens.authenticate_digest(session.token_digest)
         if owner is None or owner.name != session.principal.name:
             self.close(session_id)
             return None

@@ -130,13 +130,16 @@ class TokenStore:
 
     def authenticate(self, token: str) -> Principal | None:
         """The principal of a token; None when it is not valid."""
+        return self.authenticate_digest(digest(token))
+
+    def authenticate_digest(self, presented: bytes) -> Principal | None:
+        """The principal of the token whose SHA-256 is `presented` (what a session keeps instead of the token)."""
         now = time.monotonic()
         with self._lock:
             if now - self._checked >= _RECHECK_S:
                 self._checked = now
                 self._load()
             entries = self._entries
-        presented = digest(token)
         found: Principal | None = None
         for stored, principal in entries:  # no early exit: the time taken does not depend on which entry matched
             if hmac.compare_digest(stored, presented):
