@@ -577,6 +577,8 @@ def test_catalog_serves_exposes_and_admits_the_console_port(value_set: str, tmp_
     [sp] = [p for p in service["spec"]["ports"] if p["name"] == "ui"]
     assert sp == {"name": "ui", "port": ui_port, "targetPort": "ui", "protocol": "TCP",
                   "appProtocol": "https" if tls else "http"}
+    # a console session lives in one replica: with tokens (a login), a browser must keep reaching it
+    assert service["spec"].get("sessionAffinity") == ("ClientIP" if tokens else None)
     policy = named(objects, "NetworkPolicy", f"{RELEASE}-lsmlake-catalog")
     [rule] = [r for r in policy["spec"]["ingress"] if {"port": values["catalog"]["port"], "protocol": "TCP"}
               in r["ports"]]
