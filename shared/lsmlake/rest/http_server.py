@@ -1,12 +1,27 @@
-"""A small JSON-over-HTTP server: routes, bearer tokens and roles, TLS, bounded work, graceful shutdown.
+"""A small JSON-over-HTTP server: routes, bearer tokens and roles, TLS, bounded connections and work, graceful
+shutdown.
 
-It serves the Paimon REST catalog API beside the catalog's gRPC port. Each route names the least role that
-may call it (there is no route without one); a call runs as its token's principal (`acting_as`), so the
-library's checks see the caller as they do under gRPC. What bounds a caller: the request body
-(`max_body_bytes`, refused with 413 before it is read), the number of requests served at once (`workers`;
-one more waits up to `queue_timeout_s`, then gets 503, which clients retry on reads), and idle or slow
-connections (`idle_timeout_s` per socket read). Errors are Paimon's error body (`rest.errors`); a failure
-that is not a lsmlake refusal is logged with its traceback and answered 500 with a generic message.
+It serves the Paimon REST catalog API and the web console beside the catalog's gRPC port, in the same process:
+memory a caller makes it take is memory every commit lacks, so what a caller without a token can make it hold
+is bounded (`HttpSettings` lists the bounds in the order a request meets them). Each route names the least role
+that may call it (there is no route without one, `public` routes aside); a call runs as its token's principal
+(`acting_as`), so the library's checks see the caller as they do under gRPC. Errors are Paimon's error body
+(`rest.errors`); a failure that is not a lsmlake refusal is logged with its traceback and answered 500 with a
+generic message.
+
+How, and why so. The connections live on an asyncio event loop in one background thread
+(`rest.connections`): hundreds of idle or slow sockets cost a few tens of KiB each there, where
+`http.server.ThreadingHTTPServer` spent a thread on each, read up to 100 header lines of 64 KiB, and read and
+parsed a 16 MiB body on every route before any worker slot: 50 unauthenticated logins holding bodies took the
+catalog from 144 MiB to 948 MiB. HTTP/1.1 is parsed by h11, the maintained sans-I/O parser under httpx and
+uvicorn, whose `max_incomplete_event_size` is the head limit. A whole server (uvicorn, waitress, aiohttp) was
+not taken: none bounds connections per peer or gives the request head a total deadline (their timeouts are per
+read, so a byte a second keeps a connection), and waitress reads whole bodies before the application, that is
+before authentication. The order here (`rest.exchange`): head within its deadline and size; authentication,
+route and role from the head alone (`admit`, on the loop); a worker slot; only then the body, only on a route
+that takes one, up to the route's limit (`Route.max_body`) within its deadline; the handler, synchronous, in
+one of `workers` threads. Memory is so bounded by `workers` times the largest route limit (and what the JSON
+of such a body parses into) plus the per-connection cost times `max_connections`.
 """
 
 from __future__ import annotations
@@ -15,12 +30,10 @@ import json
 import logging
 import re
 import ssl
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote_plus, urlsplit
 
@@ -28,21 +41,29 @@ from lsmlake.auth.principal import acting_as
 from lsmlake.auth.roles import Role
 from lsmlake.auth.tokens import Principal, TokenStore
 from lsmlake.errors import InvalidInputError, PermissionDeniedError, ServiceUnavailableError
+from lsmlake.rest.connections import ConnectionServer
 from lsmlake.rest.errors import (
     BodyTooLargeError,
     MethodNotAllowedError,
+    RestError,
     UnauthenticatedError,
     UnknownPathError,
     internal_error,
     rest_error_for,
 )
+from lsmlake.rest.exchange import Admission, Head, Reply
+from lsmlake.rest.http_settings import MAX_BODY_BYTES, PUBLIC_BODY_BYTES, HttpSettings
 from lsmlake.runtime.log_limit import LogLimiter
+
+__all__ = ["FORM", "JSON", "MAX_BODY_BYTES", "PUBLIC_BODY_BYTES", "Handler", "HttpSettings", "JsonHttpServer",
+           "Request", "Response", "Route", "ssl_context"]
 
 _log = logging.getLogger(__name__)
 _refusals = LogLimiter(_log, "refused REST calls")
 
-MAX_BODY_BYTES = 16 << 20
 _SCHEME = "bearer "
+_NO_BODY = ("GET", "HEAD", "DELETE")  # methods whose routes read no body unless they say otherwise
+_MAX_ECHO = 300  # characters of a malformed request quoted back in its refusal
 
 
 @dataclass(frozen=True)
@@ -79,7 +100,11 @@ Handler = Callable[[Request], Response]
 
 @dataclass(frozen=True)
 class Route:
-    """`pattern` is a path with `{name}` parts (one path segment each); `resource` names what a 404 is about."""
+    """`pattern` is a path with `{name}` parts (one path segment each); `resource` names what a 404 is about.
+
+    `max_body`: the most body bytes the route reads; None: none on GET, HEAD and DELETE, `PUBLIC_BODY_BYTES` on a
+    `public` route (a login form), the server's `max_body_bytes` otherwise. A body the route does not read is
+    not read at all: the call is served without it and the connection closed after the answer."""
 
     method: str
     pattern: str
@@ -88,6 +113,7 @@ class Route:
     resource: str | None = None
     name: str = ""
     public: bool = False  # answered without a token (a login page); `role` is then not checked
+    max_body: int | None = None
     regex: re.Pattern[str] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -97,21 +123,13 @@ class Route:
         if not self.name:
             object.__setattr__(self, "name", f"{self.method} {self.pattern}")
 
-
-@dataclass(frozen=True)
-class HttpSettings:
-    """Where and how the server listens; TLS when `tls_cert` is set, tokens checked when `auth_tokens` is."""
-
-    host: str = "127.0.0.1"
-    port: int = 0
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    tls_client_ca: str | None = None
-    auth_tokens: str | None = None
-    workers: int = 16
-    queue_timeout_s: float = 5.0
-    idle_timeout_s: float = 60.0
-    max_body_bytes: int = MAX_BODY_BYTES
+    def body_limit(self, server_limit: int) -> int:
+        """The most body bytes this route reads on a server whose limit is `server_limit`."""
+        if self.max_body is not None:
+            return self.max_body
+        if self.method in _NO_BODY:
+            return 0
+        return min(PUBLIC_BODY_BYTES, server_limit) if self.public else server_limit
 
 
 def ssl_context(cert: str, key: str, client_ca: str | None) -> ssl.SSLContext:
@@ -128,21 +146,19 @@ def ssl_context(cert: str, key: str, client_ca: str | None) -> ssl.SSLContext:
     return ctx
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-    app: JsonHttpServer
+@dataclass(frozen=True)
+class _Call:
+    """An admitted request, waiting for its body."""
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # a failed TLS handshake (plain HTTP to the TLS port), a reset or an idle timeout: the caller's problem
-        _log.debug("REST connection from %s ended with an error", client_address, exc_info=True)
+    route: Route
+    request: Request  # its body still None
+    started: float
 
 
 class JsonHttpServer:
     """Serves `routes` on `settings.host:settings.port` from `start` until `stop`.
 
-    `observe(route_name, status, seconds)` hears of every answered call (metrics); `path_prefixes` are path
-    prefixes removed before matching (a regex with no groups, e.g. Paimon's optional catalog prefix).
+    `observe(route_name, status, seconds)` hears of every answered call (metrics).
     """
 
     def __init__(self, routes: Sequence[Route], settings: HttpSettings,
@@ -162,71 +178,57 @@ class JsonHttpServer:
         self.settings = settings
         self._observe = observe or (lambda _r, _s, _t: None)
         self._tokens = TokenStore(settings.auth_tokens) if settings.auth_tokens else None
-        self._ssl = ssl_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca) \
-            if settings.tls_cert and settings.tls_key else None
         if settings.tls_cert and not settings.tls_key:
             raise InvalidInputError("--tls-cert and --tls-key go together")
-        self._slots = threading.BoundedSemaphore(max(1, settings.workers))
-        self._active = 0
-        self._idle = threading.Condition()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
+        self._ssl = ssl_context(settings.tls_cert, settings.tls_key, settings.tls_client_ca) \
+            if settings.tls_cert and settings.tls_key else None
+        self._stopping = False
         self.server_name = server_name
+        self._connections = ConnectionServer(self, settings, self._ssl, server_name)
         if self._tokens is not None and self._ssl is None:
             _log.warning("REST bearer tokens are checked on a plaintext port: they travel unencrypted")
 
     @property
     def port(self) -> int:
-        assert self._server is not None, "not started"
-        return int(self._server.server_address[1])
+        return self._connections.port
 
     @property
     def tls(self) -> bool:
         return self._ssl is not None
 
+    @property
+    def open_connections(self) -> int:
+        """Connections open now."""
+        return self._connections.open_connections
+
+    @property
+    def refused_connections(self) -> int:
+        """Connections refused at accept (over a cap) since the start."""
+        return self._connections.refused_connections
+
     def start(self) -> int:
         """Bind and serve in a background thread; the bound port."""
-        server = _Server((self.settings.host, self.settings.port), _handler_class(self.settings.idle_timeout_s),
-                         bind_and_activate=False)
-        server.app = self
-        try:
-            server.server_bind()
-            server.server_activate()
-        except OSError:
-            server.server_close()
-            raise
-        if self._ssl is not None:
-            server.socket = self._ssl.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="rest-server", daemon=True)
-        self._thread.start()
-        _log.info("REST catalog API on %s:%d (%s)", self.settings.host, self.port, "TLS" if self._ssl else "plaintext")
-        return self.port
+        self._stopping = False
+        port = self._connections.start()
+        _log.info("HTTP (%s) on %s:%d (%s)", self.server_name, self.settings.host, port,
+                  "TLS" if self._ssl else "plaintext")
+        return port
 
     def refuse(self) -> None:
         """From now on answer 503 (shutting down) to new calls."""
-        self._stopping.set()
+        self._stopping = True
 
     def stop(self, grace_s: float = 10.0) -> None:
-        """Stop accepting, give calls in flight up to `grace_s`, close the socket."""
-        self._stopping.set()
-        if self._server is None:
-            return
-        self._server.shutdown()
-        deadline = time.monotonic() + grace_s
-        with self._idle:
-            while self._active and time.monotonic() < deadline:
-                self._idle.wait(max(0.0, min(0.2, deadline - time.monotonic())))
-            if self._active:
-                _log.warning("REST: %d call(s) still running at shutdown", self._active)
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
-        self._server = None
+        """Stop accepting, give calls in flight up to `grace_s`, close every connection."""
+        self._stopping = True
+        self._connections.stop(grace_s)
 
-    # -- one call ------------------------------------------------------------------------------
+    @property
+    def tokens(self) -> TokenStore | None:
+        """The tokens this server checks (None: it checks none)."""
+        return self._tokens
+
+    # -- one call: from its head (on the event loop) ------------------------------------------------
 
     def match(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
         allowed = False
@@ -251,41 +253,38 @@ class JsonHttpServer:
             raise UnauthenticatedError("the bearer token is not valid")
         return principal
 
-    def serve(self, method: str, target: str, headers: Mapping[str, str], read_body: Callable[[int], bytes],
-              peer: str) -> Response:
-        """The answer to one call; never raises."""
+    def admit(self, head: Head) -> Reply | Admission:
+        """Authenticate, route and check the role of a request from its head alone; the refusal to answer, or the
+        admission that reads its body (at most the route's limit) and runs it. Never raises."""
         started = time.perf_counter()
         route: Route | None = None
-        url = urlsplit(target)
+        url = urlsplit(head.target)
         try:
-            if self._stopping.is_set():
+            if self._stopping:
                 raise ServiceUnavailableError("the catalog is shutting down; ask another replica or retry")
-            public = any(r.public and r.method == method and r.regex.fullmatch(url.path) for r in self.routes)
-            principal = None if public else self._principal(headers)
-            found = self.match(method, url.path)
+            public = any(r.public and r.method == head.method and r.regex.fullmatch(url.path) for r in self.routes)
+            principal = None if public else self._principal(head.headers)
+            found = self.match(head.method, url.path)
             if found is None:
-                raise UnknownPathError(f"no such REST resource: {method} {url.path[:200]}")
+                raise UnknownPathError(f"no such REST resource: {head.method} {url.path[:200]}")
             route, params = found
             if principal is not None and principal.role < route.role:
                 raise PermissionDeniedError(f"{principal.name} (role {principal.role.name.lower()}) may not call "
                                             f"{route.name}: it needs role {route.role.name.lower()}")
-            body = self._read_body(headers, read_body)
+            limit = route.body_limit(self.settings.max_body_bytes)
+            _check_body_size(head.headers, limit)
             query = {k: v for k, v in parse_qsl(url.query, keep_blank_values=True)}
-            answer = self._run(route, Request(method, url.path, params, query, body, principal, headers))
+            call = _Call(route, Request(head.method, url.path, params, query, None, principal, head.headers), started)
         except Exception as e:
-            err = rest_error_for(e, route.resource if route is not None else None)
-            if err is None:
-                _log.exception("REST %s %s failed", method, url.path[:200])
-                err = internal_error()
-            elif err.status in (401, 403):
-                _refusals.log(logging.WARNING, (err.status, peer), "refused REST %s %s from %s: %s", method,
-                              url.path[:200], peer, err.message)
-            else:
-                _log.info("REST %s %s: %d %s", method, url.path[:200], err.status, err.message)
-            answer = self.error_page(err.status, err.message) if self.error_page is not None \
-                else Response(err.body(), err.status)
-        self._observe(route.name if route is not None else "unmatched", answer.status, time.perf_counter() - started)
-        return answer
+            return self._encode(self._refusal(e, route, head.method, url.path, head.peer), route, started)
+        return Admission(limit, lambda body: self._run(call, body, head.peer),
+                         lambda status, message: self._encode(self._error(RestError(status, message)), route, started))
+
+    def refusal(self, status: int, message: str, peer: str) -> Reply:
+        """The answer to a request refused before its head was read whole (too large, too slow, malformed)."""
+        message = message if len(message) <= _MAX_ECHO else f"{message[:_MAX_ECHO]}..."  # h11 quotes what it read
+        _refusals.log(logging.INFO, (status, peer), "refused an HTTP request from %s: %d %s", peer, status, message)
+        return self._encode(self._error(RestError(status, message)), None, time.perf_counter())
 
     def _principal(self, headers: Mapping[str, str]) -> Principal | None:
         """Who calls: the bearer token's principal, else the session cookie's (when the server takes one)."""
@@ -307,42 +306,21 @@ class JsonHttpServer:
                 return unquote_plus(value)
         return None
 
-    @property
-    def tokens(self) -> TokenStore | None:
-        """The tokens this server checks (None: it checks none)."""
-        return self._tokens
+    # -- one call: its body and handler (in a worker thread) -----------------------------------------
 
-    def _run(self, route: Route, request: Request) -> Response:
-        """Run a handler in one of `workers` slots, as the caller's principal."""
-        if not self._slots.acquire(timeout=self.settings.queue_timeout_s):
-            raise ServiceUnavailableError(f"the catalog serves {self.settings.workers} REST calls at once; retry")
-        with self._idle:
-            self._active += 1
+    def _run(self, call: _Call, raw: bytearray, peer: str) -> Reply:
+        """Parse the body and run the handler as the caller's principal; the encoded answer. Never raises."""
+        request = call.request
         try:
+            body = self._parse_body(request.headers, raw) if raw else None
             with acting_as(request.principal) if request.principal is not None else nullcontext():
-                return route.handler(request)
-        finally:
-            self._slots.release()
-            with self._idle:
-                self._active -= 1
-                self._idle.notify_all()
+                answer = call.route.handler(Request(request.method, request.path, request.params, request.query,
+                                                    body, request.principal, request.headers))
+        except Exception as e:
+            answer = self._refusal(e, call.route, request.method, request.path, peer)
+        return self._encode(answer, call.route, call.started)
 
-    def _read_body(self, headers: Mapping[str, str], read_body: Callable[[int], bytes]) -> Any:
-        text = headers.get("content-length")
-        if text is None:
-            if headers.get("transfer-encoding"):
-                raise InvalidInputError("send the request body with a Content-Length (chunked bodies are not read)")
-            return None
-        if not text.isdigit():
-            raise InvalidInputError(f"Content-Length {text[:40]!r} is not a number")
-        size = int(text)
-        if size > self.settings.max_body_bytes:
-            raise BodyTooLargeError(f"the request body has {size} bytes; at most {self.settings.max_body_bytes}")
-        if size == 0:
-            return None
-        raw = read_body(size)
-        if len(raw) != size:
-            raise InvalidInputError(f"the request body ended after {len(raw)} of {size} bytes")
+    def _parse_body(self, headers: Mapping[str, str], raw: bytearray) -> Any:
         if self.accept_forms and headers.get("content-type", "").split(";")[0].strip().lower() == FORM:
             try:  # an HTML form (the console's login): its fields, the last of a repeated name winning
                 return dict(parse_qsl(raw.decode(), keep_blank_values=True, strict_parsing=False))
@@ -355,45 +333,47 @@ class JsonHttpServer:
         except (UnicodeDecodeError, ValueError) as e:
             raise InvalidInputError(f"the request body is not JSON: {e}") from None
 
+    # -- answers ------------------------------------------------------------------------------------
 
-def _handler_class(idle_timeout_s: float) -> type[BaseHTTPRequestHandler]:
-    class _Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        timeout = idle_timeout_s
-        server_version = "lsmlake"
-        sys_version = ""
+    def _refusal(self, e: Exception, route: Route | None, method: str, path: str, peer: str) -> Response:
+        """The answer to a call that raised `e`, logged as it deserves (401 and 403 rate-limited per peer)."""
+        err = rest_error_for(e, route.resource if route is not None else None)
+        if err is None:
+            _log.error("REST %s %s failed", method, path[:200], exc_info=e)
+            err = internal_error()
+        elif err.status in (401, 403):
+            _refusals.log(logging.WARNING, (err.status, peer), "refused REST %s %s from %s: %s", method, path[:200],
+                          peer, err.message)
+        else:
+            _log.info("REST %s %s: %d %s", method, path[:200], err.status, err.message)
+        return self._error(err)
 
-        def _handle(self) -> None:
-            app = self.server.app  # type: ignore[attr-defined]
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            read: list[int] = []
+    def _error(self, err: RestError) -> Response:
+        return self.error_page(err.status, err.message) if self.error_page is not None \
+            else Response(err.body(), err.status)
 
-            def read_body(n: int) -> bytes:
-                read.append(n)
-                return self.rfile.read(n)
+    def _encode(self, answer: Response, route: Route | None, started: float) -> Reply:
+        """The answer as it goes on the wire; the call is observed (metrics) here."""
+        self._observe(route.name if route is not None else "unmatched", answer.status, time.perf_counter() - started)
+        body = answer.body
+        if answer.content_type == JSON:
+            data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        else:
+            data = body.encode() if isinstance(body, str) else bytes(body or b"")
+        headers = [("Server", self.server_name)]
+        if body is not None:
+            headers.append(("Content-Type", answer.content_type))
+        headers += answer.headers
+        if answer.status not in (204, 304):
+            headers.append(("Content-Length", str(len(data))))
+        return Reply(answer.status, headers, data)
 
-            answer = app.serve(self.command, self.path, headers, read_body, f"{self.client_address[0]}")
-            body = answer.body
-            if answer.content_type == JSON:
-                data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
-            else:
-                data = body.encode() if isinstance(body, str) else bytes(body or b"")
-            self.send_response(answer.status)
-            if body is not None:
-                self.send_header("Content-Type", answer.content_type)
-            for name, value in answer.headers:
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(data)))
-            if not read and headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
-                self.send_header("Connection", "close")  # an unread body would be taken for the next request
-                self.close_connection = True
-            self.end_headers()
-            if data:
-                self.wfile.write(data)
 
-        do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _handle
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
-            _log.debug("REST %s: " + format, self.client_address[0], *args)
-
-    return _Handler
+def _check_body_size(headers: Mapping[str, str], limit: int) -> None:
+    """Refuse a body the route would not take in full, before any of it is read (a route that takes none ignores
+    it: the call is served and the connection closed)."""
+    if "transfer-encoding" in headers:
+        raise InvalidInputError("send the request body with a Content-Length (chunked bodies are not read)")
+    size = int(headers.get("content-length") or 0)  # h11 has checked it is a number
+    if limit and size > limit:
+        raise BodyTooLargeError(f"the request body has {size} bytes; at most {limit}")
