@@ -6,7 +6,9 @@ the partitions of the topics are split between them.
 
 Exactly once, across crashes at any point:
 1. the next offset of every partition a commit covers is stored in the snapshot's properties
-   (`lsmlake.kafka-offset.<topic>.<partition>`), in the same catalog commit as the rows;
+   (`lsmlake.kafka-offset.<topic>.<partition>`), in the same catalog commit as the rows, and no commit
+   takes rows without their offsets: a table altered under the ingestion is not moved to its new schema by
+   committing what was buffered under the old one (see `_catch_up`);
 2. Kafka offsets are committed only after the catalog commit (they are a hint for tools, not the truth);
 3. when partitions are assigned (at start, after a crash, after a rebalance) the buffers are dropped and
    the consumer seeks to the offsets found in the newest snapshot that records them, so rows in a lost
@@ -65,7 +67,7 @@ from lsmlake.kafka.client import Publisher, consumer
 from lsmlake.runtime.background import BackgroundLoop
 from writer_svc.catalog_client import CatalogClient
 from writer_svc.metrics import WriterMetrics
-from writer_svc.table_ingest import TableIngest, TableReplacedError
+from writer_svc.table_ingest import TableAlteredError, TableIngest, TableReplacedError
 
 _log = logging.getLogger(__name__)
 
@@ -74,8 +76,9 @@ PAUSE_S = 1.0  # a partition whose table's buckets are full is read again after 
 
 
 class _TableChanged(Exception):
-    """A table was altered, or dropped and created again, under the ingestion: its messages are not refused
-    against the old schema but read again from the snapshots' offsets and decoded with the current one."""
+    """A table was altered, or dropped and created again, under the ingestion: its messages are neither refused
+    against the old schema nor committed to adopt the new one, but read again from the snapshots' offsets and
+    decoded with the current schema."""
 
     def __init__(self, ingest: TableIngest) -> None:
         super().__init__(f"table {ingest.table_id} changed under the ingestion")
@@ -270,18 +273,18 @@ class KafkaIngest:
             raise _TableChanged(ingest)
         if result.batch.num_rows:
             try:
-                ingest.write(result.batch, time.monotonic())  # never wait here: the consumer must keep polling
+                self._write(ingest, result.batch)
             except BackPressureError as e:
                 _log.info("%s: pausing %s", e, tp)
                 return False
-            except TableReplacedError as e:
+            except (TableReplacedError, TableAlteredError) as e:
                 raise _TableChanged(ingest) from e
             except InvalidInputError:
                 # the table refused the batch (e.g. a delete its merge engine does not take): find the
                 # messages at fault one by one; the others are written in order
                 try:
                     rejected += self._write_each(ingest, result.batch, result.source_index)
-                except TableReplacedError as e:
+                except (TableReplacedError, TableAlteredError) as e:
                     raise _TableChanged(ingest) from e
                 rejected.sort()
         for index, reason in rejected:
@@ -311,7 +314,9 @@ class KafkaIngest:
         return refused
 
     def _write(self, ingest: TableIngest, batch: pa.Table) -> None:
-        ingest.write(batch, time.monotonic())
+        """Buffer rows, never waiting (the consumer must keep polling) nor committing them without their offsets:
+        an altered table is not adopted by committing the buffer but raises TableAlteredError (see `_catch_up`)."""
+        ingest.write(batch, time.monotonic(), adopt_by_commit=False)
 
     def commit_all(self) -> None:
         """Commit every table's buffer with its partitions' offsets, then commit those offsets to Kafka."""

@@ -64,6 +64,11 @@ class TableReplacedError(ServiceUnavailableError):
     table and writes the rows there (`Tables.write`), else the client resends them."""
 
 
+class TableAlteredError(ServiceUnavailableError):
+    """The table was altered under a writer whose buffered rows may be committed only with what they carry (Kafka
+    ingestion: their offsets), so it did not adopt the new schema by committing them: nothing was written."""
+
+
 @dataclass
 class Group:
     """The writes that will share one commit."""
@@ -210,13 +215,20 @@ class TableIngest:
                 del self._requests[request_id]
                 self._claims.notify_all()
 
-    def write(self, data: pa.Table, deadline: float, request_id: str | None = None) -> Group:
+    def write(self, data: pa.Table, deadline: float, request_id: str | None = None, *,
+              adopt_by_commit: bool = True) -> Group:
         """Buffer validated rows (nothing is buffered when they are invalid) and return their group.
 
         Waits, until `deadline` (monotonic), while a bucket the rows go to has too many sorted runs.
         `request_id` (claimed by `write_once`) is recorded with the group, to be committed with it.
+        Once the table was altered, the rows buffered under the old schema are committed before the new one is
+        adopted; with `adopt_by_commit=False` TableAlteredError is raised instead, for a caller whose commits
+        must carry properties this commit would not (Kafka offsets): it drops its buffer, then `catch_up`.
         """
         if self._newer_schema():
+            if not adopt_by_commit:
+                raise TableAlteredError(f"table {self.table_id} was altered (a schema newer than {self.table.schema.id}"
+                                        " exists); nothing was written")
             self._adopt_new_schema()
         with self._lock:
             self._writing += 1
