@@ -25,8 +25,11 @@ from lsmlake.rest.workers import Workers
 
 _log = logging.getLogger(__name__)
 
-LINGER_S = 1.0  # after an answer that leaves a body unread, how long the body's remaining bytes are dropped
-LINGER_BYTES = 1 << 20  # ... and at most how many
+# After an answer that leaves a body unread, its bytes are dropped (read, not kept) for up to LINGER_S and
+# LINGER_BYTES, so that a client still sending an honest body of up to the old 16 MiB limit reads its answer
+# rather than a reset. Dropping costs no memory and a few ms of the loop per MiB; beyond it, the reset.
+LINGER_S = 2.0
+LINGER_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)

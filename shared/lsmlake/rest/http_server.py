@@ -21,7 +21,9 @@ before authentication. The order here (`rest.exchange`): head within its deadlin
 route and role from the head alone (`admit`, on the loop); a worker slot; only then the body, only on a route
 that takes one, up to the route's limit (`Route.max_body`) within its deadline; the handler, synchronous, in
 one of `workers` threads. Memory is so bounded by `workers` times the largest route limit (and what the JSON
-of such a body parses into) plus the per-connection cost times `max_connections`.
+of such a body parses into) plus the per-connection cost times `max_connections`. One change to the plan of
+plain TCP accepted then `StreamWriter.start_tls`: TLS runs through OpenSSL's memory BIOs (`rest.channel`),
+because asyncio's TLS transport allocates a 256 KiB buffer per connection (128 MiB for 512 of them).
 """
 
 from __future__ import annotations
@@ -278,13 +280,19 @@ class JsonHttpServer:
         except Exception as e:
             return self._encode(self._refusal(e, route, head.method, url.path, head.peer), route, started)
         return Admission(limit, lambda body: self._run(call, body, head.peer),
-                         lambda status, message: self._encode(self._error(RestError(status, message)), route, started))
+                         lambda status, message: self._refused_later(call, status, message, head.peer))
 
     def refusal(self, status: int, message: str, peer: str) -> Reply:
         """The answer to a request refused before its head was read whole (too large, too slow, malformed)."""
         message = message if len(message) <= _MAX_ECHO else f"{message[:_MAX_ECHO]}..."  # h11 quotes what it read
         _refusals.log(logging.INFO, (status, peer), "refused an HTTP request from %s: %d %s", peer, status, message)
         return self._encode(self._error(RestError(status, message)), None, time.perf_counter())
+
+    def _refused_later(self, call: _Call, status: int, message: str, peer: str) -> Reply:
+        """The answer to an admitted call the connection could not serve (no worker free, its body too slow)."""
+        _refusals.log(logging.INFO, (status, peer), "refused REST %s %s from %s: %d %s", call.request.method,
+                      call.request.path[:200], peer, status, message)
+        return self._encode(self._error(RestError(status, message)), call.route, call.started)
 
     def _principal(self, headers: Mapping[str, str]) -> Principal | None:
         """Who calls: the bearer token's principal, else the session cookie's (when the server takes one)."""
@@ -318,7 +326,11 @@ class JsonHttpServer:
                                                     body, request.principal, request.headers))
         except Exception as e:
             answer = self._refusal(e, call.route, request.method, request.path, peer)
-        return self._encode(answer, call.route, call.started)
+        try:
+            return self._encode(answer, call.route, call.started)
+        except Exception as e:  # a handler's answer that is not JSON: a bug, answered like one
+            return self._encode(self._refusal(e, call.route, request.method, request.path, peer), call.route,
+                                call.started)
 
     def _parse_body(self, headers: Mapping[str, str], raw: bytearray) -> Any:
         if self.accept_forms and headers.get("content-type", "").split(";")[0].strip().lower() == FORM:
@@ -354,7 +366,6 @@ class JsonHttpServer:
 
     def _encode(self, answer: Response, route: Route | None, started: float) -> Reply:
         """The answer as it goes on the wire; the call is observed (metrics) here."""
-        self._observe(route.name if route is not None else "unmatched", answer.status, time.perf_counter() - started)
         body = answer.body
         if answer.content_type == JSON:
             data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
@@ -366,6 +377,7 @@ class JsonHttpServer:
         headers += answer.headers
         if answer.status not in (204, 304):
             headers.append(("Content-Length", str(len(data))))
+        self._observe(route.name if route is not None else "unmatched", answer.status, time.perf_counter() - started)
         return Reply(answer.status, headers, data)
 
 
