@@ -3,11 +3,39 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from lsmlake.catalog.health import TableHealth
 from lsmlake.metastore import INFLIGHT, PENDING_STATES, REQUESTED, MetaStore
+
+
+class HttpPort(Protocol):
+    """What an HTTP port tells of its connections (`lsmlake.rest.http_server.JsonHttpServer`)."""
+
+    @property
+    def open_connections(self) -> int: ...
+
+    @property
+    def refused_connections(self) -> int: ...
+
+
+class _RefusedConnections(Collector):
+    """Connections each HTTP port closed at accept, read from the ports at each scrape (a counter)."""
+
+    def __init__(self) -> None:
+        self.ports: dict[str, HttpPort] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily("lsmlake_catalog_http_connections_refused", "Connections an HTTP port (rest, "
+                                     "ui) closed at accept: over its total or per-peer cap.", labels=["port"])
+        for name, port in self.ports.items():
+            family.add_metric([name], port.refused_connections)
+        yield family
 
 
 class CatalogMetrics:
@@ -34,6 +62,10 @@ class CatalogMetrics:
         self.orphans = Counter("lsmlake_catalog_orphan_files_removed", "Orphan files removed.", registry=r)
         self.plans = Counter("lsmlake_catalog_compaction_plans", "Compaction plan transitions by target state.",
                              ["state"], registry=r)
+        self.http_connections = Gauge("lsmlake_catalog_http_connections", "Open connections of an HTTP port "
+                                      "(rest, ui).", ["port"], registry=r)
+        self._refused = _RefusedConnections()
+        r.register(self._refused)
         self.watchers = Gauge("lsmlake_catalog_snapshot_watchers", "Open WatchSnapshots streams.", registry=r)
         self.outbox_pending = Gauge("lsmlake_catalog_outbox_pending", "Events recorded but not yet on Kafka.",
                                     registry=r)
@@ -96,6 +128,11 @@ class CatalogMetrics:
         """Count one answered REST call."""
         self.rest_requests.labels(route, str(status)).inc()
         self.rest_seconds.labels(route).observe(seconds)
+
+    def watch_http(self, name: str, port: HttpPort) -> None:
+        """Read an HTTP port's open and refused connections at each scrape."""
+        self.http_connections.labels(name).set_function(lambda: float(port.open_connections))
+        self._refused.ports[name] = port
 
     def purged(self, state: str, count: int) -> None:
         """Count `count` events of `state` (delivered or undelivered) deleted by the outbox retention."""

@@ -57,6 +57,8 @@ class Settings(ServiceSettings):
     outbox_undelivered_retention_s: float = KEEP_UNDELIVERED_S  # undelivered ones are dropped this long after commit
     rest_port: int | None = None  # Paimon's REST catalog API over HTTP; None: off, 0: a free port
     ui_port: int | None = None  # the web console over HTTP (catalog_svc/console.py); None: off, 0: a free port
+    http_max_connections: int = 512  # open connections of each HTTP port (REST, console), refused at accept beyond
+    http_max_connections_per_peer: int = 64  # of them from one IP address
     fault: str | None = None  # crash injection for the recovery tests
 
     @staticmethod
@@ -65,7 +67,7 @@ class Settings(ServiceSettings):
         `LSMLAKE_CATALOG_PORT`, `LSMLAKE_KAFKA`, `LSMLAKE_METRICS_PORT`, `LSMLAKE_EXPIRE_INTERVAL`,
         `LSMLAKE_ORPHAN_INTERVAL`, `LSMLAKE_RECONCILE_INTERVAL`, `LSMLAKE_REQUEST_ID_RETENTION`,
         `LSMLAKE_OUTBOX_RETENTION`, `LSMLAKE_OUTBOX_UNDELIVERED_RETENTION`, `LSMLAKE_REST_PORT`, `LSMLAKE_UI_PORT`,
-        `LSMLAKE_HEALTH_INTERVAL`,
+        `LSMLAKE_HEALTH_INTERVAL`, `LSMLAKE_HTTP_MAX_CONNECTIONS`, `LSMLAKE_HTTP_MAX_CONNECTIONS_PER_PEER`,
         `LSMLAKE_CATALOG_FAULT`, those of TLS, tokens and Kafka security and those of the worker threads
         and the limits on open streams and calls (`LSMLAKE_WORKERS`, `LSMLAKE_MAX_STREAMS`, ...;
         docs/security.md)."""
@@ -103,6 +105,13 @@ class Settings(ServiceSettings):
                        help="also serve the web console (tables by health, buckets, the compaction timeline) over "
                             "HTTP on this port, with the same TLS and tokens (env LSMLAKE_UI_PORT; 0 picks one); "
                             "off when not set")
+        p.add_argument("--http-max-connections", type=int,
+                       default=int(env.get("LSMLAKE_HTTP_MAX_CONNECTIONS", "512")),
+                       help="open connections each HTTP port (REST, console) holds; more are closed at accept")
+        p.add_argument("--http-max-connections-per-peer", type=int,
+                       default=int(env.get("LSMLAKE_HTTP_MAX_CONNECTIONS_PER_PEER", "64")),
+                       help="open connections of one IP address on each HTTP port (a proxy's clients share its "
+                            "address); more are closed at accept")
         p.add_argument("--fault", default=env.get("LSMLAKE_CATALOG_FAULT") or None, choices=[f for f in FAULTS if f],
                        help="testing only: crash at this point of the first commit")
         add_service_arguments(p, env, port_env="LSMLAKE_CATALOG_PORT", host_env="LSMLAKE_CATALOG_HOST",
@@ -114,6 +123,9 @@ class Settings(ServiceSettings):
         for flag, port in (("--port", a.port), ("--rest-port", a.rest_port), ("--ui-port", a.ui_port)):
             if port is not None and not 0 <= port <= 65535:
                 p.error(f"{flag} {port} is not a port number")
+        if not 1 <= a.http_max_connections_per_peer <= a.http_max_connections:
+            p.error(f"--http-max-connections-per-peer must be in 1..--http-max-connections "
+                    f"({a.http_max_connections}), got {a.http_max_connections_per_peer}")
         metastore = a.metastore
         if not metastore:
             if "://" in a.warehouse and not a.warehouse.startswith("file://"):
@@ -134,7 +146,8 @@ class Settings(ServiceSettings):
                         request_id_retention_s=a.request_id_retention,
                         outbox_retention_s=a.outbox_retention,
                         outbox_undelivered_retention_s=a.outbox_undelivered_retention, rest_port=a.rest_port,
-                        ui_port=a.ui_port,
+                        ui_port=a.ui_port, http_max_connections=a.http_max_connections,
+                        http_max_connections_per_peer=a.http_max_connections_per_peer,
                         fault=a.fault, **common)
 
 
@@ -184,16 +197,20 @@ class CatalogServer(ServiceProcess[Settings]):
             sec = s.security
             self._rest = JsonHttpServer(RestCatalogApi(self._servicer).routes(), HttpSettings(
                 host=s.host, port=s.rest_port, tls_cert=sec.tls_cert, tls_key=sec.tls_key,
-                tls_client_ca=sec.tls_client_ca, auth_tokens=sec.auth_tokens, workers=s.workers),
+                tls_client_ca=sec.tls_client_ca, auth_tokens=sec.auth_tokens, workers=s.workers,
+                max_connections=s.http_max_connections, max_connections_per_peer=s.http_max_connections_per_peer),
                 observe=self.metrics.rest_call)
+            self.metrics.watch_http("rest", self._rest)
         if s.ui_port is not None:
             sec = s.security
             console = Console(catalog, self._store, self.history, tls=sec.tls_cert is not None)
             ui = self._ui = JsonHttpServer(console.routes(), HttpSettings(
                 host=s.host, port=s.ui_port, tls_cert=sec.tls_cert, tls_key=sec.tls_key,
-                tls_client_ca=sec.tls_client_ca, auth_tokens=sec.auth_tokens, workers=4),
+                tls_client_ca=sec.tls_client_ca, auth_tokens=sec.auth_tokens, workers=4,
+                max_connections=s.http_max_connections, max_connections_per_peer=s.http_max_connections_per_peer),
                 session_cookie=SESSION_COOKIE, session_principal=console.session_principal,
                 error_page=error_page, accept_forms=True)
+            self.metrics.watch_http("ui", self._ui)
             if ui.tokens is not None:  # logins check, and sessions re-check, the tokens of the server's own file
                 console.sessions = SessionStore(ui.tokens)
 

@@ -73,7 +73,7 @@ def rss_mib(pid: int) -> float:
 
 @contextmanager
 def catalog_process(workdir: Path, tokens_file: str, tls_cert: str | None = None, tls_key: str | None = None,
-                    ca: str | None = None) -> Iterator[CatalogProcess]:
+                    ca: str | None = None, extra_args: tuple[str, ...] = ()) -> Iterator[CatalogProcess]:
     """catalog-svc with `--rest-port` and `--ui-port`, tokens checked, TLS when a certificate is given; ready once
     its plaintext health port answers SERVING and both HTTP ports accept."""
     warehouse = workdir / "wh"
@@ -82,6 +82,7 @@ def catalog_process(workdir: Path, tokens_file: str, tls_cert: str | None = None
             "--ui-port", str(ui), "--auth-tokens", tokens_file, "--expire-interval", "0", "--orphan-interval", "0"]
     if tls_cert and tls_key:
         args += ["--tls-cert", tls_cert, "--tls-key", tls_key]
+    args += extra_args
     log = workdir / f"catalog-{port}.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "catalog_svc", *args], stdout=subprocess.DEVNULL, stderr=out,

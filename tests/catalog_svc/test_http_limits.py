@@ -19,6 +19,7 @@ import socket
 import ssl
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -29,6 +30,7 @@ import pytest
 
 from lsmlake.auth.roles import Role
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.kafka.broker import free_port
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 from lsmlake.rest.http_server import PUBLIC_BODY_BYTES, HttpSettings, JsonHttpServer, Request, Response, Route
 from lsmlake.rpc.convert import changes_to_proto
@@ -461,3 +463,36 @@ def _one(port: int, data: bytes) -> tuple[int | None, bytes]:
         return answer(s, 3)
     finally:
         s.close()
+
+
+def _metric(port: int, line_start: str) -> float:
+    """The value of the exposition line of the catalog's metrics that starts with `line_start`."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=CALL_TIMEOUT_S) as r:
+        text = r.read().decode()
+    [value] = [line.rsplit(" ", 1)[1] for line in text.splitlines() if line.startswith(line_start)]
+    return float(value)
+
+
+def test_the_connection_caps_are_flags_and_the_connections_are_metrics(tmp_path: Path, tokens: Tokens) -> None:
+    """`--http-max-connections-per-peer` caps each HTTP port; open and refused connections are exported."""
+    metrics = free_port()
+    held: list[socket.socket] = []
+    with catalog_process(tmp_path, tokens.file, extra_args=("--http-max-connections", "8",
+                                                            "--http-max-connections-per-peer", "3",
+                                                            "--metrics-port", str(metrics))) as cat:
+        try:
+            held = [connect(cat.ui_port, "127.0.4.1") for _ in range(3)]
+            one_more = connect(cat.ui_port, "127.0.4.1")
+            held.append(one_more)
+            refused, _ = closed_within(one_more, 2.0)
+            assert refused, "the 4th connection of one peer was not refused with --http-max-connections-per-peer 3"
+            assert all(is_open(s) for s in held[:3])
+            others = [connect(cat.ui_port, peer(i, block=5)) for i in range(1, 7)]
+            held += others
+            over = [closed_within(s, 0.5)[0] for s in others]
+            assert over == [False] * 5 + [True], f"the 9th open connection was not the one refused: {over}"
+            assert _metric(metrics, 'lsmlake_catalog_http_connections{port="ui"}') == 8
+            assert _metric(metrics, 'lsmlake_catalog_http_connections{port="rest"}') == 0
+            assert _metric(metrics, 'lsmlake_catalog_http_connections_refused_total{port="ui"}') == 2
+        finally:
+            close_all(held)
