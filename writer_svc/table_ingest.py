@@ -26,7 +26,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import grpc
 import pyarrow as pa
@@ -48,6 +47,7 @@ from lsmlake.table.input_rows import conform
 from lsmlake.table.write import CommitMessage
 from lsmlake.table.write_buffer import BufferedTableWrite
 from writer_svc.catalog_client import CatalogBuckets, CatalogClient, CatalogSequences, CommitRefusedError
+from writer_svc.group_commit import Group
 from writer_svc.metrics import WriterMetrics
 
 _log = logging.getLogger(__name__)
@@ -67,33 +67,6 @@ class TableReplacedError(ServiceUnavailableError):
 class TableAlteredError(ServiceUnavailableError):
     """The table was altered under a writer whose buffered rows may be committed only with what they carry (Kafka
     ingestion: their offsets), so it did not adopt the new schema by committing them: nothing was written."""
-
-
-@dataclass
-class Group:
-    """The writes that will share one commit."""
-
-    done: threading.Event = field(default_factory=threading.Event)
-    rows: int = 0
-    first_write: float | None = None  # monotonic time of the first write
-    snapshot_id: int | None = None
-    error: BaseException | None = None
-    reply_by: float | None = None  # the earliest deadline (monotonic) of a request waiting for the group
-    request_ids: list[str] = field(default_factory=list)  # the client writes (with an id) whose rows it holds
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def wait(self, timeout_s: float | None) -> int:
-        """The snapshot id once committed; raises the commit's error, or TimeoutError."""
-        if timeout_s is not None:
-            by = time.monotonic() + timeout_s
-            with self._lock:
-                self.reply_by = by if self.reply_by is None else min(self.reply_by, by)
-        if not self.done.wait(timeout_s):
-            raise TimeoutError("the group commit did not finish in time")
-        if self.error is not None:
-            raise self.error
-        assert self.snapshot_id is not None
-        return self.snapshot_id
 
 
 class TableIngest:

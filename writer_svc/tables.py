@@ -25,8 +25,9 @@ from lsmlake.errors import InvalidInputError, ServiceUnavailableError
 from lsmlake.format.schema import TableSchema
 from lsmlake.runtime.background import BackgroundLoop
 from writer_svc.catalog_client import CatalogClient
+from writer_svc.group_commit import Group
 from writer_svc.metrics import WriterMetrics
-from writer_svc.table_ingest import Group, TableIngest, TableReplacedError
+from writer_svc.table_ingest import TableIngest, TableReplacedError
 
 _log = logging.getLogger(__name__)
 
