@@ -14,7 +14,6 @@ only after authentication, the TLS handshake under the head deadline, mutual TLS
 
 from __future__ import annotations
 
-import secrets
 import socket
 import ssl
 import threading
@@ -36,8 +35,9 @@ from lsmlake.rest.http_server import PUBLIC_BODY_BYTES, HttpSettings, JsonHttpSe
 from lsmlake.rpc.convert import changes_to_proto
 from lsmlake.rpc.security import ChannelSecurity
 
-from ..auth.certs import Certs, make_certs
-from ..auth.conftest import Tokens, write_token_file
+from ..auth import conftest as auth_fixtures
+from ..auth.certs import Certs
+from ..auth.conftest import Tokens
 from ..catalog_http import (
     CatalogProcess,
     RssPeak,
@@ -65,17 +65,9 @@ ANNOUNCED = (16 << 20) - 1  # a body size under the old server's only limit (16 
 FORM = b"application/x-www-form-urlencoded"
 
 
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    return make_certs(tmp_path_factory.mktemp("certs"))
-
-
-@pytest.fixture(scope="module")
-def tokens(tmp_path_factory: pytest.TempPathFactory) -> Tokens:
-    path = tmp_path_factory.mktemp("tokens") / "tokens.json"
-    t = Tokens(str(path), *(secrets.token_urlsafe(24) for _ in range(5)))
-    write_token_file(path, t.reader, t.writer, t.service, t.admin)
-    return t
+# the token file and certificates of the security tests (one per session)
+certs = auth_fixtures.certs
+tokens = auth_fixtures.tokens
 
 
 @pytest.fixture(scope="module")
