@@ -3,7 +3,7 @@
 No file is read or written. One bucket receives COMMITS commits of the same size; each adds one
 level-0 sorted run of size 1 (the flush). After each commit the real `UniversalCompaction.pick`
 (shared/lsmlake/mergetree/compact/universal.py) is asked once for a unit, as in the chain test of
-tests/compaction/test_universal.py, and the unit is applied as "replace the picked runs by one run
+tests/lsmlake/mergetree/compact/test_universal.py, and the unit is applied as "replace the picked runs by one run
 of their summed size on the output level". `num_levels` is trigger + 1, as the table options default.
 
 Accounting

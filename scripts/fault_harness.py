@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the `tests` package holds the harness
 
-from tests.faults.harness import KINDS, Harness  # noqa: E402
+from tests.support.faults.harness import KINDS, Harness  # noqa: E402
 
 
 def main() -> int:

@@ -1,6 +1,7 @@
 """Fixtures shared across test folders: a fresh metadata store on each backend (SQLite, PostgreSQL), and a local
-S3 server (`s3_server`, from `tests.s3_server`) and a local Azure Blob server (`azure_server`, from
-`tests.azure_server`)."""
+S3 server (`s3_server`, from `tests.support.s3_server`), a local Azure Blob server (`azure_server`, from
+`tests.support.azure_server`), and test certificates and a token file (`certs`, `tokens`, from
+`tests.support.security`)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from lsmlake.metastore import MetaStore, open_store
+from tests.support.azure_server import azure_server
+from tests.support.s3_server import s3_server
+from tests.support.security import certs, tokens
 
-from .azure_server import azure_server
-from .s3_server import s3_server
-
-__all__ = ["azure_server", "s3_server"]  # fixtures: pytest finds them by their names here
+__all__ = ["azure_server", "certs", "s3_server", "tokens"]  # fixtures: pytest finds them by their names here
 
 PG_URL = os.environ.get("LSMLAKE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
+
 CODE = [ROOT / "shared" / "lsmlake", ROOT / "catalog_svc", ROOT / "writer_svc", ROOT / "compactor_svc"]
 #: "no hand-written module over ~500 lines"
 MAX_LINES = 520

@@ -9,9 +9,8 @@ import pytest
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
-
-from ..test_interop_pypaimon import pypaimon_read
-from .local_server import TIMEOUT_S, local_server
+from tests.integration.interop.test_interop_pypaimon import pypaimon_read
+from tests.support.local_server import TIMEOUT_S, local_server
 
 C = catalog_pb2.SchemaChange
 

@@ -11,8 +11,7 @@ from pathlib import Path
 from catalog_svc.servicer import CatalogService
 from lsmlake.format.binary_row import EMPTY_ROW
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
-
-from .local_server import TIMEOUT_S, Local, local_server
+from tests.support.local_server import TIMEOUT_S, Local, local_server
 
 COLUMNS = [("id", "BIGINT NOT NULL"), ("v", "STRING")]
 

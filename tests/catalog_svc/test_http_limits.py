@@ -34,11 +34,7 @@ from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_p
 from lsmlake.rest.http_server import PUBLIC_BODY_BYTES, HttpSettings, JsonHttpServer, Request, Response, Route
 from lsmlake.rpc.convert import changes_to_proto
 from lsmlake.rpc.security import ChannelSecurity
-
-from ..auth import conftest as auth_fixtures
-from ..auth.certs import Certs
-from ..auth.conftest import Tokens
-from ..catalog_http import (
+from tests.support.catalog_http import (
     CatalogProcess,
     RssPeak,
     answer,
@@ -49,7 +45,9 @@ from ..catalog_http import (
     is_open,
     peer,
 )
-from ..paimon_rest import call
+from tests.support.certs import Certs
+from tests.support.paimon_rest import call
+from tests.support.security import Tokens
 
 pytestmark = pytest.mark.integration
 
@@ -66,8 +64,6 @@ FORM = b"application/x-www-form-urlencoded"
 
 
 # the token file and certificates of the security tests (one per session)
-certs = auth_fixtures.certs
-tokens = auth_fixtures.tokens
 
 
 @pytest.fixture(scope="module")

@@ -27,8 +27,7 @@ from lsmlake.errors import InvalidInputError
 from lsmlake.kafka.broker import free_port
 from lsmlake.metastore import MetaStore, now_ms, open_store
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2_grpc
-
-from .local_server import Local
+from tests.support.local_server import Local
 
 T = "db.t"
 HOUR_MS = 3_600_000

@@ -14,8 +14,7 @@ from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.catalog.reconcile import WRITES_PROPERTY
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
 from lsmlake.rpc.convert import changes_to_proto
-
-from .local_server import TIMEOUT_S, Local, local_server
+from tests.support.local_server import TIMEOUT_S, Local, local_server
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The catalog's Paimon REST API with the real clients: pypaimon 2.1.0 writes and reads, paimon-rust 0.4.0 reads,
 through a real catalog server on a loopback port (in this process; the compactor service end to end is
-tests/compactor_svc/test_rest_engines.py).
+tests/integration/test_rest_engines.py).
 
 Each pypaimon commit becomes a snapshot recorded with its events like a gRPC commit; lsmlake's compaction
 (committed through the catalog) makes a deletion-vector table's level-0 rows visible to pypaimon, which reads
@@ -22,9 +22,8 @@ from lsmlake.catalog.commit_request import CommitRequest
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.format.snapshot import APPEND, COMPACT
 from lsmlake.table.compact import compact_buckets
-
-from ..pypaimon_io import read, write
-from .local_server import Local, local_server
+from tests.support.local_server import Local, local_server
+from tests.support.pypaimon_io import read, write
 
 pypaimon = pytest.importorskip("pypaimon", reason="pypaimon (the test extra) is not installed")
 

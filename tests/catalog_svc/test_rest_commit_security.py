@@ -32,9 +32,8 @@ from lsmlake.format.index_manifest import HASH_INDEX, IndexEntry
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.rpc.security import ServerSecurity
 from lsmlake.table.file_store_table import FileStoreTable
-
-from ..paimon_rest import call, check_error, table_path, table_state
-from .local_server import Local, local_server
+from tests.support.local_server import Local, local_server
+from tests.support.paimon_rest import call, check_error, table_path, table_state
 
 #: principal -> role; two writers, so that one can try to take the other's commit users
 PRINCIPALS = {"flink-writer": "writer", "other-writer": "writer", "writer-svc": "service", "root": "admin"}

@@ -14,9 +14,8 @@ from lsmlake.format.binary_row import serialize_row
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
 from lsmlake.rpc.convert import changes_to_proto
 from lsmlake.table.sequence_numbers import RestoredSequences
-
-from ..test_interop_pypaimon import pypaimon_write
-from .local_server import TIMEOUT_S, Local, local_server
+from tests.integration.interop.test_interop_pypaimon import pypaimon_write
+from tests.support.local_server import TIMEOUT_S, Local, local_server
 
 EMPTY = serialize_row([], [])  # the partition of an unpartitioned table
 

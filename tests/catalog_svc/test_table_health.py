@@ -16,8 +16,7 @@ from lsmlake.catalog.health import ranked, table_health
 from lsmlake.metastore import now_ms, open_store
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 from lsmlake.table.compact import compact_table
-
-from .local_server import local_server
+from tests.support.local_server import local_server
 
 
 def _table(cat: FileSystemCatalog, name: str, writes: int, **options: str) -> Any:

@@ -24,8 +24,7 @@ from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2, events_pb2
 from lsmlake.rpc.convert import changes_to_proto
 from lsmlake.table.compact import compact_buckets
-
-from .local_server import TIMEOUT_S, Local, local_server
+from tests.support.local_server import TIMEOUT_S, Local, local_server
 
 S = catalog_pb2.CompactionPlanState
 

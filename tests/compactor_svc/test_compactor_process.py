@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+import tests.support.writer_procs as procs
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.kafka.broker import EmbeddedBroker
 from lsmlake.proto_gen.lsmlake.v1 import (
@@ -30,10 +31,8 @@ from lsmlake.proto_gen.lsmlake.v1 import (
     compactor_pb2_grpc,
     writer_pb2_grpc,
 )
-
-from ..test_interop_pypaimon import pypaimon_read
-from ..writer_svc import procs
-from ..writer_svc.test_writer_local import write_requests
+from tests.integration.interop.test_interop_pypaimon import pypaimon_read
+from tests.writer_svc.test_writer_local import write_requests
 
 pytestmark = pytest.mark.integration
 

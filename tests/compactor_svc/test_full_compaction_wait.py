@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+import tests.support.writer_procs as procs
 from compactor_svc.event_feed import GROUP_ID
 from lsmlake import Client
 from lsmlake.catalog.filesystem import FileSystemCatalog
@@ -45,8 +46,6 @@ from lsmlake.rpc.convert import changes_to_proto, file_to_proto
 from lsmlake.rpc.events import TOPICS
 from lsmlake.table.compact import split_dir
 from lsmlake.table.file_store_table import FileStoreTable
-
-from ..writer_svc import procs
 
 pytestmark = pytest.mark.integration
 

@@ -29,13 +29,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+import tests.support.writer_procs as procs
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.format.row_kind import ROW_KIND_COLUMN
 from lsmlake.kafka.broker import EmbeddedBroker, free_port
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 from lsmlake.rpc.convert import changes_to_proto
-
-from ..writer_svc import procs
 
 pytestmark = pytest.mark.integration
 
@@ -155,7 +154,7 @@ def _drain(watch: Watch, compactor: procs.Service) -> None:
 
 
 def _photograph(ui_port: int, out: Path, busiest: str, profile: Path) -> None:
-    from ..browser import headless_chromium, screenshot
+    from tests.support.browser import headless_chromium, screenshot
 
     with headless_chromium(profile) as driver:
         driver.get(f"http://127.0.0.1:{ui_port}/")

@@ -19,14 +19,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+import tests.support.writer_procs as procs
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.kafka.broker import EmbeddedBroker, free_port
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2, writer_pb2_grpc
 from lsmlake.table.postpone import pending
-
-from ..pypaimon_io import read, write
-from ..writer_svc import procs
-from ..writer_svc.test_writer_local import write_requests
+from tests.support.pypaimon_io import read, write
+from tests.writer_svc.test_writer_local import write_requests
 
 pytestmark = pytest.mark.integration
 pypaimon = pytest.importorskip("pypaimon", reason="pypaimon (the test extra) is not installed")

@@ -24,18 +24,17 @@ import grpc
 import pyarrow as pa
 import pytest
 
+import tests.support.writer_procs as procs
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.ingest.kafka_offsets import committed_offsets
 from lsmlake.kafka.broker import EmbeddedBroker, ensure_topics
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2, writer_pb2_grpc
 from lsmlake.table.compact import compact_table
-
-from ..dynamic_index import check_index
-from ..pypaimon_io import read as pypaimon_read
-from ..pypaimon_io import write as pypaimon_write
-from . import procs
-from .test_writer_local import write_requests
-from .test_writer_process import produce
+from tests.support.dynamic_index import check_index
+from tests.support.pypaimon_io import read as pypaimon_read
+from tests.support.pypaimon_io import write as pypaimon_write
+from tests.writer_svc.test_writer_local import write_requests
+from tests.writer_svc.test_writer_process import produce
 
 pypaimon = pytest.importorskip("pypaimon", reason="pypaimon (the test extra) is not installed")
 pytestmark = pytest.mark.integration

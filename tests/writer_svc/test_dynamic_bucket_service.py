@@ -20,13 +20,12 @@ import pytest
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2, writer_pb2_grpc
 from lsmlake.table.compact import compact_table
+from tests.support.dynamic_index import check_index
+from tests.support.local_server import Local, local_server
+from tests.support.pypaimon_io import read as pypaimon_read
+from tests.support.pypaimon_io import write as pypaimon_write
+from tests.writer_svc.test_writer_local import write_requests
 from writer_svc.server import Settings, WriterServer
-
-from ..catalog_svc.local_server import Local, local_server
-from ..dynamic_index import check_index
-from ..pypaimon_io import read as pypaimon_read
-from ..pypaimon_io import write as pypaimon_write
-from .test_writer_local import write_requests
 
 pypaimon = pytest.importorskip("pypaimon", reason="pypaimon (the test extra) is not installed")
 

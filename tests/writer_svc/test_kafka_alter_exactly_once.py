@@ -21,14 +21,13 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+import tests.support.writer_procs as procs
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.ingest.kafka_offsets import committed_offsets
 from lsmlake.kafka.broker import EmbeddedBroker, ensure_topics, free_port
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
-
-from ..catalog_svc.local_server import TIMEOUT_S, local_server
-from . import procs
-from .test_writer_process import produce
+from tests.support.local_server import TIMEOUT_S, local_server
+from tests.writer_svc.test_writer_process import produce
 
 pytestmark = pytest.mark.integration
 

@@ -24,11 +24,10 @@ from lsmlake.errors import CommitStateUnknownError
 from lsmlake.kafka.broker import EmbeddedBroker, ensure_topics
 from lsmlake.kafka.client import producer
 from lsmlake.table.write import CommitMessage
+from tests.support.local_server import local_server
 from writer_svc.catalog_client import CatalogClient
 from writer_svc.kafka_ingest import KafkaIngest, parse_ingest
 from writer_svc.metrics import WriterMetrics
-
-from ..catalog_svc.local_server import local_server
 
 pytestmark = pytest.mark.integration
 

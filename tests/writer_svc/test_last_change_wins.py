@@ -34,12 +34,11 @@ from lsmlake.kafka.client import producer
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2, writer_pb2_grpc
 from lsmlake.rpc.convert import changes_to_proto
 from lsmlake.table.compact import compact_buckets
+from tests.integration.interop.test_interop_pypaimon import pypaimon_read, pypaimon_write
+from tests.support.local_server import Local, local_server
+from tests.writer_svc.test_writer_local import write_requests
 from writer_svc.kafka_ingest import parse_ingest
 from writer_svc.server import Settings, WriterServer
-
-from ..catalog_svc.local_server import Local, local_server
-from ..test_interop_pypaimon import pypaimon_read, pypaimon_write
-from .test_writer_local import write_requests
 
 pytestmark = pytest.mark.integration
 

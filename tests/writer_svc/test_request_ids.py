@@ -19,10 +19,9 @@ from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.client.client import Client
 from lsmlake.errors import InvalidInputError
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2, writer_pb2, writer_pb2_grpc
+from tests.support.local_server import Local, local_server
+from tests.writer_svc.test_writer_local import TIMEOUT_S, write_requests
 from writer_svc.server import Settings, WriterServer
-
-from ..catalog_svc.local_server import Local, local_server
-from .test_writer_local import TIMEOUT_S, write_requests
 
 
 @contextmanager

@@ -15,9 +15,8 @@ import pytest
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.proto_gen.lsmlake.v1 import common_pb2, writer_pb2, writer_pb2_grpc
+from tests.support.local_server import Local, local_server
 from writer_svc.server import Settings, WriterServer
-
-from ..catalog_svc.local_server import Local, local_server
 
 TIMEOUT_S = 60.0
 

@@ -24,15 +24,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+import tests.support.writer_procs as procs
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.ingest.kafka_offsets import committed_offsets
 from lsmlake.kafka.broker import EmbeddedBroker
 from lsmlake.kafka.client import consumer, producer
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2, writer_pb2_grpc
-
-from ..test_interop_pypaimon import pypaimon_read
-from . import procs
-from .test_writer_local import write_requests
+from tests.integration.interop.test_interop_pypaimon import pypaimon_read
+from tests.writer_svc.test_writer_local import write_requests
 
 pytestmark = pytest.mark.integration
 
@@ -292,4 +291,4 @@ def test_kafka_exactly_once_through_three_kills(broker: EmbeddedBroker, tmp_path
         cat.stop()
 
 
-_ = base64  # Debezium's decimal encoding is covered by tests/test_ingest_decode.py
+_ = base64  # Debezium's decimal encoding is covered by tests/lsmlake/ingest/test_decode.py
