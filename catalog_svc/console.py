@@ -201,7 +201,7 @@ class Console:
                    f"{h.level0_files}; plans requested {h.pending_plans}, running {h.inflight_plans}; snapshot "
                    f"{h.snapshot_id}; penalties: "
                    + ", ".join(f"{escape(k)} {v:.1f}" for k, v in h.penalties.items()) + "</p>")
-        plans = self.store.list_plans(tid, changed_since_ms=now - HOUR_MS)
+        plans = self.store.plans.list_plans(tid, changed_since_ms=now - HOUR_MS)
         span = window_ms(min([p.created_ms for p in plans if p.created_ms >= now - HOUR_MS]
                              + [s.time_ms for s in samples if s.time_ms >= now - HOUR_MS], default=None), now)
         charts = "".join([

@@ -33,7 +33,7 @@ def reconcile_all(catalog: FileSystemCatalog, store: MetaStore, metrics: Catalog
     for tid in catalog.table_ids():
         try:
             latest = catalog.get_table(tid).snapshots.latest_id()
-            if latest is None or (store.last_recorded_snapshot(tid) or 0) >= latest:
+            if latest is None or (store.commits.last_recorded_snapshot(tid) or 0) >= latest:
                 continue  # nothing to do: no lock taken
             with store.commit_lock(tid):
                 total += len(reconcile_table(store, catalog.get_table(tid), tid, snapshot_events))

@@ -142,20 +142,20 @@ class CatalogMetrics:
         """Read the outbox gauges from the store at each scrape (a failing store reads as -1)."""
         def pending() -> float:
             try:
-                return float(store.outbox_lag()[0])
+                return float(store.outbox.outbox_lag()[0])
             except Exception:
                 return -1.0
 
         def lag() -> float:
             try:
-                oldest = store.outbox_lag()[1]
+                oldest = store.outbox.outbox_lag()[1]
             except Exception:
                 return -1.0
             return 0.0 if oldest is None else max(0.0, time.time() - oldest / 1000)
 
         def size() -> float:
             try:
-                return float(store.outbox_size())
+                return float(store.outbox.outbox_size())
             except Exception:
                 return -1.0
 

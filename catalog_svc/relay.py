@@ -91,9 +91,10 @@ class OutboxPurger:
     def purge_once(self) -> Purged:
         """One bounded pass: at most `batches` batches of each kind of event; what it deleted."""
         now = self.clock()
-        dropped, more_undelivered = self._drain(UNDELIVERED, self.store.purge_undelivered,
+        dropped, more_undelivered = self._drain(UNDELIVERED, self.store.outbox.purge_undelivered,
                                                 now - self.keep_undelivered_ms)
-        deleted, more_delivered = self._drain(DELIVERED, self.store.purge_delivered, now - self.keep_delivered_ms)
+        deleted, more_delivered = self._drain(DELIVERED, self.store.outbox.purge_delivered,
+                                              now - self.keep_delivered_ms)
         return Purged(deleted, dropped, more_undelivered or more_delivered)
 
     def _drain(self, state: str, purge: Callable[[int, int], int], before_ms: int) -> tuple[int, bool]:
@@ -196,7 +197,7 @@ class OutboxRelay:
 
     def relay_once(self, publisher: Publisher) -> int:
         """Publish one batch of pending events; how many were delivered. Raises on the first failure."""
-        events = self.store.pending_events(self.batch)
+        events = self.store.outbox.pending_events(self.batch)
         acked: list[int] = []
         try:
             for e in events:
@@ -207,6 +208,6 @@ class OutboxRelay:
         finally:
             # only what the broker acknowledged; the rest is published again later
             if acked:
-                self.store.mark_delivered(acked)
+                self.store.outbox.mark_delivered(acked)
                 self._on_published(len(acked))
         return len(acked)

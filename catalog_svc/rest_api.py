@@ -186,7 +186,8 @@ class RestCatalogApi:
             if cat.io.exists(cat.table_path(dst)):
                 raise AlreadyExistsError(f"table {dst!r} already exists")
             os.rename(cat.table_path(src), cat.table_path(dst))
-            store.move_commit_users(src, dst)  # the jobs committing to the table still own their commit users
+            # the jobs committing to the table still own their commit users
+            store.commit_users.move_commit_users(src, dst)
             store.forget_table(src)  # the history is the old name's; the new name records the snapshots anew
         return Response()
 

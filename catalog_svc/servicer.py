@@ -247,7 +247,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
             return
         self._forget_writes_at = time.monotonic() + FORGET_WRITES_EVERY_S
         try:
-            self.store.forget_writes(now_ms() - self._keep_writes_ms)
+            self.store.commits.forget_writes(now_ms() - self._keep_writes_ms)
         except LakeError as e:  # retried a minute later; until then old ids only answer resends a little longer
             _log.warning("forgetting old write ids failed: %s", e)
 
@@ -268,7 +268,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         self.catalog.get_table(tid)  # NotFoundError for an unknown table
         asked = check_request_ids(request.request_ids, request_id_limit(current_principal()))
         stored = request_ids_of(asked, current_principal())  # only the caller's own writes are found
-        found = self.store.find_writes(tid, stored)
+        found = self.store.commits.find_writes(tid, stored)
         return catalog_pb2.FindWritesResponse(snapshot_ids={a: found[s] for a, s in zip(asked, stored, strict=True)
                                                             if s in found})
 
@@ -286,8 +286,8 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         with self.store.commit_lock(tid):
             table = self.catalog.get_table(tid)
             check_table_identity(table, request.table_uuid)
-            floors, latest = committed_floors(table, self.store.sequences_synced_to(tid))
-            first = self.store.allocate_sequences(tid, counts, floors, latest)
+            floors, latest = committed_floors(table, self.store.commits.sequences_synced_to(tid))
+            first = self.store.commits.allocate_sequences(tid, counts, floors, latest)
         self.metrics.sequences.inc(sum(counts.values()))
         return catalog_pb2.AllocateSequencesResponse(first=[first[k] for k in counts])
 

@@ -86,14 +86,14 @@ def _drops_vectors(added: Sequence[IndexEntry], removed: Sequence[IndexEntry]) -
     return any(e.index_type == DELETION_VECTORS and (e.partition, e.bucket) not in replaced for e in removed)
 
 
-def check_commit_user(store: CommitUserClaims, table_id: str, commit_user: str,
+def check_commit_user(claims: CommitUserClaims, table_id: str, commit_user: str,
                       principal: Principal | None) -> None:
     """PermissionDeniedError when a bare commit user (no principal's namespace) of the table belongs to another
     principal; else it is the caller's from now on. Call it under the table's commit lock, after the commit's
     checks and in the transaction that publishes it: a refused commit claims nothing, a failed one rolls back."""
     if principal is None or SEPARATOR in commit_user:  # no tokens, or a namespaced user (checked by its prefix)
         return
-    owner = store.claim_commit_user(table_id, commit_user, principal.name)
+    owner = claims.claim_commit_user(table_id, commit_user, principal.name)
     if owner != principal.name:
         raise PermissionDeniedError(
             f"commit user {commit_user[:80]!r} of table {table_id} belongs to another principal (the first to "

@@ -106,12 +106,12 @@ class CatalogCommits:
             table = self.catalog.get_table(tid)  # the current schema, read under the lock
             check_table_identity(table, request.table_uuid)
             self.reconcile(tid, table)
-            done = self.store.find_commit(tid, me.user, number, kind)
+            done = self.store.commits.find_commit(tid, me.user, number, kind)
             if done is not None:  # a resend: its files may be compacted away by now, so not checked again
                 me.check_same_files(table, done, number)
                 return CommitOutcome(done, True)
             check_changes(table, request.changes, request.overwrite_partitions)
-            found = self.store.find_writes(tid, writes) if writes else {}
+            found = self.store.commits.find_writes(tid, writes) if writes else {}
             if found:
                 shown = ", ".join(f"{r!r} (snapshot {s})" for r, s in sorted(found.items())[:5])
                 raise AlreadyExistsError(f"the table committed these writes before: {shown}"
@@ -122,14 +122,14 @@ class CatalogCommits:
                 me.check_same_files(table, result.snapshot_id, number)
             self._fault_point(AFTER_SNAPSHOT)
             # also when lsmlake found the snapshot already published (a crash before the record): record it now
-            self.store.record_commit(tid, me.user, number, kind, result.snapshot_id)
-            self.store.record_writes(tid, writes, result.snapshot_id)
+            self.store.commits.record_commit(tid, me.user, number, kind, result.snapshot_id)
+            self.store.commits.record_writes(tid, writes, result.snapshot_id)
             commit_time = table.snapshots.snapshot(result.snapshot_id).time_millis
             record_events(self.store, self.encode_events, SnapshotEvent(
                 tid, result.snapshot_id, kind, commit_time, request.changes,
                 str(plan.plan_id) if plan is not None else ""))
             if plan is not None:
-                plan = self.store.complete_plan(plan.plan_id, result.snapshot_id)
+                plan = self.store.plans.complete_plan(plan.plan_id, result.snapshot_id)
         self._fault_point(AFTER_COMMIT)
         _log.info("committed %s snapshot %d of %s", kind, result.snapshot_id, tid,
                   extra={"table": tid, "snapshot_id": result.snapshot_id, "commit_kind": kind,

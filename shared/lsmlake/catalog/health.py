@@ -164,7 +164,7 @@ def table_health(table: FileStoreTable, plans: Sequence[CompactionPlan], now_ms:
 def health_of(table: FileStoreTable, store: MetaStore, now_ms: int,
               at: tuple[Snapshot | None, Sequence[Split]] | None = None) -> TableHealth:
     """`table_health` with the table's pending plans read from the catalog's metadata store."""
-    return table_health(table, store.list_plans(table.identifier, PENDING_STATES), now_ms, at)
+    return table_health(table, store.plans.list_plans(table.identifier, PENDING_STATES), now_ms, at)
 
 
 def read_health(catalog: FileSystemCatalog, store: MetaStore | None, table_id: str,

@@ -46,4 +46,4 @@ EventEncoder = Callable[[SnapshotEvent], Sequence[OutboxEvent]]
 def record_events(store: MetaStore, encode: EventEncoder, event: SnapshotEvent) -> None:
     """Add the outbox rows of `event`; call inside the table's `commit_lock`."""
     for e in encode(event):
-        store.add_event(event.table_id, event.snapshot_id, e.topic, e.key, e.payload)
+        store.outbox.add_event(event.table_id, event.snapshot_id, e.topic, e.key, e.payload)

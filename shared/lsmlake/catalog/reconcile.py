@@ -77,7 +77,7 @@ def reconcile_table(store: MetaStore, table: FileStoreTable, table_id: str, enco
     latest = table.snapshots.latest_id()
     if latest is None:
         return []
-    recorded = store.last_recorded_snapshot(table_id) or 0
+    recorded = store.commits.last_recorded_snapshot(table_id) or 0
     if recorded >= latest:
         return []
     earliest = table.snapshots.earliest_id() or 1
@@ -86,12 +86,13 @@ def reconcile_table(store: MetaStore, table: FileStoreTable, table_id: str, enco
         snap = table.snapshots.snapshot(sid)
         kind = snap.commit_kind
         identifier = snap.commit_identifier
-        if identifier != BATCH_COMMIT_IDENTIFIER and store.find_commit(table_id, snap.commit_user, identifier, kind):
+        if identifier != BATCH_COMMIT_IDENTIFIER \
+                and store.commits.find_commit(table_id, snap.commit_user, identifier, kind):
             identifier = BATCH_COMMIT_IDENTIFIER  # the same key was recorded for another snapshot: never match it
-        store.record_commit(table_id, snap.commit_user, identifier, kind, sid)
+        store.commits.record_commit(table_id, snap.commit_user, identifier, kind, sid)
         writes = snapshot_writes(snap)
-        known = store.find_writes(table_id, writes) if writes else {}
-        store.record_writes(table_id, [w for w in writes if w not in known], sid)
+        known = store.commits.find_writes(table_id, writes) if writes else {}
+        store.commits.record_writes(table_id, [w for w in writes if w not in known], sid)
         record_events(store, encode, SnapshotEvent(table_id, sid, kind, snap.time_millis,
                                                    snapshot_changes(table, snap)))
         done.append(sid)

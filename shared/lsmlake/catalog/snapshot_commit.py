@@ -259,7 +259,7 @@ def commit_snapshot(commits: CatalogCommits, request: SnapshotCommitRequest,
         if snap.schema_id > table.schema.id or not table.io.exists(table.schemas.path(snap.schema_id)):
             raise InvalidInputError(f"snapshot: schemaId {snap.schema_id} is not a schema of {table.identifier}")
         _check_written(table, snap, latest, principal)
-        check_commit_user(store, tid, snap.commit_user, principal)
+        check_commit_user(store.commit_users, tid, snap.commit_user, principal)
         snap = _dated(snap, latest, commits.clock())
         if not table.snapshots.publish(snap):  # a writer outside the catalog took the id meanwhile
             return False

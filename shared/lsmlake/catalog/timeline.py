@@ -135,7 +135,7 @@ class Timeline:
         self.codec = codec
 
     def _plan_of(self, tid: str, plan_id: int) -> CompactionPlan:
-        plan = self.store.get_plan(plan_id)
+        plan = self.store.plans.get_plan(plan_id)
         if plan.table_id != tid:
             raise NotFoundError(f"compaction plan {plan_id} does not exist for table {tid}")
         return plan
@@ -169,9 +169,9 @@ class Timeline:
             detail = PlanDetail(units, full, table.snapshots.latest_id() or 0,
                                 f"data-compact-{uuid.uuid4().hex[:16]}-")
             first = units[0]
-            plan_id = self.store.request_plan(tid, first.partition, first.bucket, names, first.output_level,
-                                              detail=self.codec.encode(detail))
-            plan = self.store.get_plan(plan_id)
+            plan_id = self.store.plans.request_plan(tid, first.partition, first.bucket, names, first.output_level,
+                                                    detail=self.codec.encode(detail))
+            plan = self.store.plans.get_plan(plan_id)
         _log.info("table %s: compaction plan %d REQUESTED (%d unit(s), %d file(s))", tid, plan_id, len(units),
                   len(names))
         return plan
@@ -187,9 +187,9 @@ class Timeline:
             if plan.pending:
                 missing = _missing_inputs(units, _live_by_bucket(self.catalog.get_table(tid)))
             if missing:  # the abandonment commits; the caller learns of it below
-                self.store.abandon_plan(plan_id, f"input files are gone: {', '.join(missing[:5])}")
+                self.store.plans.abandon_plan(plan_id, f"input files are gone: {', '.join(missing[:5])}")
             else:
-                started = self.store.start_plan(plan_id, owned(owner, current_principal()))
+                started = self.store.plans.start_plan(plan_id, owned(owner, current_principal()))
         if missing:
             raise PlanStateError(f"compaction plan {plan_id} of {tid} was abandoned: {len(missing)} of its "
                                  f"input files are no longer live ({', '.join(missing[:5])})", plan_id, ABANDONED)
@@ -222,7 +222,7 @@ class Timeline:
         """
         tid = request.table_id
         outcome = commit(request, self._completion_check(tid, plan_id, owner, request.changes))
-        plan = self.store.get_plan(plan_id)
+        plan = self.store.plans.get_plan(plan_id)
         if outcome.already_committed and plan.snapshot_id != outcome.snapshot_id:
             raise PlanStateError(f"commit ({request.commit_user!r}, {request.identifier}) was already "
                                  f"committed as snapshot {outcome.snapshot_id}, which did not complete plan "
@@ -250,14 +250,14 @@ class Timeline:
             live = _live_by_bucket(table)
             deleted = self._delete_outputs(table, detail, live, set(output_files))
             if not requeue:
-                after = self.store.end_plan(plan_id, reason)
+                after = self.store.plans.end_plan(plan_id, reason)
             else:
                 missing = _missing_inputs(detail.units, live)
                 if missing:
-                    after = self.store.abandon_plan(plan_id, f"{reason}; input files are gone: "
+                    after = self.store.plans.abandon_plan(plan_id, f"{reason}; input files are gone: "
                                                              f"{', '.join(missing[:5])}")
                 else:
-                    after = self.store.rollback_plan(plan_id, reason)
+                    after = self.store.plans.rollback_plan(plan_id, reason)
         _log.info("table %s: compaction plan %d rolled back to %s, %d output file(s) deleted (%s)", tid, plan_id,
                   after.state, len(deleted), reason)
         return after, deleted
@@ -288,7 +288,7 @@ class Timeline:
     def list(self, tid: str, states: Sequence[str] | None) -> list[CompactionPlan]:
         """The table's plans, oldest request first; only those in `states` when given."""
         self.catalog.get_table(tid)  # NotFoundError for an unknown table
-        return self.store.list_plans(tid, [check_plan_state(s) for s in states] if states else None)
+        return self.store.plans.list_plans(tid, [check_plan_state(s) for s in states] if states else None)
 
 
 __all__ = ["PENDING_STATES", "CommitRunner", "PlanCodec", "PlanDetail", "PlanUnit", "Timeline", "check_plan_state",

@@ -8,18 +8,19 @@ One interface, two backends chosen by URL (`open_store`):
   transaction-scoped advisory lock on a hash of the table id, so only commits of one table take turns.
 
 Transactions. `commit_lock(table_id)` opens a transaction on the calling thread and holds the table's lock
-until the block ends; every store method called on that thread inside the block joins this transaction,
-so a commit record, its outbox events and the completion of its compaction plan commit together with
-whatever the catalog does under the lock (it runs lsmlake's FileStoreCommit there), or not at all.
-Outside a `commit_lock` block every method runs in a short transaction of its own.
+until the block ends; every store method (`store.outbox.add_event`, ...) called on that thread inside the
+block joins this transaction, so a commit record, its outbox events and the completion of its compaction
+plan commit together with whatever the catalog does under the lock (it runs lsmlake's FileStoreCommit
+there), or not at all. Outside a `commit_lock` block every method runs in a short transaction of its own.
 
-Outbox. Events are delivered at least once: a relay reads `pending_events`, publishes them, then calls
-`mark_delivered`; a crash in between publishes them again. Within one table, event ids grow in commit order.
-Retention is the caller's: `purge_delivered` and `purge_undelivered` delete old events in bounded batches.
+Outbox (`store.outbox`). Events are delivered at least once: a relay reads `pending_events`, publishes
+them, then calls `mark_delivered`; a crash in between publishes them again. Within one table, event ids
+grow in commit order. Retention is the caller's: `purge_delivered` and `purge_undelivered` delete old
+events in bounded batches.
 
-Timeline (Hudi style). `request_plan` REQUESTED -> `start_plan` INFLIGHT -> `complete_plan` COMPLETED;
-`rollback_plan` returns an INFLIGHT plan of a dead compactor to REQUESTED (the caller deletes its
-uncommitted outputs), `abandon_plan` ends a plan whose inputs are gone. The input files of a pending
+Timeline (`store.plans`, Hudi style). `request_plan` REQUESTED -> `start_plan` INFLIGHT -> `complete_plan`
+COMPLETED; `rollback_plan` returns an INFLIGHT plan of a dead compactor to REQUESTED (the caller deletes
+its uncommitted outputs), `abandon_plan` ends a plan whose inputs are gone. The input files of a pending
 (REQUESTED or INFLIGHT) plan cannot be in another pending plan: a unique key enforces this across replicas.
 """
 
@@ -30,10 +31,23 @@ from lsmlake.metastore.commit_users import CommitUserClaims
 from lsmlake.metastore.commits import CommitRecords
 from lsmlake.metastore.outbox import Outbox
 from lsmlake.metastore.timeline import CompactionTimeline
+from lsmlake.metastore.transactions import TransactionalStore
 
 
-class MetaStore(CommitRecords, CommitUserClaims, Outbox, CompactionTimeline):
-    """The metadata store interface; `open_store(url)` picks the backend."""
+class MetaStore(TransactionalStore):
+    """The metadata store interface; `open_store(url)` picks the backend.
+
+    Its tables come in groups, each joining the store's transactions: `commits` (commit records, client
+    writes, sequence counters), `commit_users` (commit-user claims), `outbox` (events) and `plans`
+    (the compaction timeline).
+    """
+
+    def __init__(self, url: str, busy_timeout: float, max_idle: int) -> None:
+        super().__init__(url, busy_timeout, max_idle)
+        self.commits = CommitRecords(self)
+        self.commit_users = CommitUserClaims(self)
+        self.outbox = Outbox(self)
+        self.plans = CompactionTimeline(self)
 
     def forget_table(self, table_id: str) -> None:
         """Drop what the store keeps of a table (commits, plans, sequence counters, commit-user claims); undelivered
@@ -43,11 +57,11 @@ class MetaStore(CommitRecords, CommitUserClaims, Outbox, CompactionTimeline):
         name starts with no history.
         """
         check_table_id(table_id)
-        with self._tx(write=True) as conn:
-            self._run(conn, "DELETE FROM lsmlake_commits WHERE table_id = ?", (table_id,))
-            self._run(conn, "DELETE FROM lsmlake_writes WHERE table_id = ?", (table_id,))
-            self._run(conn, "DELETE FROM lsmlake_commit_users WHERE table_id = ?", (table_id,))
-            self._run(conn, "DELETE FROM lsmlake_sequences WHERE table_id = ?", (table_id,))
-            self._run(conn, "DELETE FROM lsmlake_sequence_sync WHERE table_id = ?", (table_id,))
-            self._run(conn, "DELETE FROM lsmlake_plan_files WHERE table_id = ?", (table_id,))
-            self._run(conn, "DELETE FROM lsmlake_plans WHERE table_id = ?", (table_id,))
+        with self.session(write=True) as tx:
+            tx.run("DELETE FROM lsmlake_commits WHERE table_id = ?", (table_id,))
+            tx.run("DELETE FROM lsmlake_writes WHERE table_id = ?", (table_id,))
+            tx.run("DELETE FROM lsmlake_commit_users WHERE table_id = ?", (table_id,))
+            tx.run("DELETE FROM lsmlake_sequences WHERE table_id = ?", (table_id,))
+            tx.run("DELETE FROM lsmlake_sequence_sync WHERE table_id = ?", (table_id,))
+            tx.run("DELETE FROM lsmlake_plan_files WHERE table_id = ?", (table_id,))
+            tx.run("DELETE FROM lsmlake_plans WHERE table_id = ?", (table_id,))

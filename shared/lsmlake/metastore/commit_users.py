@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from lsmlake.errors import InvalidInputError
 from lsmlake.metastore.checks import check_table_id
-from lsmlake.metastore.transactions import TransactionalStore, now_ms
+from lsmlake.metastore.transactions import StoreTables, now_ms
 
 
 def _check_name(value: str, what: str) -> str:
@@ -20,7 +20,7 @@ def _check_name(value: str, what: str) -> str:
     return value
 
 
-class CommitUserClaims(TransactionalStore):
+class CommitUserClaims(StoreTables):
     """The commit-user claims table of the store."""
 
     def claim_commit_user(self, table_id: str, commit_user: str, principal: str) -> str:
@@ -32,28 +32,28 @@ class CommitUserClaims(TransactionalStore):
         check_table_id(table_id)
         _check_name(commit_user, "commit user")
         _check_name(principal, "principal")
-        with self._tx(write=True) as conn:
+        with self._tx(write=True) as tx:
             # the primary key settles a race the lock did not serialise (no lock held): one insert wins
-            self._run(conn, "INSERT INTO lsmlake_commit_users (table_id, commit_user, principal, created_ms) "
-                            "VALUES (?, ?, ?, ?) ON CONFLICT (table_id, commit_user) DO NOTHING",
-                      (table_id, commit_user, principal, now_ms()))
-            row = self._run(conn, "SELECT principal FROM lsmlake_commit_users WHERE table_id = ? AND commit_user = ?",
-                            (table_id, commit_user)).fetchone()
+            tx.run("INSERT INTO lsmlake_commit_users (table_id, commit_user, principal, created_ms) "
+                   "VALUES (?, ?, ?, ?) ON CONFLICT (table_id, commit_user) DO NOTHING",
+                   (table_id, commit_user, principal, now_ms()))
+            row = tx.run("SELECT principal FROM lsmlake_commit_users WHERE table_id = ? AND commit_user = ?",
+                         (table_id, commit_user)).fetchone()
         return str(row[0])
 
     def commit_user_owner(self, table_id: str, commit_user: str) -> str | None:
         """The principal that claimed `commit_user` on the table; None when nobody has."""
         check_table_id(table_id)
-        with self._tx(write=False) as conn:
-            row = self._run(conn, "SELECT principal FROM lsmlake_commit_users WHERE table_id = ? AND commit_user = ?",
-                            (table_id, commit_user)).fetchone()
+        with self._tx(write=False) as tx:
+            row = tx.run("SELECT principal FROM lsmlake_commit_users WHERE table_id = ? AND commit_user = ?",
+                         (table_id, commit_user)).fetchone()
         return None if row is None else str(row[0])
 
     def move_commit_users(self, table_id: str, new_table_id: str) -> None:
         """The claims of a renamed table, under its new name (inside both names' commit locks)."""
         check_table_id(table_id)
         check_table_id(new_table_id)
-        with self._tx(write=True) as conn:
-            self._run(conn, "DELETE FROM lsmlake_commit_users WHERE table_id = ?", (new_table_id,))
-            self._run(conn, "UPDATE lsmlake_commit_users SET table_id = ? WHERE table_id = ?",
-                      (new_table_id, table_id))
+        with self._tx(write=True) as tx:
+            tx.run("DELETE FROM lsmlake_commit_users WHERE table_id = ?", (new_table_id,))
+            tx.run("UPDATE lsmlake_commit_users SET table_id = ? WHERE table_id = ?",
+                   (new_table_id, table_id))

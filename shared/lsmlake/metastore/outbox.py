@@ -7,13 +7,13 @@ from collections.abc import Iterable
 from lsmlake.errors import InvalidInputError
 from lsmlake.metastore.checks import check_bytes, check_int, check_table_id, chunks, marks
 from lsmlake.metastore.model import OutboxEvent
-from lsmlake.metastore.transactions import TransactionalStore, now_ms
+from lsmlake.metastore.transactions import StoreTables, now_ms
 
 PURGE_BATCH = 1000  # outbox events deleted per purge transaction
 _EVENT_COLUMNS = "event_id, table_id, snapshot_id, topic, event_key, payload, created_ms, delivered_ms"
 
 
-class Outbox(TransactionalStore):
+class Outbox(StoreTables):
     """The outbox table of the store."""
 
     def add_event(self, table_id: str, snapshot_id: int, topic: str, key: bytes, payload: bytes) -> int:
@@ -23,18 +23,17 @@ class Outbox(TransactionalStore):
         if not isinstance(topic, str) or not topic:
             raise InvalidInputError(f"topic {topic!r} must be a non-empty string")
         key, payload = check_bytes(key, "event key"), check_bytes(payload, "event payload")
-        with self._tx(write=True) as conn:
-            cur = self._run(conn, "INSERT INTO lsmlake_outbox (table_id, snapshot_id, topic, event_key, payload, "
-                                  "created_ms) VALUES (?, ?, ?, ?, ?, ?) RETURNING event_id",
-                            (table_id, snapshot_id, topic, key, payload, now_ms()))
-            return self._returning_id(cur)
+        with self._tx(write=True) as tx:
+            return tx.insert_returning_id(
+                "INSERT INTO lsmlake_outbox (table_id, snapshot_id, topic, event_key, payload, created_ms) "
+                "VALUES (?, ?, ?, ?, ?, ?) RETURNING event_id", (table_id, snapshot_id, topic, key, payload, now_ms()))
 
     def pending_events(self, limit: int = 100) -> list[OutboxEvent]:
         """The oldest undelivered events, at most `limit`, in event-id order (commit order within a table)."""
         check_int(limit, "limit", 1)
-        with self._tx(write=False) as conn:
-            rows = self._run(conn, f"SELECT {_EVENT_COLUMNS} FROM lsmlake_outbox WHERE delivered_ms IS NULL "
-                                   "ORDER BY event_id LIMIT ?", (limit,)).fetchall()
+        with self._tx(write=False) as tx:
+            rows = tx.run(f"SELECT {_EVENT_COLUMNS} FROM lsmlake_outbox WHERE delivered_ms IS NULL "
+                          "ORDER BY event_id LIMIT ?", (limit,)).fetchall()
         return [OutboxEvent(int(r[0]), r[1], int(r[2]), r[3], bytes(r[4]), bytes(r[5]), int(r[6]), r[7])
                 for r in rows]
 
@@ -44,11 +43,11 @@ class Outbox(TransactionalStore):
         if not ids:
             return 0
         marked = 0
-        with self._tx(write=True) as conn:
+        with self._tx(write=True) as tx:
             ts = now_ms()
             for chunk in chunks(ids):
-                cur = self._run(conn, f"UPDATE lsmlake_outbox SET delivered_ms = ? WHERE delivered_ms IS NULL "
-                                      f"AND event_id IN ({marks(len(chunk))})", (ts, *chunk))
+                cur = tx.run(f"UPDATE lsmlake_outbox SET delivered_ms = ? WHERE delivered_ms IS NULL "
+                             f"AND event_id IN ({marks(len(chunk))})", (ts, *chunk))
                 marked += cur.rowcount
         return marked
 
@@ -60,10 +59,10 @@ class Outbox(TransactionalStore):
         """
         check_int(delivered_before_ms, "time")
         check_int(limit, "limit", 1)
-        with self._tx(write=True) as conn:
-            return int(self._run(conn, "DELETE FROM lsmlake_outbox WHERE event_id IN (SELECT event_id FROM "
-                                       "lsmlake_outbox WHERE delivered_ms IS NOT NULL AND delivered_ms < ? "
-                                       "ORDER BY delivered_ms LIMIT ?)", (delivered_before_ms, limit)).rowcount)
+        with self._tx(write=True) as tx:
+            return int(tx.run("DELETE FROM lsmlake_outbox WHERE event_id IN (SELECT event_id FROM "
+                              "lsmlake_outbox WHERE delivered_ms IS NOT NULL AND delivered_ms < ? "
+                              "ORDER BY delivered_ms LIMIT ?)", (delivered_before_ms, limit)).rowcount)
 
     def purge_undelivered(self, created_before_ms: int, limit: int = PURGE_BATCH) -> int:
         """Delete at most `limit` events never delivered and recorded before a time, oldest first; how many.
@@ -73,19 +72,19 @@ class Outbox(TransactionalStore):
         """
         check_int(created_before_ms, "time")
         check_int(limit, "limit", 1)
-        with self._tx(write=True) as conn:
-            return int(self._run(conn, "DELETE FROM lsmlake_outbox WHERE event_id IN (SELECT event_id FROM "
-                                       "lsmlake_outbox WHERE delivered_ms IS NULL AND created_ms < ? "
-                                       "ORDER BY event_id LIMIT ?)", (created_before_ms, limit)).rowcount)
+        with self._tx(write=True) as tx:
+            return int(tx.run("DELETE FROM lsmlake_outbox WHERE event_id IN (SELECT event_id FROM "
+                              "lsmlake_outbox WHERE delivered_ms IS NULL AND created_ms < ? "
+                              "ORDER BY event_id LIMIT ?)", (created_before_ms, limit)).rowcount)
 
     def outbox_size(self) -> int:
         """How many events the outbox holds, delivered or not."""
-        with self._tx(write=False) as conn:
-            return int(self._run(conn, "SELECT COUNT(*) FROM lsmlake_outbox").fetchone()[0])
+        with self._tx(write=False) as tx:
+            return int(tx.run("SELECT COUNT(*) FROM lsmlake_outbox").fetchone()[0])
 
     def outbox_lag(self) -> tuple[int, int | None]:
         """How many events wait for delivery, and when the oldest of them was recorded (epoch ms)."""
-        with self._tx(write=False) as conn:
-            row = self._run(conn, "SELECT COUNT(*), MIN(created_ms) FROM lsmlake_outbox "
-                                  "WHERE delivered_ms IS NULL").fetchone()
+        with self._tx(write=False) as tx:
+            row = tx.run("SELECT COUNT(*), MIN(created_ms) FROM lsmlake_outbox "
+                         "WHERE delivered_ms IS NULL").fetchone()
         return int(row[0]), None if row[1] is None else int(row[1])

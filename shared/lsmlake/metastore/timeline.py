@@ -19,13 +19,13 @@ from lsmlake.metastore.model import (
     ROLLED_BACK,
     CompactionPlan,
 )
-from lsmlake.metastore.transactions import TransactionalStore, now_ms
+from lsmlake.metastore.transactions import Session, StoreTables, now_ms
 
 _PLAN_COLUMNS = ("plan_id, table_id, partition_bytes, bucket, input_files, output_level, state, owner, attempts, "
                  "snapshot_id, reason, created_ms, updated_ms, started_ms, detail")
 
 
-class CompactionTimeline(TransactionalStore):
+class CompactionTimeline(StoreTables):
     """The plan tables of the store."""
 
     def request_plan(self, table_id: str, partition: bytes, bucket: int, input_files: Sequence[str],
@@ -46,35 +46,33 @@ class CompactionTimeline(TransactionalStore):
             raise InvalidInputError("input files must be non-empty strings")
         if len(set(files)) != len(files):
             raise InvalidInputError("input files name a file more than once")
-        with self._tx(write=True) as conn:
-            taken = self._pending_holders(conn, table_id, files)
+        with self._tx(write=True) as tx:
+            taken = self._pending_holders(tx, table_id, files)
             if taken:
                 raise self._conflict(table_id, taken)
             ts = now_ms()
-            self._run(conn, "SAVEPOINT lsmlake_plan")
+            tx.run("SAVEPOINT lsmlake_plan")
             try:
-                cur = self._run(conn, "INSERT INTO lsmlake_plans (table_id, partition_bytes, bucket, input_files, "
-                                      "output_level, state, attempts, created_ms, updated_ms, detail) "
-                                      "VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?) RETURNING plan_id",
-                                (table_id, partition, bucket, json.dumps(files), output_level, REQUESTED, ts, ts,
-                                 detail))
-                plan_id = self._returning_id(cur)
+                plan_id = tx.insert_returning_id(
+                    "INSERT INTO lsmlake_plans (table_id, partition_bytes, bucket, input_files, output_level, state, "
+                    "attempts, created_ms, updated_ms, detail) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?) RETURNING plan_id",
+                    (table_id, partition, bucket, json.dumps(files), output_level, REQUESTED, ts, ts, detail))
                 for f in files:
-                    self._run(conn, "INSERT INTO lsmlake_plan_files (table_id, file_name, plan_id) VALUES (?, ?, ?)",
-                              (table_id, f, plan_id))
-            except self._integrity_errors as e:
-                self._run(conn, "ROLLBACK TO SAVEPOINT lsmlake_plan")
+                    tx.run("INSERT INTO lsmlake_plan_files (table_id, file_name, plan_id) VALUES (?, ?, ?)",
+                           (table_id, f, plan_id))
+            except tx.integrity_errors as e:
+                tx.run("ROLLBACK TO SAVEPOINT lsmlake_plan")
                 raise PlanConflictError(f"input files of the new plan for table {table_id!r} were planned by "
                                         "another plan at the same moment; nothing was added") from e
-            self._run(conn, "RELEASE SAVEPOINT lsmlake_plan")
+            tx.run("RELEASE SAVEPOINT lsmlake_plan")
             return plan_id
 
-    def _pending_holders(self, conn: Any, table_id: str, files: Sequence[str]) -> dict[str, int]:
+    def _pending_holders(self, tx: Session, table_id: str, files: Sequence[str]) -> dict[str, int]:
         held: dict[str, int] = {}
         for chunk in chunks(files):
-            for name, plan_id in self._run(conn, f"SELECT file_name, plan_id FROM lsmlake_plan_files WHERE "
-                                                 f"table_id = ? AND file_name IN ({marks(len(chunk))})",
-                                           (table_id, *chunk)).fetchall():
+            for name, plan_id in tx.run(f"SELECT file_name, plan_id FROM lsmlake_plan_files WHERE "
+                                        f"table_id = ? AND file_name IN ({marks(len(chunk))})",
+                                        (table_id, *chunk)).fetchall():
                 held[name] = int(plan_id)
         return held
 
@@ -95,8 +93,8 @@ class CompactionTimeline(TransactionalStore):
     def complete_plan(self, plan_id: int, snapshot_id: int) -> CompactionPlan:
         """INFLIGHT -> COMPLETED by the COMPACT snapshot that committed its outputs (repeating it is a no-op)."""
         check_int(snapshot_id, "snapshot id", 1)
-        with self._tx(write=True) as conn:
-            plan = self._get_plan(conn, plan_id)
+        with self._tx(write=True) as tx:
+            plan = self._get_plan(tx, plan_id)
             if plan.state == COMPLETED and plan.snapshot_id == snapshot_id:
                 return plan
             return self._transition(plan_id, (INFLIGHT,), COMPLETED, "complete", "snapshot_id = ?", (snapshot_id,))
@@ -112,8 +110,8 @@ class CompactionTimeline(TransactionalStore):
         """INFLIGHT -> ROLLED_BACK: undone and not to run again, releasing its input files (repeating is a no-op)."""
         if not isinstance(reason, str) or not reason:
             raise InvalidInputError("a rolled-back plan needs a reason")
-        with self._tx(write=True) as conn:
-            plan = self._get_plan(conn, plan_id)
+        with self._tx(write=True) as tx:
+            plan = self._get_plan(tx, plan_id)
             if plan.state == ROLLED_BACK:
                 return plan
             return self._transition(plan_id, (INFLIGHT,), ROLLED_BACK, "roll back", "reason = ?", (reason,))
@@ -122,8 +120,8 @@ class CompactionTimeline(TransactionalStore):
         """REQUESTED or INFLIGHT -> ABANDONED (for example: its inputs are gone), releasing its input files."""
         if not isinstance(reason, str) or not reason:
             raise InvalidInputError("an abandoned plan needs a reason")
-        with self._tx(write=True) as conn:
-            plan = self._get_plan(conn, plan_id)
+        with self._tx(write=True) as tx:
+            plan = self._get_plan(tx, plan_id)
             if plan.state == ABANDONED:
                 return plan
             return self._transition(plan_id, PENDING_STATES, ABANDONED, "abandon", "reason = ?", (reason,))
@@ -131,27 +129,27 @@ class CompactionTimeline(TransactionalStore):
     def _transition(self, plan_id: int, sources: tuple[str, ...], target: str, verb: str, sets: str,
                     params: tuple[Any, ...]) -> CompactionPlan:
         check_int(plan_id, "plan id")
-        with self._tx(write=True) as conn:
-            cur = self._run(conn, f"UPDATE lsmlake_plans SET state = ?, updated_ms = ?, {sets} "
-                                  f"WHERE plan_id = ? AND state IN ({marks(len(sources))})",
-                            (target, now_ms(), *params, plan_id, *sources))
+        with self._tx(write=True) as tx:
+            cur = tx.run(f"UPDATE lsmlake_plans SET state = ?, updated_ms = ?, {sets} "
+                         f"WHERE plan_id = ? AND state IN ({marks(len(sources))})",
+                         (target, now_ms(), *params, plan_id, *sources))
             if cur.rowcount != 1:
-                plan = self._get_plan(conn, plan_id)  # NotFoundError for an unknown id
+                plan = self._get_plan(tx, plan_id)  # NotFoundError for an unknown id
                 raise PlanStateError(f"cannot {verb} compaction plan {plan_id} of table {plan.table_id!r}: it is "
                                      f"{plan.state}, and only a {' or '.join(sources)} plan can become {target}",
                                      plan_id, plan.state)
             if target not in PENDING_STATES:
-                self._run(conn, "DELETE FROM lsmlake_plan_files WHERE plan_id = ?", (plan_id,))
-            return self._get_plan(conn, plan_id)
+                tx.run("DELETE FROM lsmlake_plan_files WHERE plan_id = ?", (plan_id,))
+            return self._get_plan(tx, plan_id)
 
     def get_plan(self, plan_id: int) -> CompactionPlan:
         """One plan by id (NotFoundError when unknown)."""
         check_int(plan_id, "plan id")
-        with self._tx(write=False) as conn:
-            return self._get_plan(conn, plan_id)
+        with self._tx(write=False) as tx:
+            return self._get_plan(tx, plan_id)
 
-    def _get_plan(self, conn: Any, plan_id: int) -> CompactionPlan:
-        row = self._run(conn, f"SELECT {_PLAN_COLUMNS} FROM lsmlake_plans WHERE plan_id = ?", (plan_id,)).fetchone()
+    def _get_plan(self, tx: Session, plan_id: int) -> CompactionPlan:
+        row = tx.run(f"SELECT {_PLAN_COLUMNS} FROM lsmlake_plans WHERE plan_id = ?", (plan_id,)).fetchone()
         if row is None:
             raise NotFoundError(f"compaction plan {plan_id} does not exist")
         return self._plan(row)
@@ -176,8 +174,8 @@ class CompactionTimeline(TransactionalStore):
         if changed_since_ms is not None:
             sql += f" AND (updated_ms >= ? OR state IN ({marks(len(PENDING_STATES))}))"
             params += [changed_since_ms, *PENDING_STATES]
-        with self._tx(write=False) as conn:
-            rows = self._run(conn, sql + " ORDER BY plan_id", params).fetchall()
+        with self._tx(write=False) as tx:
+            rows = tx.run(sql + " ORDER BY plan_id", params).fetchall()
         return [self._plan(r) for r in rows]
 
     @staticmethod

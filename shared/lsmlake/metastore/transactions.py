@@ -1,7 +1,7 @@
 """The store's transactional core: connection pool, transactions, schema bootstrap and the per-table commit lock.
 
 A backend (`sqlite_store`, `postgres_store`) supplies the hooks: how to connect, begin, lock a table and
-create the schema. Everything else the store does runs through `_tx`, which joins this thread's open
+create the schema. Everything else the store does runs in a `session`, which joins this thread's open
 `commit_lock` transaction if there is one.
 """
 
@@ -11,8 +11,8 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any, Self
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Protocol, Self
 
 from lsmlake.metastore.checks import check_table_id
 from lsmlake.metastore.errors import MetaStoreUnavailableError, SchemaVersionError
@@ -26,22 +26,68 @@ def now_ms() -> int:
 
 
 
-class Transaction:
+class Cursor(Protocol):
+    """What the store reads of a DB-API cursor (sqlite3's and psycopg's alike)."""
+
+    @property
+    def description(self) -> Any: ...
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class Session:
+    """An open transaction of the store: statements with `?` placeholders, backend errors already translated."""
+
+    def __init__(self, store: TransactionalStore, conn: Any) -> None:
+        self.store = store
+        self._conn = conn
+
+    @property
+    def integrity_errors(self) -> tuple[type[BaseException], ...]:
+        """The backend's exceptions for a violated key or constraint."""
+        return self.store._integrity_errors
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> Cursor:
+        """Run one statement in this transaction (MetaStoreUnavailableError on a lock timeout or lost connection)."""
+        cur: Cursor = self.store._run(self._conn, sql, params)
+        return cur
+
+    def insert_returning_id(self, sql: str, params: Sequence[Any]) -> int:
+        """Run an INSERT ... RETURNING of one id column; the id it produced."""
+        # every row fetched, so that the statement is finished before the next one
+        return int(self.run(sql, params).fetchall()[0][0])
+
+
+class Transaction(Session):
     """The transaction of a `commit_lock` block: the locked table and raw SQL for rows the caller keeps itself."""
 
-    def __init__(self, store: TransactionalStore, conn: Any, table_id: str) -> None:
-        self.store = store
+    def __init__(self, session: Session, table_id: str) -> None:
+        super().__init__(session.store, session._conn)
         self.table_id = table_id
-        self._conn = conn
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one SQL statement (with `?` placeholders on both backends) in this transaction; its rows, if any."""
-        cur = self.store._run(self._conn, sql, params)
+        cur = self.run(sql, params)
         return [tuple(r) for r in cur.fetchall()] if cur.description else []
 
 
+class StoreTables:
+    """A group of the store's tables; each of its methods runs in the store's transactions (`session`)."""
+
+    def __init__(self, store: TransactionalStore) -> None:
+        self._store = store
+
+    def _tx(self, write: bool) -> AbstractContextManager[Session]:
+        return self._store.session(write)
+
+
 class TransactionalStore(ABC):
-    """Connections and transactions of a metadata store; `MetaStore` adds what it stores."""
+    """Connections and transactions of a metadata store; `MetaStore` adds what it stores, as `StoreTables`."""
 
     url: str
     busy_timeout: float
@@ -55,7 +101,7 @@ class TransactionalStore(ABC):
         self._idle: list[Any] = []
         self._pool_lock = threading.Lock()
         self._closed = False
-        self._local = threading.local()  # .txn: the connection of this thread's commit_lock block
+        self._local = threading.local()  # .txn: the Session of this thread's open transaction
 
     # -- backend hooks ---------------------------------------------------------------------------
 
@@ -86,11 +132,6 @@ class TransactionalStore(ABC):
     @abstractmethod
     def _bootstrap_lock(self, conn: Any) -> None:
         """Serialise schema creation across processes (inside the bootstrap transaction)."""
-
-    @staticmethod
-    def _returning_id(cur: Any) -> int:
-        """The id an INSERT ... RETURNING produced (all rows fetched, so that the statement is finished)."""
-        return int(cur.fetchall()[0][0])
 
     # -- connections and transactions ------------------------------------------------------------
 
@@ -133,22 +174,22 @@ class TransactionalStore(ABC):
             raise MetaStoreUnavailableError(f"metadata store {self._safe_url()}: {e}") from e
 
     @contextmanager
-    def _tx(self, write: bool) -> Iterator[Any]:
+    def session(self, write: bool) -> Iterator[Session]:
         """This thread's open transaction if there is one (calls nest), else a new one committed at the end."""
-        joined = getattr(self._local, "txn", None)
+        joined: Session | None = getattr(self._local, "txn", None)
         if joined is not None:
             yield joined
             return
         conn = self._acquire()
         ok = False
-        self._local.txn = conn
+        session = self._local.txn = Session(self, conn)
         try:
             try:
                 self._begin(conn, write)
             except self._operational_errors as e:
                 raise MetaStoreUnavailableError(f"metadata store {self._safe_url()}: {e}") from e
             try:
-                yield conn
+                yield session
             except BaseException:
                 ok = self._rollback(conn)
                 raise
@@ -169,13 +210,13 @@ class TransactionalStore(ABC):
 
     def _bootstrap(self) -> None:
         """Create the schema if needed and check its version (idempotent, safe to race from many processes)."""
-        with self._tx(write=True) as conn:
-            self._bootstrap_lock(conn)
+        with self.session(write=True) as s:
+            self._bootstrap_lock(s._conn)
             for stmt in self._schema_ddl():
-                self._run(conn, stmt)
-            row = self._run(conn, "SELECT version FROM lsmlake_schema_version WHERE id = 1").fetchone()
+                s.run(stmt)
+            row = s.run("SELECT version FROM lsmlake_schema_version WHERE id = 1").fetchone()
             if row is None:
-                self._run(conn, "INSERT INTO lsmlake_schema_version (id, version, updated_ms) VALUES (1, ?, ?)",
+                s.run("INSERT INTO lsmlake_schema_version (id, version, updated_ms) VALUES (1, ?, ?)",
                           (SCHEMA_VERSION, now_ms()))
             elif int(row[0]) > SCHEMA_VERSION:
                 raise SchemaVersionError(
@@ -184,8 +225,8 @@ class TransactionalStore(ABC):
 
     def schema_version(self) -> int:
         """The schema version recorded in the store."""
-        with self._tx(write=False) as conn:
-            return int(self._run(conn, "SELECT version FROM lsmlake_schema_version WHERE id = 1").fetchone()[0])
+        with self.session(write=False) as s:
+            return int(s.run("SELECT version FROM lsmlake_schema_version WHERE id = 1").fetchone()[0])
 
     def close(self) -> None:
         """Close the pooled connections; the store cannot be used afterwards."""
@@ -214,6 +255,6 @@ class TransactionalStore(ABC):
         Nested blocks join the outer transaction (on PostgreSQL they also take the inner table's lock).
         """
         check_table_id(table_id)
-        with self._tx(write=True) as conn:
-            self._lock_table(conn, table_id)
-            yield Transaction(self, conn, table_id)
+        with self.session(write=True) as s:
+            self._lock_table(s._conn, table_id)
+            yield Transaction(s, table_id)

@@ -187,7 +187,7 @@ def _age(ms: float) -> str:
 def timeline_records(store: Any, table_id: str, states: Sequence[str] | None, now: int) -> list[dict[str, Any]]:
     """One record per compaction plan of a table, oldest first."""
     records = []
-    for p in store.list_plans(table_id, states):
+    for p in store.plans.list_plans(table_id, states):
         units = catalog_pb2.CompactionPlan.FromString(p.detail).units if p.detail else []
         records.append({"plan_id": p.plan_id, "state": p.state, "buckets": len(units) or 1,
                         "files": len(p.input_files), "output_level": p.output_level, "owner": p.owner,
