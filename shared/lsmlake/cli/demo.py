@@ -28,10 +28,13 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from lsmlake.cli.cluster import ClusterState
 
 REDUCED = os.environ.get("CI", "").lower() == "true"
 ROWS = 200_000 if REDUCED else 1_000_000
@@ -46,8 +49,8 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def _lake_up(warehouse: str, log: Path) -> tuple[subprocess.Popen[bytes], Any]:
-    from lsmlake.cli.cluster import ClusterState, find_endpoints
+def _lake_up(warehouse: str, log: Path) -> tuple[subprocess.Popen[bytes], ClusterState]:
+    from lsmlake.cli.cluster import find_endpoints
     from lsmlake.kafka.broker import free_port
 
     args = [sys.executable, "-c", "from lsmlake.cli.main import main; raise SystemExit(main())", "up",
@@ -67,7 +70,6 @@ def _lake_up(warehouse: str, log: Path) -> tuple[subprocess.Popen[bytes], Any]:
             proc.terminate()
             raise SystemExit(f"lake up did not come up in 180 s:\n{log.read_text()[-3000:]}")
         time.sleep(0.5)
-    _ = ClusterState
 
 
 def _levels(warehouse: str, table_id: str) -> str:

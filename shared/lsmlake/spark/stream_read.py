@@ -130,13 +130,13 @@ class LakeStreamReader(DataSourceStreamReader):
             features.check(self._access.table.schema, self.options.identifier, for_write=False)
         return self._access
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, int]:
         return {"snapshot": self.options.snapshot if self.options.snapshot is not None else 0}
 
-    def latestOffset(self) -> dict:
+    def latestOffset(self) -> dict[str, int]:
         return {"snapshot": self._table_access().latest_snapshot_id() or 0}
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         first, last = int(start["snapshot"]), int(end["snapshot"])
         access = self._table_access()
         table = access.table
@@ -165,7 +165,7 @@ class LakeStreamReader(DataSourceStreamReader):
         else:
             yield from read_changes(task, partition.changes)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: change files stay until their snapshots expire."""
 
     def stop(self) -> None:
