@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import ROOT
+from tests.support.paths import ROOT, TESTS
 
 CODE = [ROOT / "shared" / "lsmlake", ROOT / "catalog_svc", ROOT / "writer_svc", ROOT / "compactor_svc"]
 #: "no hand-written module over ~500 lines"
@@ -60,3 +60,63 @@ def test_the_import_contracts_hold() -> None:
     out = subprocess.run([lint, "--no-cache"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert "BROKEN" not in out.stdout and " KEPT" in out.stdout
+
+
+LIBRARY = ROOT / "shared" / "lsmlake"
+SERVICES = ("catalog_svc", "writer_svc", "compactor_svc")
+#: the folders of tests/ that mirror no package, and what each holds
+OTHER_FOLDERS = {
+    "integration": "tests over several processes or services, end to end, and the suites that cut across packages",
+    "support": "helpers and fixtures the tests share; no test files",
+    "helm": "the chart in helm/",
+    "proto": "the definitions in proto/",
+    "data": "test input (the golden warehouse)",
+}
+
+
+def _library_packages() -> list[Path]:
+    return sorted(p.parent.relative_to(LIBRARY) for p in LIBRARY.rglob("__init__.py")
+                  if "proto_gen" not in p.parts and p.parent != LIBRARY)
+
+
+def _misplaced(rel: Path) -> str | None:
+    """Why a file of tests/ (relative to it) is not where the layout puts it, or None."""
+    top, name = rel.parts[0], rel.name
+    if name in ("__init__.py", "conftest.py") or top == "data":
+        return None
+    if not name.startswith("test_"):
+        return None if top == "support" else "a helper outside tests/support/"
+    if len(rel.parts) == 1:
+        return None if name == "test_layout.py" else "a test file at the top of tests/"
+    if top == "lsmlake":
+        package = LIBRARY.joinpath(*rel.parts[1:-1])
+        return None if (package / "__init__.py").exists() else f"no library package {package.relative_to(ROOT)}"
+    if top in SERVICES:
+        return None if len(rel.parts) == 2 else "a sub-folder of a service's tests"
+    if top == "support":
+        return "a test file among the helpers"
+    if top in OTHER_FOLDERS:
+        return None
+    return f"tests/{top}/ mirrors nothing (library: tests/lsmlake/<package>/, services: tests/<service>/)"
+
+
+def test_every_test_file_sits_where_the_code_it_tests_is() -> None:
+    wrong = {str(p.relative_to(TESTS)): why for p in TESTS.rglob("*.py")
+             if "__pycache__" not in p.parts and (why := _misplaced(p.relative_to(TESTS))) is not None}
+    assert wrong == {}
+
+
+def test_every_library_package_and_service_has_its_tests() -> None:
+    tops = [p for p in _library_packages() if len(p.parts) == 1]
+    assert len(tops) >= 10, tops  # the walk found the library
+    missing = [f"tests/lsmlake/{p}/" for p in tops if not any((TESTS / "lsmlake" / p).rglob("test_*.py"))]
+    missing += [f"tests/{s}/" for s in SERVICES if not any((TESTS / s).glob("test_*.py"))]
+    assert missing == []
+
+
+def test_the_layout_rules_catch_a_misplaced_file() -> None:
+    assert _misplaced(Path("test_bucket.py")) == "a test file at the top of tests/"
+    assert _misplaced(Path("lsmlake/nowhere/test_x.py")) == "no library package shared/lsmlake/nowhere"
+    assert _misplaced(Path("lsmlake/format/helpers.py")) == "a helper outside tests/support/"
+    assert _misplaced(Path("merge/test_engines.py")) is not None
+    assert _misplaced(Path("lsmlake/mergetree/compact/test_universal.py")) is None
