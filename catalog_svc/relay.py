@@ -26,6 +26,7 @@ from lsmlake.errors import InvalidInputError
 from lsmlake.kafka.broker import ensure_topics
 from lsmlake.kafka.client import Publisher
 from lsmlake.metastore import MetaStore, now_ms
+from lsmlake.metastore.outbox import Outbox
 from lsmlake.metastore.store import PURGE_BATCH
 from lsmlake.rpc.events import TOPICS
 from lsmlake.runtime.background import BackgroundLoop
@@ -50,7 +51,7 @@ class Purged(NamedTuple):
 class OutboxPurger:
     """Keeps `lsmlake_outbox` bounded: deletes old delivered events and drops old undelivered ones."""
 
-    def __init__(self, store: MetaStore, *, keep_delivered_s: float = KEEP_DELIVERED_S,
+    def __init__(self, outbox: Outbox, *, keep_delivered_s: float = KEEP_DELIVERED_S,
                  keep_undelivered_s: float = KEEP_UNDELIVERED_S, why_undelivered: str = "",
                  every_s: float = PURGE_EVERY_S, busy_wait_s: float = 0.5, batch: int = PURGE_BATCH,
                  batches: int = PURGE_BATCHES, clock: Callable[[], int] = now_ms,
@@ -60,7 +61,7 @@ class OutboxPurger:
                                     f"(undelivered, got {keep_undelivered_s}) seconds")
         if batch < 1 or batches < 1:
             raise InvalidInputError(f"outbox purge batch {batch} and batches {batches} must be at least 1")
-        self.store = store
+        self.outbox = outbox
         self.keep_delivered_ms = round(keep_delivered_s * 1000)
         self.keep_undelivered_ms = round(keep_undelivered_s * 1000)
         self.why_undelivered = why_undelivered or "Kafka did not take them"
@@ -91,9 +92,9 @@ class OutboxPurger:
     def purge_once(self) -> Purged:
         """One bounded pass: at most `batches` batches of each kind of event; what it deleted."""
         now = self.clock()
-        dropped, more_undelivered = self._drain(UNDELIVERED, self.store.outbox.purge_undelivered,
+        dropped, more_undelivered = self._drain(UNDELIVERED, self.outbox.purge_undelivered,
                                                 now - self.keep_undelivered_ms)
-        deleted, more_delivered = self._drain(DELIVERED, self.store.outbox.purge_delivered,
+        deleted, more_delivered = self._drain(DELIVERED, self.outbox.purge_delivered,
                                               now - self.keep_delivered_ms)
         return Purged(deleted, dropped, more_undelivered or more_delivered)
 
@@ -136,8 +137,8 @@ class OutboxRelay:
         self.store = store
         why = "no Kafka is configured (--kafka)" if bootstrap is None else \
             f"Kafka at {bootstrap} did not take them in time"
-        self.purger = OutboxPurger(store, keep_delivered_s=keep_delivered_s, keep_undelivered_s=keep_undelivered_s,
-                                   why_undelivered=why, on_purged=on_purged)
+        self.purger = OutboxPurger(store.outbox, keep_delivered_s=keep_delivered_s,
+                                   keep_undelivered_s=keep_undelivered_s, why_undelivered=why, on_purged=on_purged)
         self._on_published = on_published or (lambda n: None)
         self.bootstrap = bootstrap
         self.topic_partitions = topic_partitions

@@ -38,7 +38,7 @@ DEADLINE_S = 30.0  # for the purge thread's first pass, which runs at once
 
 def _add(store: MetaStore, n: int) -> list[int]:
     with store.commit_lock(T):
-        return [store.add_event(T, 1 + i, "data-files", f"{T}/p/0".encode(), b"v%d" % i) for i in range(n)]
+        return [store.outbox.add_event(T, 1 + i, "data-files", f"{T}/p/0".encode(), b"v%d" % i) for i in range(n)]
 
 
 def _age(store: MetaStore, event_ids: list[int], created_ms: int | None = None,
@@ -92,24 +92,24 @@ class _Publisher:
 def test_store_purges_in_bounded_batches_and_each_kind_only(store: MetaStore) -> None:
     ids = _add(store, 25)
     delivered, pending = ids[:15], ids[15:]
-    store.mark_delivered(delivered)
-    assert store.outbox_size() == 25
+    store.outbox.mark_delivered(delivered)
+    assert store.outbox.outbox_size() == 25
     future = now_ms() + HOUR_MS
     # batches of at most `limit`: a backlog goes in several short transactions
-    assert store.purge_delivered(future, limit=10) == 10
-    assert store.purge_delivered(future, limit=10) == 5
-    assert store.purge_delivered(future, limit=10) == 0
+    assert store.outbox.purge_delivered(future, limit=10) == 10
+    assert store.outbox.purge_delivered(future, limit=10) == 5
+    assert store.outbox.purge_delivered(future, limit=10) == 0
     assert _outbox(store) == (pending, [])
-    assert store.purge_delivered(future) == 0  # pending events are never taken for delivered ones
-    assert store.purge_undelivered(now_ms() - HOUR_MS) == 0  # too young
-    assert store.purge_undelivered(future, limit=4) == 4  # the oldest first
-    assert [e.event_id for e in store.pending_events(100)] == pending[4:]
-    assert store.purge_undelivered(future) == 6
-    assert store.outbox_size() == 0
+    assert store.outbox.purge_delivered(future) == 0  # pending events are never taken for delivered ones
+    assert store.outbox.purge_undelivered(now_ms() - HOUR_MS) == 0  # too young
+    assert store.outbox.purge_undelivered(future, limit=4) == 4  # the oldest first
+    assert [e.event_id for e in store.outbox.pending_events(100)] == pending[4:]
+    assert store.outbox.purge_undelivered(future) == 6
+    assert store.outbox.outbox_size() == 0
     with pytest.raises(InvalidInputError):
-        store.purge_delivered(future, limit=0)
+        store.outbox.purge_delivered(future, limit=0)
     with pytest.raises(InvalidInputError):
-        store.purge_undelivered(future, limit=0)
+        store.outbox.purge_undelivered(future, limit=0)
 
 
 # -- the purger: retention, counts, bounded passes ------------------------------------------------------
@@ -117,9 +117,10 @@ def test_store_purges_in_bounded_batches_and_each_kind_only(store: MetaStore) ->
 
 def test_delivered_events_older_than_the_retention_are_purged_in_bounded_passes(store: MetaStore) -> None:
     ids = _add(store, 30)
-    store.mark_delivered(ids[:20])
+    store.outbox.mark_delivered(ids[:20])
     purged: list[tuple[str, int]] = []
-    purger = relay_mod.OutboxPurger(store, batch=4, batches=2, on_purged=lambda state, n: purged.append((state, n)))
+    purger = relay_mod.OutboxPurger(store.outbox, batch=4, batches=2,
+                                    on_purged=lambda state, n: purged.append((state, n)))
     assert (purger.keep_delivered_ms, purger.keep_undelivered_ms) == (HOUR_MS, DAY_MS)  # the defaults
     # just delivered: kept for inspection
     assert purger.purge_once() == (0, 0, False)
@@ -136,7 +137,7 @@ def test_delivered_events_older_than_the_retention_are_purged_in_bounded_passes(
     assert purged == [("delivered", 8), ("delivered", 8), ("delivered", 4)]
     # the undelivered events, not a day old, are still there and still pending
     assert _outbox(store) == (ids[20:], [])
-    assert [e.event_id for e in store.pending_events(100)] == ids[20:]
+    assert [e.event_id for e in store.outbox.pending_events(100)] == ids[20:]
 
 
 def test_undelivered_events_inside_the_retention_are_kept_and_still_delivered(
@@ -168,7 +169,7 @@ def test_the_purge_runs_while_kafka_stays_down(store: MetaStore, caplog: pytest.
     """A broker that never answers keeps the relay retrying its topics; the outbox is purged regardless."""
     caplog.set_level(logging.WARNING, RELAY_LOG)
     ids = _add(store, 4)
-    store.mark_delivered(ids[:2])
+    store.outbox.mark_delivered(ids[:2])
     _age(store, ids[:1], delivered_ms=now_ms() - HOUR_MS - 60_000)  # delivered an hour ago
     _age(store, ids[2:3], created_ms=now_ms() - DAY_MS - 60_000)  # waiting for Kafka for a day
     relay = OutboxRelay(store, f"127.0.0.1:{free_port()}", publish_timeout_s=1.0, backoff_s=0.2).start()
@@ -272,7 +273,7 @@ def test_a_catalog_started_on_a_grown_outbox_purges_it(store_url: str, tmp_path:
     """A store that grew before retention existed (or while the catalog was down) is purged at start-up."""
     with open_store(store_url) as store:
         ids = _add(store, 30)
-        store.mark_delivered(ids[:20])
+        store.outbox.mark_delivered(ids[:20])
         _age(store, ids[:15], delivered_ms=now_ms() - 2 * HOUR_MS)  # delivered two hours ago
         _age(store, ids[20:25], created_ms=now_ms() - 2 * DAY_MS)  # never delivered, two days old
     with _catalog(tmp_path / "wh", store_url) as cat:  # no Kafka

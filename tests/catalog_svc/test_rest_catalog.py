@@ -78,7 +78,7 @@ def _events(local: Local, name: str) -> list[tuple[int, str]]:
     table = FileSystemCatalog(local.warehouse).get_table(f"db.{name}")
     store = local.server._store
     assert store is not None
-    recorded = store.last_recorded_snapshot(f"db.{name}") or 0
+    recorded = store.commits.last_recorded_snapshot(f"db.{name}") or 0
     return [(s.id, s.commit_kind) for s in table.snapshots.snapshots() if s.id <= recorded]
 
 

@@ -131,7 +131,7 @@ def test_plan_lifecycle_with_a_dead_compactor(local: Local) -> None:
     assert _rows(local, ident) == before
 
     # the COMPACT snapshot's event names the plan
-    events = [e for e in local.server._store.pending_events(1000) if e.snapshot_id == 4]
+    events = [e for e in local.server._store.outbox.pending_events(1000) if e.snapshot_id == 4]
     assert len(events) == 1 and events[0].topic == "compaction-results"
     assert events_pb2.Envelope.FromString(events[0].payload).compaction_result.plan_id == plan.plan_id
 

@@ -37,9 +37,9 @@ def test_open_is_idempotent_and_versioned(store_url: str) -> None:
     with open_store(store_url) as a, open_store(store_url) as b:
         assert a.schema_version() == b.schema_version() == 1
         with a.commit_lock(T):
-            a.record_commit(T, "u", 1, "APPEND", 1)
+            a.commits.record_commit(T, "u", 1, "APPEND", 1)
     with open_store(store_url) as c:  # reopening keeps the data
-        assert c.find_commit(T, "u", 1, "APPEND") == 1
+        assert c.commits.find_commit(T, "u", 1, "APPEND") == 1
         with c.commit_lock(T) as tx:
             tx.execute("UPDATE lsmlake_schema_version SET version = 99 WHERE id = 1")
     with pytest.raises(SchemaVersionError, match="newer"):
@@ -59,46 +59,46 @@ def test_bad_urls() -> None:
 
 
 def test_commit_records_make_retries_idempotent(store: MetaStore) -> None:
-    assert store.find_commit(T, "writer-1", 7, "APPEND") is None
-    assert store.last_recorded_snapshot(T) is None
+    assert store.commits.find_commit(T, "writer-1", 7, "APPEND") is None
+    assert store.commits.last_recorded_snapshot(T) is None
     with store.commit_lock(T):
-        assert store.find_commit(T, "writer-1", 7, "APPEND") is None
-        store.record_commit(T, "writer-1", 7, "APPEND", 1)
+        assert store.commits.find_commit(T, "writer-1", 7, "APPEND") is None
+        store.commits.record_commit(T, "writer-1", 7, "APPEND", 1)
     with store.commit_lock(T):
-        store.record_commit(T, "writer-1", 8, "APPEND", 2)
-        store.record_commit(T, "writer-1", 8, "COMPACT", 3)  # kind is part of the key
-    assert store.find_commit(T, "writer-1", 7, "APPEND") == 1
-    assert store.find_commit(T, "writer-1", 8, "COMPACT") == 3
-    assert store.find_commit(T, "writer-2", 7, "APPEND") is None
-    assert store.find_commit("db.other", "writer-1", 7, "APPEND") is None
-    assert store.last_recorded_snapshot(T) == 3
+        store.commits.record_commit(T, "writer-1", 8, "APPEND", 2)
+        store.commits.record_commit(T, "writer-1", 8, "COMPACT", 3)  # kind is part of the key
+    assert store.commits.find_commit(T, "writer-1", 7, "APPEND") == 1
+    assert store.commits.find_commit(T, "writer-1", 8, "COMPACT") == 3
+    assert store.commits.find_commit(T, "writer-2", 7, "APPEND") is None
+    assert store.commits.find_commit("db.other", "writer-1", 7, "APPEND") is None
+    assert store.commits.last_recorded_snapshot(T) == 3
     # a retry after a lost reply records the same thing again: nothing changes
     with store.commit_lock(T):
-        store.record_commit(T, "writer-1", 7, "APPEND", 1)
+        store.commits.record_commit(T, "writer-1", 7, "APPEND", 1)
     # the same commit as another snapshot, or another commit as the same snapshot: refused
     with pytest.raises(InvariantError, match="already recorded as snapshot 1"), store.commit_lock(T):
-        store.record_commit(T, "writer-1", 7, "APPEND", 4)
+        store.commits.record_commit(T, "writer-1", 7, "APPEND", 4)
     with pytest.raises(InvariantError, match="snapshot 2 .* already recorded"), store.commit_lock(T):
-        store.record_commit(T, "writer-2", 1, "APPEND", 2)
-    assert store.last_recorded_snapshot(T) == 3
+        store.commits.record_commit(T, "writer-2", 1, "APPEND", 2)
+    assert store.commits.last_recorded_snapshot(T) == 3
 
 
 def test_batch_commits_are_never_matched(store: MetaStore) -> None:
     with store.commit_lock(T):
-        store.record_commit(T, "batch", BATCH_COMMIT_IDENTIFIER, "APPEND", 1)
+        store.commits.record_commit(T, "batch", BATCH_COMMIT_IDENTIFIER, "APPEND", 1)
     with store.commit_lock(T):
-        store.record_commit(T, "batch", BATCH_COMMIT_IDENTIFIER, "APPEND", 2)
-    assert store.find_commit(T, "batch", BATCH_COMMIT_IDENTIFIER, "APPEND") is None
-    assert store.last_recorded_snapshot(T) == 2
+        store.commits.record_commit(T, "batch", BATCH_COMMIT_IDENTIFIER, "APPEND", 2)
+    assert store.commits.find_commit(T, "batch", BATCH_COMMIT_IDENTIFIER, "APPEND") is None
+    assert store.commits.last_recorded_snapshot(T) == 2
 
 
 def test_bad_commit_records(store: MetaStore) -> None:
     with pytest.raises(InvalidInputError, match="kind"):
-        store.record_commit(T, "u", 1, "MERGE", 1)
+        store.commits.record_commit(T, "u", 1, "MERGE", 1)
     with pytest.raises(InvalidInputError, match="snapshot id"):
-        store.record_commit(T, "u", 1, "APPEND", 0)
+        store.commits.record_commit(T, "u", 1, "APPEND", 0)
     with pytest.raises(InvalidInputError, match="table id"):
-        store.record_commit("", "u", 1, "APPEND", 1)
+        store.commits.record_commit("", "u", 1, "APPEND", 1)
 
 
 # -- one transaction ---------------------------------------------------------------------------------
@@ -107,31 +107,31 @@ def test_bad_commit_records(store: MetaStore) -> None:
 def test_commit_lock_is_one_transaction(store_url: str, store: MetaStore) -> None:
     with open_store(store_url) as other:
         with store.commit_lock(T):
-            store.record_commit(T, "u", 1, "APPEND", 1)
-            store.add_event(T, 1, "data-files", b"k", b"p")
-            assert store.find_commit(T, "u", 1, "APPEND") == 1  # this transaction sees its writes
-            assert other.find_commit(T, "u", 1, "APPEND") is None  # others see them only after commit
-            assert other.pending_events(10) == []
-        assert other.find_commit(T, "u", 1, "APPEND") == 1
-        assert len(other.pending_events(10)) == 1
+            store.commits.record_commit(T, "u", 1, "APPEND", 1)
+            store.outbox.add_event(T, 1, "data-files", b"k", b"p")
+            assert store.commits.find_commit(T, "u", 1, "APPEND") == 1  # this transaction sees its writes
+            assert other.commits.find_commit(T, "u", 1, "APPEND") is None  # others see them only after commit
+            assert other.outbox.pending_events(10) == []
+        assert other.commits.find_commit(T, "u", 1, "APPEND") == 1
+        assert len(other.outbox.pending_events(10)) == 1
 
 
 def test_failed_commit_leaves_nothing(store: MetaStore) -> None:
-    plan = store.request_plan(T, b"p", 0, ["a"], 1)
-    store.start_plan(plan, "compactor-1")
+    plan = store.plans.request_plan(T, b"p", 0, ["a"], 1)
+    store.plans.start_plan(plan, "compactor-1")
     with pytest.raises(RuntimeError, match="publish failed"), store.commit_lock(T):
-        store.record_commit(T, "u", 1, "COMPACT", 1)
-        store.add_event(T, 1, "compaction-results", b"k", b"p")
-        store.complete_plan(plan, 1)
+        store.commits.record_commit(T, "u", 1, "COMPACT", 1)
+        store.outbox.add_event(T, 1, "compaction-results", b"k", b"p")
+        store.plans.complete_plan(plan, 1)
         raise RuntimeError("publish failed")
-    assert store.find_commit(T, "u", 1, "COMPACT") is None
-    assert store.pending_events(10) == []
-    assert store.get_plan(plan).state == INFLIGHT
+    assert store.commits.find_commit(T, "u", 1, "COMPACT") is None
+    assert store.outbox.pending_events(10) == []
+    assert store.plans.get_plan(plan).state == INFLIGHT
     # the store still works after the rollback
     with store.commit_lock(T):
-        store.record_commit(T, "u", 1, "COMPACT", 1)
-        store.complete_plan(plan, 1)
-    assert store.get_plan(plan).state == COMPLETED
+        store.commits.record_commit(T, "u", 1, "COMPACT", 1)
+        store.plans.complete_plan(plan, 1)
+    assert store.plans.get_plan(plan).state == COMPLETED
 
 
 def test_commit_lock_times_out(store_url: str, store: MetaStore) -> None:
@@ -141,11 +141,11 @@ def test_commit_lock_times_out(store_url: str, store: MetaStore) -> None:
                 pass
             if store_url.startswith("postgresql"):
                 with other.commit_lock("db.other"):  # PostgreSQL locks one table, not the store
-                    other.record_commit("db.other", "u", 1, "APPEND", 1)
-                assert other.find_commit("db.other", "u", 1, "APPEND") == 1
+                    other.commits.record_commit("db.other", "u", 1, "APPEND", 1)
+                assert other.commits.find_commit("db.other", "u", 1, "APPEND") == 1
         with other.commit_lock(T):  # released at the end of the block
-            other.record_commit(T, "u", 1, "APPEND", 1)
-    assert store.find_commit(T, "u", 1, "APPEND") == 1
+            other.commits.record_commit(T, "u", 1, "APPEND", 1)
+    assert store.commits.find_commit(T, "u", 1, "APPEND") == 1
 
 
 def test_threads_share_one_store(store: MetaStore) -> None:
@@ -180,175 +180,175 @@ def test_threads_share_one_store(store: MetaStore) -> None:
 
 
 def test_client_writes_are_recorded_found_and_forgotten(store: MetaStore) -> None:
-    assert store.find_writes(T, ["a", "b"]) == {}
+    assert store.commits.find_writes(T, ["a", "b"]) == {}
     with store.commit_lock(T):
-        store.record_commit(T, "w", 1, "APPEND", 1)
-        store.record_writes(T, ["a", "b"], 1)
+        store.commits.record_commit(T, "w", 1, "APPEND", 1)
+        store.commits.record_writes(T, ["a", "b"], 1)
     with store.commit_lock(T):
-        store.record_commit(T, "w", 2, "APPEND", 2)
-        store.record_writes(T, ["c"], 2)
-        store.record_writes(T, [], 2)  # a commit of writes without ids records nothing
-    assert store.find_writes(T, ["a", "c", "x"]) == {"a": 1, "c": 2}
-    assert store.find_writes("db.other", ["a"]) == {}  # ids are per table
+        store.commits.record_commit(T, "w", 2, "APPEND", 2)
+        store.commits.record_writes(T, ["c"], 2)
+        store.commits.record_writes(T, [], 2)  # a commit of writes without ids records nothing
+    assert store.commits.find_writes(T, ["a", "c", "x"]) == {"a": 1, "c": 2}
+    assert store.commits.find_writes("db.other", ["a"]) == {}  # ids are per table
     many = [f"id-{i}" for i in range(1200)]  # more than one IN (...) chunk
     with store.commit_lock(T):
-        store.record_commit(T, "w", 3, "APPEND", 3)
-        store.record_writes(T, many, 3)
-    assert store.find_writes(T, many[::-1] + ["zz"]) == dict.fromkeys(many, 3)
+        store.commits.record_commit(T, "w", 3, "APPEND", 3)
+        store.commits.record_writes(T, many, 3)
+    assert store.commits.find_writes(T, many[::-1] + ["zz"]) == dict.fromkeys(many, 3)
     with pytest.raises(InvariantError, match="committed before"), store.commit_lock(T):
-        store.record_writes(T, ["d", "b"], 4)
-    assert store.find_writes(T, ["d"]) == {}  # the failed transaction left nothing
+        store.commits.record_writes(T, ["d", "b"], 4)
+    assert store.commits.find_writes(T, ["d"]) == {}  # the failed transaction left nothing
     for bad in ([""], ["x" * (MAX_STORED_REQUEST_ID + 1)], ["e", "e"], [7]):
         with pytest.raises(InvalidInputError, match="request id"):
-            store.find_writes(T, bad)  # type: ignore[arg-type]
-    assert store.forget_writes(0) == 0
-    assert store.forget_writes(2**62) == 1203
-    assert store.find_writes(T, ["a"]) == {}
+            store.commits.find_writes(T, bad)  # type: ignore[arg-type]
+    assert store.commits.forget_writes(0) == 0
+    assert store.commits.forget_writes(2**62) == 1203
+    assert store.commits.find_writes(T, ["a"]) == {}
     with store.commit_lock(T):
-        store.record_writes(T, ["f"], 3)
+        store.commits.record_writes(T, ["f"], 3)
         store.forget_table(T)
-    assert store.find_writes(T, ["f"]) == {}
+    assert store.commits.find_writes(T, ["f"]) == {}
 
 
 def test_outbox_add_pending_mark(store: MetaStore) -> None:
-    assert store.pending_events() == []
+    assert store.outbox.pending_events() == []
     ids = []
     for sid in (1, 2, 3):
         with store.commit_lock(T):
-            store.record_commit(T, "u", sid, "APPEND", sid)
-            ids.append(store.add_event(T, sid, "data-files", f"{T}/p/0".encode(), bytes([sid, 0, 255])))
+            store.commits.record_commit(T, "u", sid, "APPEND", sid)
+            ids.append(store.outbox.add_event(T, sid, "data-files", f"{T}/p/0".encode(), bytes([sid, 0, 255])))
     with store.commit_lock("db.u"):
-        ids.append(store.add_event("db.u", 1, "compaction-results", b"", b""))
+        ids.append(store.outbox.add_event("db.u", 1, "compaction-results", b"", b""))
     assert ids == sorted(ids) and len(set(ids)) == 4
-    pending = store.pending_events(10)
+    pending = store.outbox.pending_events(10)
     assert [e.event_id for e in pending] == ids
     first = pending[0]
     assert (first.table_id, first.snapshot_id, first.topic, first.key, first.payload) == (
         T, 1, "data-files", b"db.t/p/0", b"\x01\x00\xff")
     assert first.delivered_ms is None and first.created_ms > 0
-    assert [e.event_id for e in store.pending_events(2)] == ids[:2]
+    assert [e.event_id for e in store.outbox.pending_events(2)] == ids[:2]
     # at least once: until marked, a relay that crashed sees the same events again
-    assert [e.event_id for e in store.pending_events(2)] == ids[:2]
-    assert store.mark_delivered(ids[:2]) == 2
-    assert store.mark_delivered(ids[:2] + [10_000]) == 0  # again, or unknown: ignored
-    assert [e.event_id for e in store.pending_events(10)] == ids[2:]
-    assert store.mark_delivered([]) == 0
-    assert store.mark_delivered(ids) == 2
-    assert store.pending_events(10) == []
-    assert store.purge_delivered(0) == 0
-    assert store.purge_delivered(2**62) == 4
+    assert [e.event_id for e in store.outbox.pending_events(2)] == ids[:2]
+    assert store.outbox.mark_delivered(ids[:2]) == 2
+    assert store.outbox.mark_delivered(ids[:2] + [10_000]) == 0  # again, or unknown: ignored
+    assert [e.event_id for e in store.outbox.pending_events(10)] == ids[2:]
+    assert store.outbox.mark_delivered([]) == 0
+    assert store.outbox.mark_delivered(ids) == 2
+    assert store.outbox.pending_events(10) == []
+    assert store.outbox.purge_delivered(0) == 0
+    assert store.outbox.purge_delivered(2**62) == 4
 
 
 def test_outbox_bad_input(store: MetaStore) -> None:
     with pytest.raises(InvalidInputError, match="bytes"):
-        store.add_event(T, 1, "t", "text", b"")  # type: ignore[arg-type]
+        store.outbox.add_event(T, 1, "t", "text", b"")  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="limit"):
-        store.pending_events(0)
+        store.outbox.pending_events(0)
 
 
 # -- compaction timeline -----------------------------------------------------------------------------
 
 
 def test_timeline_lifecycle(store: MetaStore) -> None:
-    p = store.request_plan(T, b"\x00part", 3, ["f1", "f2"], 5)
-    plan = store.get_plan(p)
+    p = store.plans.request_plan(T, b"\x00part", 3, ["f1", "f2"], 5)
+    plan = store.plans.get_plan(p)
     assert (plan.state, plan.partition, plan.bucket, plan.input_files, plan.output_level) == (
         REQUESTED, b"\x00part", 3, ("f1", "f2"), 5)
     assert plan.attempts == 0 and plan.owner is None and plan.created_ms == plan.updated_ms
-    started = store.start_plan(p, "compactor-1")
+    started = store.plans.start_plan(p, "compactor-1")
     assert (started.state, started.owner, started.attempts) == (INFLIGHT, "compactor-1", 1)
     assert started.updated_ms >= started.created_ms
     # the compactor died: the next owner rolls the plan back and runs it again
-    back = store.rollback_plan(p, "compactor-1 died")
+    back = store.plans.rollback_plan(p, "compactor-1 died")
     assert (back.state, back.owner, back.attempts, back.reason) == (REQUESTED, "compactor-1", 1, "compactor-1 died")
     assert back.started_ms is not None and back.started_ms >= plan.created_ms
-    assert store.start_plan(p, "compactor-2").attempts == 2
-    done = store.complete_plan(p, 9)
+    assert store.plans.start_plan(p, "compactor-2").attempts == 2
+    done = store.plans.complete_plan(p, 9)
     assert (done.state, done.snapshot_id, done.owner) == (COMPLETED, 9, "compactor-2")
-    assert store.complete_plan(p, 9) == done  # a retried completion is a no-op
+    assert store.plans.complete_plan(p, 9) == done  # a retried completion is a no-op
     # completed plans release their files
-    p2 = store.request_plan(T, b"\x00part", 3, ["f1", "f3"], 5)
-    assert [x.plan_id for x in store.list_plans(T)] == [p, p2]
-    assert [x.plan_id for x in store.list_plans(T, PENDING_STATES)] == [p2]
-    assert [x.plan_id for x in store.list_plans(T, [COMPLETED])] == [p]
-    assert store.list_plans(T, []) == []
-    assert store.list_plans("db.none") == []
+    p2 = store.plans.request_plan(T, b"\x00part", 3, ["f1", "f3"], 5)
+    assert [x.plan_id for x in store.plans.list_plans(T)] == [p, p2]
+    assert [x.plan_id for x in store.plans.list_plans(T, PENDING_STATES)] == [p2]
+    assert [x.plan_id for x in store.plans.list_plans(T, [COMPLETED])] == [p]
+    assert store.plans.list_plans(T, []) == []
+    assert store.plans.list_plans("db.none") == []
     # the plans changed since a moment, and every pending one however old (the console's last hour)
-    after_done = store.get_plan(p).updated_ms + 1
-    assert [x.plan_id for x in store.list_plans(T, changed_since_ms=after_done)] == [p2]
-    assert [x.plan_id for x in store.list_plans(T, changed_since_ms=done.updated_ms)] == [p, p2]
-    assert store.list_plans(T, [COMPLETED], changed_since_ms=after_done) == []
+    after_done = store.plans.get_plan(p).updated_ms + 1
+    assert [x.plan_id for x in store.plans.list_plans(T, changed_since_ms=after_done)] == [p2]
+    assert [x.plan_id for x in store.plans.list_plans(T, changed_since_ms=done.updated_ms)] == [p, p2]
+    assert store.plans.list_plans(T, [COMPLETED], changed_since_ms=after_done) == []
 
 
 def test_pending_files_cannot_be_planned_again(store: MetaStore) -> None:
-    p1 = store.request_plan(T, b"", 0, ["a", "b"], 1)
+    p1 = store.plans.request_plan(T, b"", 0, ["a", "b"], 1)
     with pytest.raises(PlanConflictError, match=r"b \(plan \d+\)") as err:
-        store.request_plan(T, b"", 0, ["c", "b"], 1)
+        store.plans.request_plan(T, b"", 0, ["c", "b"], 1)
     assert err.value.conflicts == {"b": p1}
-    store.start_plan(p1, "c1")
+    store.plans.start_plan(p1, "c1")
     with pytest.raises(PlanConflictError):  # INFLIGHT holds them too
-        store.request_plan(T, b"", 0, ["a"], 1)
-    assert [x.plan_id for x in store.list_plans(T)] == [p1]  # the refused plans left nothing
-    p_other_table = store.request_plan("db.u", b"", 0, ["a", "b"], 1)  # file names are per table
-    p3 = store.request_plan(T, b"", 0, ["c"], 1)  # "c" was not taken by the refused plan
-    store.rollback_plan(p1)  # back to REQUESTED: still holds its files
+        store.plans.request_plan(T, b"", 0, ["a"], 1)
+    assert [x.plan_id for x in store.plans.list_plans(T)] == [p1]  # the refused plans left nothing
+    p_other_table = store.plans.request_plan("db.u", b"", 0, ["a", "b"], 1)  # file names are per table
+    p3 = store.plans.request_plan(T, b"", 0, ["c"], 1)  # "c" was not taken by the refused plan
+    store.plans.rollback_plan(p1)  # back to REQUESTED: still holds its files
     with pytest.raises(PlanConflictError):
-        store.request_plan(T, b"", 0, ["a"], 1)
-    store.abandon_plan(p1, "input files expired")
-    p4 = store.request_plan(T, b"", 0, ["a", "b"], 1)
+        store.plans.request_plan(T, b"", 0, ["a"], 1)
+    store.plans.abandon_plan(p1, "input files expired")
+    p4 = store.plans.request_plan(T, b"", 0, ["a", "b"], 1)
     assert {p_other_table, p3, p4}.isdisjoint({p1})
 
 
 def test_abandon(store: MetaStore) -> None:
-    p = store.request_plan(T, b"", 0, ["a"], 1)
-    gone = store.abandon_plan(p, "inputs are gone")
+    p = store.plans.request_plan(T, b"", 0, ["a"], 1)
+    gone = store.plans.abandon_plan(p, "inputs are gone")
     assert (gone.state, gone.reason) == (ABANDONED, "inputs are gone")
-    assert store.abandon_plan(p, "again") == gone  # repeating is a no-op
-    q = store.request_plan(T, b"", 0, ["a"], 1)
-    store.start_plan(q, "c1")
-    assert store.abandon_plan(q, "inputs compacted by another writer").state == ABANDONED
+    assert store.plans.abandon_plan(p, "again") == gone  # repeating is a no-op
+    q = store.plans.request_plan(T, b"", 0, ["a"], 1)
+    store.plans.start_plan(q, "c1")
+    assert store.plans.abandon_plan(q, "inputs compacted by another writer").state == ABANDONED
     with pytest.raises(InvalidInputError, match="reason"):
-        store.abandon_plan(q, "")
+        store.plans.abandon_plan(q, "")
 
 
 @pytest.mark.parametrize("setup, action, state", [
-    ([], lambda s, p: s.complete_plan(p, 1), REQUESTED),
-    ([], lambda s, p: s.rollback_plan(p), REQUESTED),
-    (["start"], lambda s, p: s.start_plan(p, "c2"), INFLIGHT),
-    (["start", "complete"], lambda s, p: s.start_plan(p, "c2"), COMPLETED),
-    (["start", "complete"], lambda s, p: s.rollback_plan(p), COMPLETED),
-    (["start", "complete"], lambda s, p: s.abandon_plan(p, "x"), COMPLETED),
-    (["start", "complete"], lambda s, p: s.complete_plan(p, 2), COMPLETED),  # another snapshot
-    (["abandon"], lambda s, p: s.start_plan(p, "c2"), ABANDONED),
-    (["abandon"], lambda s, p: s.complete_plan(p, 1), ABANDONED),
+    ([], lambda s, p: s.plans.complete_plan(p, 1), REQUESTED),
+    ([], lambda s, p: s.plans.rollback_plan(p), REQUESTED),
+    (["start"], lambda s, p: s.plans.start_plan(p, "c2"), INFLIGHT),
+    (["start", "complete"], lambda s, p: s.plans.start_plan(p, "c2"), COMPLETED),
+    (["start", "complete"], lambda s, p: s.plans.rollback_plan(p), COMPLETED),
+    (["start", "complete"], lambda s, p: s.plans.abandon_plan(p, "x"), COMPLETED),
+    (["start", "complete"], lambda s, p: s.plans.complete_plan(p, 2), COMPLETED),  # another snapshot
+    (["abandon"], lambda s, p: s.plans.start_plan(p, "c2"), ABANDONED),
+    (["abandon"], lambda s, p: s.plans.complete_plan(p, 1), ABANDONED),
 ])
 def test_illegal_transitions(store: MetaStore, setup: list[str], action, state: str) -> None:
-    p = store.request_plan(T, b"", 0, ["a"], 1)
-    steps = {"start": lambda: store.start_plan(p, "c1"), "complete": lambda: store.complete_plan(p, 1),
-             "abandon": lambda: store.abandon_plan(p, "gone")}
+    p = store.plans.request_plan(T, b"", 0, ["a"], 1)
+    steps = {"start": lambda: store.plans.start_plan(p, "c1"), "complete": lambda: store.plans.complete_plan(p, 1),
+             "abandon": lambda: store.plans.abandon_plan(p, "gone")}
     for step in setup:
         steps[step]()
-    before = store.get_plan(p)
+    before = store.plans.get_plan(p)
     with pytest.raises(PlanStateError, match=f"it is {state}") as err:
         action(store, p)
     assert (err.value.plan_id, err.value.state) == (p, state)
-    assert store.get_plan(p) == before  # nothing changed
+    assert store.plans.get_plan(p) == before  # nothing changed
 
 
 def test_unknown_plan_and_bad_plans(store: MetaStore) -> None:
     with pytest.raises(NotFoundError, match="plan 404"):
-        store.start_plan(404, "c1")
+        store.plans.start_plan(404, "c1")
     with pytest.raises(NotFoundError):
-        store.get_plan(404)
+        store.plans.get_plan(404)
     with pytest.raises(InvalidInputError, match="non-empty list"):
-        store.request_plan(T, b"", 0, [], 1)
+        store.plans.request_plan(T, b"", 0, [], 1)
     with pytest.raises(InvalidInputError, match="more than once"):
-        store.request_plan(T, b"", 0, ["a", "a"], 1)
+        store.plans.request_plan(T, b"", 0, ["a", "a"], 1)
     with pytest.raises(InvalidInputError, match="output level"):
-        store.request_plan(T, b"", 0, ["a"], -1)
+        store.plans.request_plan(T, b"", 0, ["a"], -1)
     with pytest.raises(InvalidInputError, match="unknown plan state"):
-        store.list_plans(T, ["RUNNING"])
-    assert store.list_plans(T) == []
+        store.plans.list_plans(T, ["RUNNING"])
+    assert store.plans.list_plans(T) == []
 
 
 # -- across processes --------------------------------------------------------------------------------
@@ -365,7 +365,7 @@ _WORKER = textwrap.dedent("""
             ((count,),) = tx.execute("SELECT n FROM test_counter WHERE id = 1")
             tx.execute("UPDATE test_counter SET n = ? WHERE id = 1", (count + 1,))
             # what the catalog does under the lock: the next snapshot id, recorded once
-            store.record_commit(table, worker, i, "APPEND", count + 1)
+            store.commits.record_commit(table, worker, i, "APPEND", count + 1)
     store.close()
 """)
 
@@ -396,41 +396,41 @@ def test_commit_lock_serialises_processes(store_url: str, store: MetaStore) -> N
                 p.wait()
     with store.commit_lock(T) as tx:
         assert tx.execute("SELECT n FROM test_counter WHERE id = 1") == [(2 * n,)]
-    assert store.last_recorded_snapshot(T) == 2 * n
+    assert store.commits.last_recorded_snapshot(T) == 2 * n
     for w in ("w0", "w1"):
-        got = [store.find_commit(T, w, i, "APPEND") for i in range(1, n + 1)]
+        got = [store.commits.find_commit(T, w, i, "APPEND") for i in range(1, n + 1)]
         assert all(s is not None for s in got)
         assert got == sorted(got)  # each worker's commits in its own order
-    everyone = {store.find_commit(T, w, i, "APPEND") for w in ("w0", "w1") for i in range(1, n + 1)}
+    everyone = {store.commits.find_commit(T, w, i, "APPEND") for w in ("w0", "w1") for i in range(1, n + 1)}
     assert everyone == set(range(1, 2 * n + 1))  # consecutive, each exactly once
 
 
 def test_plan_detail_and_end(store: MetaStore) -> None:
-    p = store.request_plan(T, b"", 0, ["a", "b"], 2, detail=b"\x00units\xff")
-    assert store.get_plan(p).detail == b"\x00units\xff" and store.get_plan(p).started_ms is None
+    p = store.plans.request_plan(T, b"", 0, ["a", "b"], 2, detail=b"\x00units\xff")
+    assert store.plans.get_plan(p).detail == b"\x00units\xff" and store.plans.get_plan(p).started_ms is None
     with pytest.raises(PlanStateError, match="only a INFLIGHT plan can become ROLLED_BACK"):
-        store.end_plan(p, "not running")
-    store.start_plan(p, "c1")
-    ended = store.end_plan(p, "operator cancelled")
+        store.plans.end_plan(p, "not running")
+    store.plans.start_plan(p, "c1")
+    ended = store.plans.end_plan(p, "operator cancelled")
     assert (ended.state, ended.reason) == (ROLLED_BACK, "operator cancelled")
-    assert store.end_plan(p, "again") == ended
-    assert store.request_plan(T, b"", 0, ["a", "b"], 2)  # its files were released
+    assert store.plans.end_plan(p, "again") == ended
+    assert store.plans.request_plan(T, b"", 0, ["a", "b"], 2)  # its files were released
 
 
 def test_forget_table_and_outbox_lag(store: MetaStore) -> None:
-    assert store.outbox_lag() == (0, None)
+    assert store.outbox.outbox_lag() == (0, None)
     with store.commit_lock(T):
-        store.record_commit(T, "u", 1, "APPEND", 1)
-        store.add_event(T, 1, "data-files", b"k", b"v")
-    store.request_plan(T, b"", 0, ["a"], 1)
-    pending, oldest = store.outbox_lag()
+        store.commits.record_commit(T, "u", 1, "APPEND", 1)
+        store.outbox.add_event(T, 1, "data-files", b"k", b"v")
+    store.plans.request_plan(T, b"", 0, ["a"], 1)
+    pending, oldest = store.outbox.outbox_lag()
     assert pending == 1 and oldest is not None
     with store.commit_lock(T):
         store.forget_table(T)
-    assert store.last_recorded_snapshot(T) is None and store.list_plans(T) == []
-    assert store.find_commit(T, "u", 1, "APPEND") is None
-    assert store.request_plan(T, b"", 0, ["a"], 1)  # the file is free again
-    assert store.outbox_lag()[0] == 1  # events of a dropped table are still delivered
+    assert store.commits.last_recorded_snapshot(T) is None and store.plans.list_plans(T) == []
+    assert store.commits.find_commit(T, "u", 1, "APPEND") is None
+    assert store.plans.request_plan(T, b"", 0, ["a"], 1)  # the file is free again
+    assert store.outbox.outbox_lag()[0] == 1  # events of a dropped table are still delivered
 
 
 # -- sequence numbers ----------------------------------------------------------------------------
@@ -439,34 +439,34 @@ def test_forget_table_and_outbox_lag(store: MetaStore) -> None:
 def test_sequence_ranges_are_monotone_never_overlap_and_respect_floors(store: MetaStore) -> None:
     a, b = (b"\x01", 0), (b"\x01", 1)
     with store.commit_lock(T):
-        assert store.sequences_synced_to(T) is None
-        assert store.allocate_sequences(T, {a: 10, b: 1}, {}, None) == {a: 0, b: 0}
+        assert store.commits.sequences_synced_to(T) is None
+        assert store.commits.allocate_sequences(T, {a: 10, b: 1}, {}, None) == {a: 0, b: 0}
     with store.commit_lock(T):
-        assert store.allocate_sequences(T, {a: 5}, {b: 100}, 3) == {a: 10}  # b raised, not handed out
-        assert store.sequences_synced_to(T) == 3
+        assert store.commits.allocate_sequences(T, {a: 5}, {b: 100}, 3) == {a: 10}  # b raised, not handed out
+        assert store.commits.sequences_synced_to(T) == 3
     with store.commit_lock(T):
         # a floor below the counter changes nothing; one above it moves the next range up
-        assert store.allocate_sequences(T, {a: 1, b: 2}, {a: 7}, 4) == {a: 15, b: 100}
-        assert store.allocate_sequences(T, {a: 1, b: 1}, {a: 50}, 5) == {a: 50, b: 102}
+        assert store.commits.allocate_sequences(T, {a: 1, b: 2}, {a: 7}, 4) == {a: 15, b: 100}
+        assert store.commits.allocate_sequences(T, {a: 1, b: 1}, {a: 50}, 5) == {a: 50, b: 102}
     with store.commit_lock("db.other"):  # tables count apart
-        assert store.allocate_sequences("db.other", {a: 1}, {}, None) == {a: 0}
+        assert store.commits.allocate_sequences("db.other", {a: 1}, {}, None) == {a: 0}
 
 
 def test_sequence_counters_survive_reopening_and_are_forgotten_with_the_table(store_url: str) -> None:
     key = (b"", 3)
     with open_store(store_url) as s, s.commit_lock(T):
-        s.allocate_sequences(T, {key: 1000}, {}, 9)
+        s.commits.allocate_sequences(T, {key: 1000}, {}, 9)
     with open_store(store_url) as s:
         with s.commit_lock(T):
-            assert s.allocate_sequences(T, {key: 1}, {}, 9) == {key: 1000}
+            assert s.commits.allocate_sequences(T, {key: 1}, {}, 9) == {key: 1000}
             s.forget_table(T)
-        assert s.sequences_synced_to(T) is None
+        assert s.commits.sequences_synced_to(T) is None
         with s.commit_lock(T):
-            assert s.allocate_sequences(T, {key: 1}, {}, None) == {key: 0}
+            assert s.commits.allocate_sequences(T, {key: 1}, {}, None) == {key: 0}
 
 
 def test_sequence_requests_are_validated(store: MetaStore) -> None:
     with pytest.raises(InvalidInputError, match="sequence count"):
-        store.allocate_sequences(T, {(b"", 0): -1}, {}, None)
+        store.commits.allocate_sequences(T, {(b"", 0): -1}, {}, None)
     with pytest.raises(InvalidInputError, match="bucket"):
-        store.allocate_sequences(T, {(b"", "0"): 1}, {}, None)  # type: ignore[dict-item]
+        store.commits.allocate_sequences(T, {(b"", "0"): 1}, {}, None)  # type: ignore[dict-item]

@@ -543,7 +543,8 @@ class Harness:
             _wait("the writer to ingest every acknowledged Kafka message", self._caught_up)
             store = open_store(f"sqlite:///{c.warehouse / METASTORE_FILE}")
             try:
-                _wait("the outbox relay to deliver every event to the broker", lambda: not store.pending_events(1))
+                _wait("the outbox relay to deliver every event to the broker",
+                      lambda: not store.outbox.pending_events(1))
             finally:
                 store.close()
             _wait("the compactor to be idle twice in a row", lambda: self._compactor_idle()
