@@ -1,7 +1,8 @@
 """Running planned bucket compactions on Spark: one job per plan, one task per bucket.
 
 The driver plans (`plan_bucket`) and commits; a Spark task only runs one bucket's unit
-(`run_planned`) and ships the file changes back as serialized `FileChanges`.
+(`run_planned`) and ships the file changes back as serialized `FileChanges`. The driver reads the
+manifests, executors never do: a task carries the metadata of its bucket's files (`BucketTask`).
 
 Retries happen in two layers, each for what it can see:
 1. in the task, `run_with_retries` retries an attempt that raised a transient I/O error (after
@@ -25,7 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -35,13 +36,12 @@ from lsmlake.errors import InvalidInputError, NotFoundError
 from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.mergetree.compact.rewriter import DATA_PREFIX, changelog_prefix
-from lsmlake.mergetree.compact.unit import CompactUnit
 from lsmlake.proto_gen.lsmlake.v1 import common_pb2
 from lsmlake.rpc.convert import changes_from_proto, changes_to_proto
+from lsmlake.spark.bucket_task import BucketTask, with_bucket_files
 from lsmlake.table.compact import run_planned, written_files
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.postpone import place_partition, postponed
-from lsmlake.table.scan import Split
 from lsmlake.table.write import CommitMessage
 
 if TYPE_CHECKING:
@@ -53,27 +53,6 @@ _RETRY_BACKOFF_S = 0.5
 # Writers name data files `data-<uuid4>-0.parquet`: a prefix whose run-specific part holds a character
 # that is not hex or '-' can never match one of them, so deleting by such a prefix is safe.
 _UUID_CHARS = re.compile(r"[0-9a-f-]*")
-
-
-@dataclass(frozen=True)
-class BucketTask:
-    """One bucket's planned compaction unit, as plain values a Spark task can unpickle."""
-
-    table_id: str
-    snapshot_id: int
-    partition: bytes
-    bucket: int
-    unit_files: tuple[str, ...]
-    output_level: int
-    full: bool
-    file_prefix: str
-
-    @staticmethod
-    def of(table_id: str, split: Split, unit: CompactUnit, full: bool, file_prefix: str) -> BucketTask:
-        """The task of a unit `plan_bucket` returned for `split` (`full` as asked of the planner)."""
-        return BucketTask(table_id, split.snapshot_id, split.partition, split.bucket,
-                          tuple(f.file_name for f in unit.files), unit.output_level, full or unit.file_rewrite,
-                          file_prefix)
 
 
 @dataclass(frozen=True)
@@ -122,17 +101,6 @@ def check_prefix(file_prefix: str) -> None:
                                 f"its own after {DATA_PREFIX!r} with a character that is not hex or '-'")
 
 
-def _split_of(table: FileStoreTable, task: BucketTask) -> Split:
-    values = table.partition_values(task.partition)
-    keys = table.schema.partition_keys
-    # a partition equality prunes manifests; a null partition value cannot be matched by equality
-    pred = dict(zip(keys, values, strict=True)) if keys and None not in values else None
-    for split in table.new_scan(pred, task.snapshot_id, all_levels=True).plan():
-        if split.partition == task.partition and split.bucket == task.bucket:
-            return split
-    raise NotFoundError(f"bucket {task.bucket} of {table.identifier} has no files at snapshot {task.snapshot_id}")
-
-
 def delete_outputs(table: FileStoreTable, task: BucketTask) -> int:
     """Delete the data and changelog files a run of `task` wrote in its bucket (found by prefix)."""
     check_prefix(task.file_prefix)
@@ -153,7 +121,7 @@ def delete_outputs(table: FileStoreTable, task: BucketTask) -> int:
 def run_bucket_task(warehouse: str, task: BucketTask) -> TaskOutcome:
     """One attempt at one bucket's unit, in a Spark Python worker; raises on failure.
 
-    Opens the table, plans the bucket's split at `task.snapshot_id` (all levels), runs the unit and
+    Opens the table, runs the unit on the bucket's files the task carries (it reads no manifest) and
     returns the changes as serialized `FileChanges`. On a failure it deletes the files it wrote (by
     prefix, plus a deletion-vector index file already named in its changes) before re-raising, so the
     next attempt starts clean.
@@ -171,7 +139,7 @@ def run_bucket_task(warehouse: str, task: BucketTask) -> TaskOutcome:
         if task.bucket == POSTPONE_BUCKET:
             msgs = place_task(table, task)
         else:
-            msg = run_planned(table, _split_of(table, task), task.unit_files, task.output_level, task.full,
+            msg = run_planned(table, task.split(table), task.unit_files, task.output_level, task.full,
                               task.file_prefix)
             msgs = [msg] if msg is not None else []
         serialized = [changes_to_proto(m).SerializeToString() for m in msgs]
@@ -315,12 +283,18 @@ class SparkCompactor:
 
         A bucket that fails is reported in its outcome; the others still succeed. Only when Spark
         aborts the job (a task kept crashing its worker) do all outcomes carry the error, after every
-        task's files were deleted.
+        task's files were deleted. Tasks get the files of their buckets here, on the driver; a task whose
+        bucket cannot be read fails with that error without running. Each outcome has its task as given.
         """
         tasks = list(tasks)
         if not tasks:
             return []
+        prepared = self._with_bucket_files(warehouse, tasks)
+        ready = [t for t in prepared if isinstance(t, BucketTask)]
         with self._lock:
+            if not ready:
+                self._last_task_count = 0
+                return [o for o in prepared if isinstance(o, TaskOutcome)]
             sc = self._start().sparkContext
             group = job_group or f"lsmlake-compact-{uuid.uuid4().hex}"
             self._last_group = group
@@ -329,16 +303,45 @@ class SparkCompactor:
             fn = functools.partial(run_with_retries, warehouse, attempts=self.task_attempts)
             start = time.perf_counter()
             try:
-                outcomes: list[TaskOutcome] = sc.parallelize(tasks, numSlices=len(tasks)).map(fn).collect()
+                ran: list[TaskOutcome] = sc.parallelize(ready, numSlices=len(ready)).map(fn).collect()
             except Exception as e:  # noqa: BLE001 - the job was aborted: no task's output may survive
                 error = f"spark job aborted: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 seconds = time.perf_counter() - start
                 for t in tasks:
                     self._delete_outputs(warehouse, t)
-                return [TaskOutcome(t, None, error, 0, seconds, 0, 0) for t in tasks]
+                ran = [TaskOutcome(t, None, error, 0, seconds, 0, 0) for t in ready]
             finally:
                 self._last_task_count = self._count_tasks(group)
-            return outcomes
+            outcomes = iter(ran)
+            # the task as given, not as shipped: callers look their tasks up, and the files need not come back
+            return [replace(next(outcomes), task=t) if isinstance(p, BucketTask) else p
+                    for t, p in zip(tasks, prepared, strict=True)]
+
+    def _with_bucket_files(self, warehouse: str, tasks: list[BucketTask]) -> list[BucketTask | TaskOutcome]:
+        """Each task carrying its bucket's files, or the outcome of one whose bucket could not be read: the
+        error its executor would have met, after as many attempts (transient errors are retried)."""
+        groups: dict[tuple[str, int, bytes], list[int]] = {}
+        for i, t in enumerate(tasks):
+            groups.setdefault((t.table_id, t.snapshot_id, t.partition), []).append(i)
+        out: list[BucketTask | TaskOutcome] = list(tasks)
+        for indexes in groups.values():
+            start = time.perf_counter()
+            attempt = 0
+            while True:
+                attempt += 1
+                try:
+                    for i, task in zip(indexes, with_bucket_files(warehouse, [tasks[i] for i in indexes]),
+                                       strict=True):
+                        out[i] = task
+                    break
+                except Exception as e:  # noqa: BLE001 - reported in the outcomes
+                    if attempt >= self.task_attempts or not _transient(e):
+                        error = f"{type(e).__name__}: {e}"
+                        for i in indexes:
+                            out[i] = TaskOutcome(tasks[i], None, error, attempt, time.perf_counter() - start, 0, 0)
+                        break
+                time.sleep(_RETRY_BACKOFF_S * attempt)
+        return out
 
     @staticmethod
     def _delete_outputs(warehouse: str, task: BucketTask) -> None:
