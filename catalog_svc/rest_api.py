@@ -3,7 +3,7 @@
 Any Paimon engine configured with `metastore=rest` and this address (pypaimon, paimon-rust, Spark, Flink)
 uses lsmlake as its catalog: databases, tables, schema changes, snapshots, partitions and tags, and
 `commit`, which publishes the snapshot the engine built after lsmlake's checks and records it with its
-events, so the compactor compacts what these engines write (`lsmlake.catalog.snapshot_commit`).
+events, so the compactor compacts what these engines write (`lsmlake.catalog.commit.snapshot`).
 The roles are those of gRPC: reading needs `reader`, committing `writer` (an OVERWRITE or an unplanned
 COMPACT `admin`, a change of the HASH index `service`, as under gRPC), definitions and deletions `admin`;
 a commit user without a principal's namespace belongs to the first principal that commits under it.
@@ -19,9 +19,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lsmlake.auth.roles import Role
+from lsmlake.catalog.commit.snapshot import SnapshotCommitRequest, parse_snapshot
 from lsmlake.catalog.filesystem import check_name
 from lsmlake.catalog.reachability import TAG_PREFIX
-from lsmlake.catalog.snapshot_commit import SnapshotCommitRequest, parse_snapshot
 from lsmlake.errors import AlreadyExistsError, InvalidInputError, LakeError, NotFoundError
 from lsmlake.format.options import PARTITION_DEFAULT_NAME
 from lsmlake.format.partition import partition_value_string

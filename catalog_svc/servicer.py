@@ -27,14 +27,20 @@ from catalog_svc.requests import (
 )
 from catalog_svc.watch import follow_snapshots
 from lsmlake.auth.principal import current_principal
-from lsmlake.catalog.commit_checks import check_partition
-from lsmlake.catalog.commit_identity import request_id_limit, request_ids_of
-from lsmlake.catalog.commit_request import CommitRequest
-from lsmlake.catalog.commits import AFTER_COMMIT, AFTER_SNAPSHOT, CatalogCommits, CommitOutcome, check_table_identity
+from lsmlake.catalog.commit.catalog_commits import (
+    AFTER_COMMIT,
+    AFTER_SNAPSHOT,
+    CatalogCommits,
+    CommitOutcome,
+    check_table_identity,
+)
+from lsmlake.catalog.commit.checks import check_partition
+from lsmlake.catalog.commit.identity import request_id_limit, request_ids_of
+from lsmlake.catalog.commit.request import CommitRequest
+from lsmlake.catalog.commit.snapshot import SnapshotCommitRequest, commit_snapshot
 from lsmlake.catalog.expire import expire_snapshots, remove_orphan_files
 from lsmlake.catalog.filesystem import FileSystemCatalog, check_name
 from lsmlake.catalog.health import read_healths
-from lsmlake.catalog.snapshot_commit import SnapshotCommitRequest, commit_snapshot
 from lsmlake.catalog.timeline import Timeline, parse_plan_id
 from lsmlake.errors import CommitConflictError, InvalidInputError, LakeError, NotFoundError
 from lsmlake.format.predicate import Predicate
@@ -193,7 +199,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     @guarded
     def Commit(self, request: catalog_pb2.CommitRequest,
                context: grpc.ServicerContext) -> catalog_pb2.CommitResponse:
-        """Commit file changes as one snapshot (see `lsmlake.catalog.commits`)."""
+        """Commit file changes as one snapshot (see `lsmlake.catalog.commit.catalog_commits`)."""
         outcome = self._run_commit(convert.commit_from_proto(request))
         return catalog_pb2.CommitResponse(snapshot_id=outcome.snapshot_id,
                                           already_committed=outcome.already_committed)
@@ -207,7 +213,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
             return result
 
     def commit_snapshot(self, request: SnapshotCommitRequest) -> bool:
-        """Publish a snapshot a Paimon engine built (the REST `commit`, see `lsmlake.catalog.snapshot_commit`);
+        """Publish a snapshot a Paimon engine built (the REST `commit`, see `lsmlake.catalog.commit.snapshot`);
         False when another commit took its id."""
         with self._counted(request.snapshot.commit_kind) as outcome:
             published = commit_snapshot(self.commits, request, self._crash_if)

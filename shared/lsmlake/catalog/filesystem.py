@@ -1,7 +1,7 @@
 """The filesystem catalog: databases are `<name>.db` folders, tables are folders inside them.
 
 `FileSystemCatalog.commit` is how a writer without the catalog service (a Spark job on a warehouse folder)
-commits: with the file-change checks the service runs (`commit_checks`), so that neither path can publish
+commits: with the file-change checks the service runs (`commit.checks`), so that neither path can publish
 a manifest entry for a file that is not there or that the table does not own.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import pyarrow.fs as pafs
 
-from lsmlake.catalog.commit_checks import check_changes
+from lsmlake.catalog.commit.checks import check_changes
 from lsmlake.errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from lsmlake.format.schema import SchemaManager
 from lsmlake.format.types import DataField, parse_schema_fields
@@ -160,7 +160,7 @@ class FileSystemCatalog:
 
         An APPEND snapshot (COMPACT when the messages delete files), or with `overwrite` an OVERWRITE one
         replacing `partitions` (every partition when None). InvalidInputError naming the first file change
-        the table cannot hold (see `commit_checks`); nothing is written then.
+        the table cannot hold (see `commit.checks`); nothing is written then.
         """
         check_changes(table, messages, partitions or ())
         commit = table.new_commit(commit_user)

@@ -22,9 +22,9 @@ from typing import Protocol
 
 from lsmlake.auth.principal import SEPARATOR, current_principal, owned
 from lsmlake.auth.roles import Role
-from lsmlake.catalog.commit_checks import check_file_name
-from lsmlake.catalog.commit_request import CommitRequest
-from lsmlake.catalog.commits import CommitOutcome
+from lsmlake.catalog.commit.catalog_commits import CommitOutcome
+from lsmlake.catalog.commit.checks import check_file_name
+from lsmlake.catalog.commit.request import CommitRequest
 from lsmlake.catalog.expire import referenced_files
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import InvalidInputError, NotFoundError, PermissionDeniedError

@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from lsmlake.catalog.commit_request import COMMIT_KINDS, CommitRequest
+from lsmlake.catalog.commit.request import COMMIT_KINDS, CommitRequest
 from lsmlake.catalog.filesystem import check_name
 from lsmlake.catalog.health import TableHealth
 from lsmlake.catalog.timeline import PlanDetail, PlanUnit, check_plan_state

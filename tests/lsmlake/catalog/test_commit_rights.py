@@ -7,7 +7,7 @@ import pytest
 
 from lsmlake.auth.roles import Role
 from lsmlake.auth.tokens import Principal
-from lsmlake.catalog.commit_identity import check_rights
+from lsmlake.catalog.commit.identity import check_rights
 from lsmlake.errors import PermissionDeniedError
 from lsmlake.format.deletion_vector import DvRange
 from lsmlake.format.index_manifest import DELETION_VECTORS, HASH_INDEX, IndexEntry

@@ -116,7 +116,7 @@ def _dynamic_table(tmp_path):
 
 def test_an_index_manifest_sent_whole_may_not_drop_hash_entries(tmp_path) -> None:
     """Reproduction 3: a REST commit replacing the index manifest with one that leaves out a bucket's HASH file."""
-    from lsmlake.catalog.snapshot_commit import check_index_manifest
+    from lsmlake.catalog.commit.snapshot import check_index_manifest
 
     cat, t = _dynamic_table(tmp_path)
     latest = t.snapshots.latest()
@@ -128,7 +128,7 @@ def test_an_index_manifest_sent_whole_may_not_drop_hash_entries(tmp_path) -> Non
 
 
 def test_an_index_manifest_sent_whole_may_not_drop_deletion_vectors(tmp_path) -> None:
-    from lsmlake.catalog.snapshot_commit import check_index_manifest
+    from lsmlake.catalog.commit.snapshot import check_index_manifest
 
     cat, t = _append_dv_table(tmp_path)
     t.delete_where({"g": 1})
@@ -161,7 +161,7 @@ def _snapshot_with_index(t, index_manifest: str):
 def test_the_rest_commit_refuses_an_index_manifest_that_drops_entries(tmp_path, kind) -> None:
     """Reproduction 3 through the catalog's REST commit: dropping a bucket's HASH file (a key would get a second
     bucket) or a deletion-vector file (deleted rows come back) is refused, and nothing is published."""
-    from lsmlake.catalog.snapshot_commit import SnapshotCommitRequest
+    from lsmlake.catalog.commit.snapshot import SnapshotCommitRequest
     from tests.support.local_server import local_server
 
     with local_server(str(tmp_path / "lake")) as local:
@@ -184,7 +184,7 @@ def test_the_rest_commit_refuses_an_index_manifest_that_drops_entries(tmp_path, 
         kept = [e for e in entries if e.index_type != kind] + [e for e in entries if e.index_type == kind][1:]
         snap = _snapshot_with_index(t, t.indexes.write(kept))
         with pytest.raises(InvalidInputError):
-            local.server._servicer.commit_snapshot(SnapshotCommitRequest("db.t", snap))
+            local.server._operations.commit_snapshot(SnapshotCommitRequest("db.t", snap))
         assert cat.get_table("db.t").snapshots.latest_id() == latest.id
 
 
@@ -196,7 +196,7 @@ def test_an_index_manifest_sent_whole_is_compared_by_content(tmp_path) -> None:
     import numpy as np
     from pyroaring import BitMap
 
-    from lsmlake.catalog.snapshot_commit import check_index_manifest
+    from lsmlake.catalog.commit.snapshot import check_index_manifest
     from lsmlake.format import deletion_vector
     from lsmlake.table.read import load_vectors
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from lsmlake.auth.tokens import Principal
-from lsmlake.catalog.commit_identity import request_id_limit
+from lsmlake.catalog.commit.identity import request_id_limit
 from lsmlake.catalog.reconcile import WRITES_PROPERTY
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.snapshot import APPEND, COMPACT, OVERWRITE

@@ -11,13 +11,13 @@ snapshot; under the table's commit lock (shared by catalog replicas):
 3. its shape is checked (kinds, names that are not paths, numbers a Java long holds, a schema the table
    has), its manifest lists and index manifest must be files of the table that read as such, and its base
    must hold exactly the files of the latest snapshot (a client cannot drop files by leaving them out);
-4. the caller's role must allow what its index manifest changes (`commit_identity.check_rights`: the HASH
+4. the caller's role must allow what its index manifest changes (`identity.check_rights`: the HASH
    index is the bucket assigner's, dropping deletion vectors an admin's), as its kind and properties;
-5. the file changes of its delta are checked like every commit's (`commit_checks`: new files exist under
+5. the file changes of its delta are checked like every commit's (`checks`: new files exist under
    the table with the sizes the manifests say; an APPEND deletes nothing), adds are new to the table,
    deletes are of live files, no changelog file is a data file (`live_files`), and the counts add up;
 6. a bare commit user (no principal's namespace) must be the caller's or nobody's on this table, and is
-   the caller's from then on (`commit_identity.check_commit_user`);
+   the caller's from then on (`identity.check_commit_user`);
 7. the snapshot is published as sent (fields lsmlake does not know are kept) but dated by the catalog's
    clock, then recorded with its events like any snapshot found in the warehouse (`reconcile`), in the same
    metadata-store transaction.
@@ -33,10 +33,10 @@ from typing import Any
 
 from lsmlake.auth.principal import SEPARATOR, current_principal, owned
 from lsmlake.auth.tokens import Principal
-from lsmlake.catalog.commit_checks import MAX_TIME_MS, MIN_TIME_MS, check_changes, check_file_name
-from lsmlake.catalog.commit_identity import check_commit_user, check_rights
-from lsmlake.catalog.commit_request import MAX_PROPERTIES, MAX_PROPERTY_CHARS
-from lsmlake.catalog.commits import AFTER_SNAPSHOT, CatalogCommits, check_table_identity
+from lsmlake.catalog.commit.catalog_commits import AFTER_SNAPSHOT, CatalogCommits, check_table_identity
+from lsmlake.catalog.commit.checks import MAX_TIME_MS, MIN_TIME_MS, check_changes, check_file_name
+from lsmlake.catalog.commit.identity import check_commit_user, check_rights
+from lsmlake.catalog.commit.request import MAX_PROPERTIES, MAX_PROPERTY_CHARS
 from lsmlake.catalog.live_files import LiveFiles
 from lsmlake.catalog.reconcile import WRITES_PROPERTY, reconcile_table, snapshot_changes
 from lsmlake.errors import CorruptMetadataError, InvalidInputError, LakeError, NotFoundError, PermissionDeniedError

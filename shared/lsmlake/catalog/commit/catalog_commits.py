@@ -4,7 +4,7 @@ For one `CommitRequest`, under the table's commit lock (shared by catalog replic
 transaction:
 1. snapshots published without a record (a crash, an outside writer) are recorded first, with events;
 2. a recorded (user, identifier, kind) of the caller's namespace answers `already_committed` with its
-   snapshot, when the resend carries the same files (`commit_identity`);
+   snapshot, when the resend carries the same files (`identity`);
 3. the file changes are checked against the table as it is under the lock (a drop, a rollback or a
    compaction cannot remove a checked file before the snapshot names it), and the client writes it holds
    must be new to the table;
@@ -20,12 +20,12 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from lsmlake.auth.principal import current_principal
-from lsmlake.catalog.commit_checks import check_changes
-from lsmlake.catalog.commit_identity import DIGEST_PROPERTY, CommitIdentity, check_rights
-from lsmlake.catalog.commit_request import CommitRequest, check_request
-from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.commit.checks import check_changes
+from lsmlake.catalog.commit.identity import DIGEST_PROPERTY, CommitIdentity, check_rights
+from lsmlake.catalog.commit.request import CommitRequest, check_request
 from lsmlake.catalog.outbox import EventEncoder, SnapshotEvent, record_events
 from lsmlake.catalog.reconcile import WRITES_PROPERTY, reconcile_table
 from lsmlake.errors import AlreadyExistsError, StaleTableError
@@ -56,6 +56,13 @@ def check_table_identity(table: FileStoreTable, table_uuid: str) -> None:
                               f"the request was for {table_uuid}): reload the table; nothing was applied")
 
 
+class Tables(Protocol):
+    """Where the commits read a table as it is now: a `FileSystemCatalog` (which runs the same file-change
+    checks for its own commits, so it imports this package and this package cannot import it)."""
+
+    def get_table(self, identifier: str) -> FileStoreTable: ...
+
+
 def _ignore(_: object) -> None:
     pass
 
@@ -66,10 +73,10 @@ class CatalogCommits:
     `encode_events` writes a snapshot's outbox rows (see `outbox`); `on_reconciled` hears of the snapshots
     recorded by step 1; `fault_point` is called at AFTER_SNAPSHOT (published, not yet recorded) and
     AFTER_COMMIT (recorded, lock released), where the recovery tests crash the service. `clock` (epoch
-    milliseconds) dates the snapshots the catalog publishes as a client built them (`snapshot_commit`).
+    milliseconds) dates the snapshots the catalog publishes as a client built them (`snapshot`).
     """
 
-    def __init__(self, catalog: FileSystemCatalog, store: MetaStore, encode_events: EventEncoder,
+    def __init__(self, catalog: Tables, store: MetaStore, encode_events: EventEncoder,
                  on_reconciled: Callable[[list[int]], None] = _ignore,
                  fault_point: Callable[[str], None] = _ignore, clock: Callable[[], int] = now_ms) -> None:
         self.catalog = catalog
