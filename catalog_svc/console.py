@@ -27,11 +27,10 @@ from catalog_svc.health_history import HealthHistory
 from lsmlake.auth.roles import Role
 from lsmlake.auth.sessions import SessionStore
 from lsmlake.auth.tokens import Principal
-from lsmlake.catalog.filesystem import FileSystemCatalog, check_name
-from lsmlake.catalog.health import health_of, read_healths
+from lsmlake.catalog.filesystem import check_name
+from lsmlake.catalog.operations import CatalogOperations
 from lsmlake.errors import PermissionDeniedError
 from lsmlake.format.partition import partition_value_string
-from lsmlake.metastore import MetaStore, now_ms
 from lsmlake.rest.http_server import Request, Response, Route
 from lsmlake.table.compact import restore_levels
 from lsmlake.table.postpone import every_bucket
@@ -126,16 +125,17 @@ def _ms(ms: float) -> str:
 
 
 class Console:
-    """The routes of the console, over the catalog's warehouse and metadata store."""
+    """The routes of the console, over the catalog's operations."""
 
-    def __init__(self, catalog: FileSystemCatalog, store: MetaStore, history: HealthHistory,
-                 clock: Callable[[], int] = now_ms, tls: bool = False, sessions: SessionStore | None = None) -> None:
-        """`tls`: the console is served over TLS (its origin is https, the cookie is sent over TLS only).
-        `sessions`: the logins, over the tokens the server checks; None when it checks none (no login needed)."""
-        self.catalog = catalog
-        self.store = store
+    def __init__(self, operations: CatalogOperations, history: HealthHistory,
+                 clock: Callable[[], int] | None = None, tls: bool = False,
+                 sessions: SessionStore | None = None) -> None:
+        """`clock` (epoch ms): the operations' when None. `tls`: the console is served over TLS (its origin is
+        https, the cookie is sent over TLS only). `sessions`: the logins, over the tokens the server checks;
+        None when it checks none (no login needed)."""
+        self.operations = operations
         self.history = history
-        self.clock = clock
+        self.clock = clock or operations.clock
         self.tls = tls
         self.sessions = sessions
         self._cookie_flags = "; Path=/; HttpOnly; SameSite=Strict" + ("; Secure" if tls else "")
@@ -153,7 +153,7 @@ class Console:
                 Route("GET", "/favicon.ico", Role.READER, lambda _: Response(None, 204), public=True, name="icon")]
 
     def tables(self, request: Request) -> Response:
-        healths = read_healths(self.catalog, self.store, self.catalog.table_ids(), self.clock())
+        healths = self.operations.table_healths(now=self.clock())
         rows = []
         for rank, h in enumerate(healths, 1):
             db, _, name = h.table.partition(".")
@@ -179,10 +179,10 @@ class Console:
     def table(self, request: Request) -> Response:
         db = check_name(request.params["database"], "database")
         tid = f"{db}.{check_name(request.params['table'], 'table')}"
-        table = self.catalog.get_table(tid)
+        table = self.operations.get_table(tid)
         snap = table.latest_snapshot()
         splits = every_bucket(table, snap)
-        h = health_of(table, self.store, self.clock(), (snap, splits))  # figures and pictures of one snapshot
+        h = self.operations.health_at(table, self.clock(), (snap, splits))  # figures and pictures of one snapshot
         types = table.schema.types_of(table.schema.partition_keys)
         pictures = []
         for split in sorted(splits, key=lambda s: (s.partition, s.bucket))[:64]:
@@ -201,7 +201,7 @@ class Console:
                    f"{h.level0_files}; plans requested {h.pending_plans}, running {h.inflight_plans}; snapshot "
                    f"{h.snapshot_id}; penalties: "
                    + ", ".join(f"{escape(k)} {v:.1f}" for k, v in h.penalties.items()) + "</p>")
-        plans = self.store.plans.list_plans(tid, changed_since_ms=now - HOUR_MS)
+        plans = self.operations.plans_changed_since(tid, now - HOUR_MS)
         span = window_ms(min([p.created_ms for p in plans if p.created_ms >= now - HOUR_MS]
                              + [s.time_ms for s in samples if s.time_ms >= now - HOUR_MS], default=None), now)
         charts = "".join([

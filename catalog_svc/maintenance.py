@@ -1,9 +1,10 @@
 """Work the catalog does by itself: announce unrecorded snapshots at start-up, expire snapshots, remove
 orphan files and update the tables' health gauges on a schedule.
 
-Each expiration batch runs under the table's commit lock, so replicas sharing a metadata store take turns
-and never expire a snapshot a commit is building on; the lock is let go between batches, so commits are not
-held up while a table far behind catches up. A failure on one table is logged and the others go on.
+Each job is an operation of the catalog (`lsmlake.catalog.operations`), which takes the table's commit lock:
+an expiration batch runs under it, so replicas sharing a metadata store take turns and never expire a
+snapshot a commit is building on, and lets it go between batches. A failure on one table is logged and the
+others go on.
 """
 
 from __future__ import annotations
@@ -13,12 +14,8 @@ import time
 
 from catalog_svc.health_history import HealthHistory
 from catalog_svc.metrics import CatalogMetrics
-from lsmlake.catalog.expire import PASS_BUDGET_S, ExpirePass, remove_orphan_files
-from lsmlake.catalog.filesystem import FileSystemCatalog
-from lsmlake.catalog.health import read_health
-from lsmlake.catalog.reconcile import reconcile_table
-from lsmlake.metastore import MetaStore, now_ms
-from lsmlake.rpc.events import snapshot_events
+from lsmlake.catalog.expire import PASS_BUDGET_S, ExpirePass
+from lsmlake.catalog.operations import CatalogOperations
 from lsmlake.runtime.background import BackgroundLoop
 
 _log = logging.getLogger(__name__)
@@ -27,16 +24,12 @@ ORPHAN_MIN_AGE_MS = 86_400_000  # a file younger than a day may belong to a comm
 TICK_S = 0.5  # how often the thread looks whether a job is due
 
 
-def reconcile_all(catalog: FileSystemCatalog, store: MetaStore, metrics: CatalogMetrics) -> int:
+def reconcile_all(operations: CatalogOperations, metrics: CatalogMetrics) -> int:
     """Record, with their events, the snapshots of every table that have no record yet; how many."""
     total = 0
-    for tid in catalog.table_ids():
+    for tid in operations.table_ids():
         try:
-            latest = catalog.get_table(tid).snapshots.latest_id()
-            if latest is None or (store.commits.last_recorded_snapshot(tid) or 0) >= latest:
-                continue  # nothing to do: no lock taken
-            with store.commit_lock(tid):
-                total += len(reconcile_table(store, catalog.get_table(tid), tid, snapshot_events))
+            total += operations.reconcile(tid)
         except Exception:
             _log.exception("cannot reconcile table %s", tid)
     metrics.reconciled.inc(total)
@@ -49,12 +42,11 @@ class Maintenance:
     `reconcile_interval_s`; an interval of 0 turns that job off. An expiration pass works on each table until
     it is caught up or `expire_budget_s` is spent on it."""
 
-    def __init__(self, catalog: FileSystemCatalog, store: MetaStore, metrics: CatalogMetrics,
+    def __init__(self, operations: CatalogOperations, metrics: CatalogMetrics,
                  expire_interval_s: float, orphan_interval_s: float, reconcile_interval_s: float = 0.0,
                  expire_budget_s: float = PASS_BUDGET_S, health_interval_s: float = 0.0,
                  history: HealthHistory | None = None) -> None:
-        self.catalog = catalog
-        self.store = store
+        self.operations = operations
         self.metrics = metrics
         self.expire_interval_s = expire_interval_s
         self.expire_budget_s = expire_budget_s
@@ -85,7 +77,7 @@ class Maintenance:
         now = time.monotonic()
         if self.reconcile_interval_s > 0 and now >= self._next_reconcile:
             try:
-                reconcile_all(self.catalog, self.store, self.metrics)
+                reconcile_all(self.operations, self.metrics)
             finally:
                 self._next_reconcile = time.monotonic() + self.reconcile_interval_s
         if self.expire_interval_s > 0 and now >= self._next_expire:
@@ -110,10 +102,10 @@ class Maintenance:
         A table that cannot be read keeps its last figures and history, flagged by `lsmlake_table_unreadable`:
         only a table that is gone loses them (an alert must not clear itself when the table breaks)."""
         seen: set[str] = set()
-        for tid in self.catalog.table_ids():
+        for tid in self.operations.table_ids():
             if self._loop.is_stopping():
                 return len(seen)
-            health = read_health(self.catalog, self.store, tid, now_ms())
+            health = self.operations.table_health(tid)
             if health is None:
                 continue
             seen.add(tid)
@@ -131,7 +123,7 @@ class Maintenance:
         """Expire snapshots of every table by its `snapshot.*` options, each until caught up (in batches of
         `snapshot.expire.limit`, within `expire_budget_s`); how many were expired."""
         total = 0
-        for tid in self.catalog.table_ids():
+        for tid in self.operations.table_ids():
             if self._loop.is_stopping():
                 break
             total += self._expire_table(tid)
@@ -142,8 +134,7 @@ class Maintenance:
         expire: ExpirePass | None = None
         failed = False
         try:
-            expire = ExpirePass(self.catalog.get_table(tid), batch_lock=lambda: self.store.commit_lock(tid),
-                                budget_s=self.expire_budget_s, should_stop=self._loop.is_stopping)
+            expire = self.operations.expire_pass(tid, self.expire_budget_s, self._loop.is_stopping)
             expire.run()
         except Exception:
             _log.exception("scheduled expiration of %s failed", tid)
@@ -164,11 +155,11 @@ class Maintenance:
     def remove_orphans_once(self) -> int:
         """Delete files older than a day that no snapshot or tag of their table references; how many."""
         total = 0
-        for tid in self.catalog.table_ids():
+        for tid in self.operations.table_ids():
             if self._loop.is_stopping():
                 break
             try:
-                result = remove_orphan_files(self.catalog.get_table(tid), older_than_ms=ORPHAN_MIN_AGE_MS)
+                result = self.operations.remove_orphan_files(tid, ORPHAN_MIN_AGE_MS)
             except Exception:
                 _log.exception("scheduled orphan cleanup of %s failed", tid)
                 continue

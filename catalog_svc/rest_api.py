@@ -12,19 +12,16 @@ a commit user without a principal's namespace belongs to the first principal tha
 from __future__ import annotations
 
 import json
-import os
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lsmlake.auth.roles import Role
 from lsmlake.catalog.commit.snapshot import SnapshotCommitRequest, parse_snapshot
 from lsmlake.catalog.filesystem import check_name
-from lsmlake.catalog.reachability import TAG_PREFIX
-from lsmlake.errors import AlreadyExistsError, InvalidInputError, LakeError, NotFoundError
-from lsmlake.format.options import PARTITION_DEFAULT_NAME
-from lsmlake.format.partition import partition_value_string
+from lsmlake.catalog.operations import CatalogOperations
+from lsmlake.catalog.statistics import FileStats, partition_spec
+from lsmlake.catalog.tags import check_tag_name
+from lsmlake.errors import AlreadyExistsError, InvalidInputError, LakeError
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.rest.errors import NoSuchResourceError, NotImplementedRestError
 from lsmlake.rest.http_server import Request, Response, Route
@@ -41,13 +38,8 @@ from lsmlake.rest.paimon_json import (
 )
 from lsmlake.table.file_store_table import FileStoreTable
 
-if TYPE_CHECKING:
-    from catalog_svc.servicer import CatalogService
-
 _DB = "/v1/databases/{db}"
 _T = _DB + "/tables/{table}"
-MAX_TAG_NAME_CHARS = 200
-_STATS_CACHE = 256
 
 
 def _tid(r: Request) -> str:
@@ -55,13 +47,10 @@ def _tid(r: Request) -> str:
 
 
 class RestCatalogApi:
-    """The handlers of the REST API over one catalog service (its catalog, store, commits and metrics)."""
+    """The handlers of the REST API over the catalog's operations."""
 
-    def __init__(self, service: CatalogService) -> None:
-        self.service = service
-        self.catalog = service.catalog
-        self._stats: OrderedDict[tuple[str, str, int], dict[str, int]] = OrderedDict()
-        self._stats_lock = threading.Lock()
+    def __init__(self, operations: CatalogOperations) -> None:
+        self.operations = operations
 
     def routes(self) -> list[Route]:
         R = Role
@@ -100,25 +89,23 @@ class RestCatalogApi:
         return Response({"defaults": {}, "overrides": {}})
 
     def list_databases(self, r: Request) -> Response:
-        return Response(page(self.catalog.list_databases(), r.query, "databases"))
+        return Response(page(self.operations.list_databases(), r.query, "databases"))
 
     def create_database(self, r: Request) -> Response:
         body = obj(r.body, "request")
         name = check_name(text(body, "name", "request"), "database")
         if string_map(body.get("options"), "request.options"):
             raise InvalidInputError("database options are not kept by this catalog; create it without options")
-        self.catalog.create_database(name)  # AlreadyExistsError (409) when it exists
+        self.operations.create_database(name)  # AlreadyExistsError (409) when it exists
         return Response()
 
     def get_database(self, r: Request) -> Response:
         name = check_name(r.params["db"], "database")
-        path = self.catalog.database_path(name)
-        if not self.catalog.io.exists(path):
-            raise NotFoundError(f"database {name!r} does not exist")
-        return Response({"id": name, "name": name, "location": self.catalog.location(path), "options": {}})
+        return Response({"id": name, "name": name, "location": self.operations.database_location(name),
+                         "options": {}})
 
     def drop_database(self, r: Request) -> Response:
-        self.service.drop_database(r.params["db"], cascade=True)  # Paimon's server drops the tables with it
+        self.operations.drop_database(r.params["db"], cascade=True)  # Paimon's server drops the tables with it
         return Response()
 
     def alter_database(self, r: Request) -> Response:
@@ -128,7 +115,8 @@ class RestCatalogApi:
     # -- tables --------------------------------------------------------------------------------
 
     def list_tables(self, r: Request) -> Response:
-        return Response(page(self.catalog.list_tables(check_name(r.params["db"], "database")), r.query, "tables"))
+        return Response(page(self.operations.list_tables(check_name(r.params["db"], "database")), r.query,
+                             "tables"))
 
     def create_table(self, r: Request) -> Response:
         body = obj(r.body, "request")
@@ -144,17 +132,19 @@ class RestCatalogApi:
         options = string_map(schema.get("options"), "request.schema.options")
         if "path" in options:
             raise InvalidInputError("request.schema.options: the table's path is the catalog's to choose")
-        if self.catalog.table_exists(tid):
+        if self.operations.table_exists(tid):
             raise _about(AlreadyExistsError(f"table {tid!r} already exists"), "TABLE")
-        self.catalog.create_table(tid, fields, string_list(schema.get("partitionKeys"), "request.schema.partitionKeys"),
-                                  string_list(schema.get("primaryKeys"), "request.schema.primaryKeys"), options,
-                                  comment)
+        self.operations.create_table(tid, fields,
+                                     string_list(schema.get("partitionKeys"), "request.schema.partitionKeys"),
+                                     string_list(schema.get("primaryKeys"), "request.schema.primaryKeys"), options,
+                                     comment)
         return Response()
 
     def get_table(self, r: Request) -> Response:
-        table = self.catalog.get_table(_tid(r))
-        return Response({"id": table.table_uuid, "name": r.params["table"], "path": self.catalog.location(table.path),
-                         "isExternal": False, "schemaId": table.schema.id, "schema": schema_to_json(table.schema)})
+        table = self.operations.get_table(_tid(r))
+        return Response({"id": table.table_uuid, "name": r.params["table"],
+                         "path": self.operations.location(table.path), "isExternal": False, "schemaId": table.schema.id,
+                         "schema": schema_to_json(table.schema)})
 
     def alter_table(self, r: Request) -> Response:
         tid = _tid(r)
@@ -162,43 +152,31 @@ class RestCatalogApi:
         if not isinstance(raw, list) or not raw:
             raise InvalidInputError("request.changes must be a non-empty list")
         changes = [schema_change_from_json(c, f"request.changes[{i}]") for i, c in enumerate(raw)]
-        with self.service.store.commit_lock(tid):
-            self.catalog.alter_table(tid, changes)
+        self.operations.alter_table(tid, changes)
         return Response()
 
     def drop_table(self, r: Request) -> Response:
-        self.service.drop_table(_tid(r))
+        self.operations.drop_table(_tid(r))
         return Response()
 
     def rename_table(self, r: Request) -> Response:
         body = obj(r.body, "request")
         src = ".".join(identifier_from_json(body.get("source"), "request.source"))
         dst = ".".join(identifier_from_json(body.get("destination"), "request.destination"))
-        cat, store = self.catalog, self.service.store
-        if not cat.io.local:
-            raise NotImplementedRestError("renaming a table needs an atomic folder rename, which object stores "
-                                          "do not have; create the table under the new name and copy it")
-        first, second = sorted((src, dst))
-        with store.commit_lock(first), store.commit_lock(second):
-            cat.get_table(src)
-            if not cat.io.exists(cat.database_path(dst.split(".")[0])):
-                raise NotFoundError(f"database of {dst!r} does not exist")
-            if cat.io.exists(cat.table_path(dst)):
-                raise AlreadyExistsError(f"table {dst!r} already exists")
-            os.rename(cat.table_path(src), cat.table_path(dst))
-            # the jobs committing to the table still own their commit users
-            store.commit_users.move_commit_users(src, dst)
-            store.forget_table(src)  # the history is the old name's; the new name records the snapshots anew
+        try:
+            self.operations.rename_table(src, dst)
+        except NotImplementedError as e:
+            raise NotImplementedRestError(str(e)) from None
         return Response()
 
     # -- snapshots and commits -----------------------------------------------------------------
 
     def latest_snapshot(self, r: Request) -> Response:
-        table = self.catalog.get_table(_tid(r))
+        table = self.operations.get_table(_tid(r))
         snap = table.snapshots.latest()
         if snap is None:
             raise NoSuchResourceError(f"table {table.identifier} has no snapshot yet", "SNAPSHOT")
-        stats = self._file_stats(table, snap)
+        stats = _stats_json(self.operations.snapshot_stats(table, snap))
         return Response({"snapshot": {"snapshot": _snapshot_json(snap), **stats}})
 
     def commit(self, r: Request) -> Response:
@@ -210,105 +188,57 @@ class RestCatalogApi:
         if not isinstance(body.get("statistics", []), list):
             raise InvalidInputError("request.statistics must be a list")
         snap = parse_snapshot(body.get("snapshot"), "request.snapshot")
-        ok = self.service.commit_snapshot(SnapshotCommitRequest(_tid(r), snap, table_uuid or "", base))
+        ok = self.operations.commit_snapshot(SnapshotCommitRequest(_tid(r), snap, table_uuid or "", base))
         return Response({"success": ok})
 
     def rollback(self, r: Request) -> Response:
-        self.catalog.get_table(_tid(r))
+        self.operations.get_table(_tid(r))
         raise NotImplementedRestError("rollback is not served by this catalog yet: the compaction timeline and the "
                                       "outbox would name snapshots that no longer exist")
 
     def list_partitions(self, r: Request) -> Response:
-        table = self.catalog.get_table(_tid(r))
-        snap = table.snapshots.latest()
-        parts: dict[bytes, dict[str, Any]] = {}
-        if snap is not None:
-            for e in table.manifests.live(snap.base_manifest_list, snap.delta_manifest_list).values():
-                p = parts.setdefault(e.partition, {"recordCount": 0, "fileSizeInBytes": 0, "fileCount": 0,
-                                                   "lastFileCreationTime": 0, "done": False})
-                p["recordCount"] += e.file.row_count
-                p["fileSizeInBytes"] += e.file.file_size
-                p["fileCount"] += 1
-                p["lastFileCreationTime"] = max(p["lastFileCreationTime"], e.file.creation_time_ms or 0)
-        specs = {_spec_name(table, k): {"spec": _spec(table, k), **v} for k, v in parts.items()}
+        table, parts = self.operations.partition_stats(_tid(r))
+        specs = {_spec_name(table, k): {"spec": partition_spec(table, k), **_stats_json(v), "done": False}
+                 for k, v in parts.items()}
         shown = page(list(specs), r.query, "partitions")
         shown["partitions"] = [specs[n] for n in shown["partitions"]]
         return Response(shown)
 
     def table_token(self, r: Request) -> Response:
-        self.catalog.get_table(_tid(r))
+        self.operations.get_table(_tid(r))
         raise NotImplementedRestError("this catalog hands out no storage tokens: leave data-token.enabled off and "
                                       "give the engine its own storage credentials")
 
     # -- tags and branches ---------------------------------------------------------------------
 
     def list_tags(self, r: Request) -> Response:
-        table = self.catalog.get_table(_tid(r))
-        names = [i.name[len(TAG_PREFIX):] for i in table.io.list(f"{table.path}/tag")
-                 if not i.is_dir and i.name.startswith(TAG_PREFIX)]
-        return Response(page(names, r.query, "tags"))
+        return Response(page(self.operations.list_tags(_tid(r)), r.query, "tags"))
 
     def create_tag(self, r: Request) -> Response:
         tid = _tid(r)
         body = obj(r.body, "request")
-        name = _tag_name(text(body, "tagName", "request"))
+        name = check_tag_name(text(body, "tagName", "request"))
         sid = body.get("snapshotId")
         if sid is not None and (not isinstance(sid, int) or isinstance(sid, bool)):
             raise InvalidInputError("request.snapshotId must be an integer")
         if body.get("timeRetained") is not None:
             raise InvalidInputError("request.timeRetained: tags that expire are not supported; tag without it")
-        with self.service.store.commit_lock(tid):  # expiration cannot remove the snapshot while it is tagged
-            table = self.catalog.get_table(tid)
-            snap = table.snapshots.snapshot(sid) if sid is not None else table.snapshots.latest()
-            if snap is None:
-                raise NotFoundError(f"table {tid} has no snapshot to tag")
-            if not table.io.write_if_absent(f"{table.path}/tag/{TAG_PREFIX}{name}", snap.to_json().encode()):
-                raise AlreadyExistsError(f"tag {name!r} of {tid} already exists")
+        self.operations.create_tag(tid, name, sid)
         return Response()
 
     def get_tag(self, r: Request) -> Response:
-        table = self.catalog.get_table(_tid(r))
-        name = _tag_name(r.params["tag"])
-        try:
-            snap = Snapshot.from_json(table.io.read_bytes(f"{table.path}/tag/{TAG_PREFIX}{name}"))
-        except NotFoundError:
-            raise NotFoundError(f"tag {name!r} of {table.identifier} does not exist") from None
+        name = r.params["tag"]
+        snap = self.operations.get_tag(_tid(r), name)  # the name is checked once the table is found
         return Response({"tagName": name, "snapshot": _snapshot_json(snap), "tagCreateTime": None,
                          "tagTimeRetained": None})
 
     def delete_tag(self, r: Request) -> Response:
         tid = _tid(r)
-        name = _tag_name(r.params["tag"])
-        with self.service.store.commit_lock(tid):
-            table = self.catalog.get_table(tid)
-            if not table.io.delete_quietly(f"{table.path}/tag/{TAG_PREFIX}{name}"):
-                raise NotFoundError(f"tag {name!r} of {tid} does not exist")
+        self.operations.delete_tag(tid, check_tag_name(r.params["tag"]))
         return Response()
 
     def list_branches(self, r: Request) -> Response:
-        table = self.catalog.get_table(_tid(r))
-        names = sorted(i.name[len("branch-"):] for i in table.io.list(f"{table.path}/branch")
-                       if i.is_dir and i.name.startswith("branch-"))
-        return Response({"branches": names})
-
-    # -- helpers -------------------------------------------------------------------------------
-
-    def _file_stats(self, table: FileStoreTable, snap: Snapshot) -> dict[str, int]:
-        """Record count, bytes, files and the newest file's creation time of a snapshot (cached: immutable)."""
-        key = (table.path, table.table_uuid, snap.id)
-        with self._stats_lock:
-            if key in self._stats:
-                self._stats.move_to_end(key)
-                return self._stats[key]
-        live = table.manifests.live(snap.base_manifest_list, snap.delta_manifest_list).values()
-        stats = {"recordCount": snap.total_record_count, "fileSizeInBytes": sum(e.file.file_size for e in live),
-                 "fileCount": len(live),
-                 "lastFileCreationTime": max((e.file.creation_time_ms or 0 for e in live), default=0)}
-        with self._stats_lock:
-            self._stats[key] = stats
-            while len(self._stats) > _STATS_CACHE:
-                self._stats.popitem(last=False)
-        return stats
+        return Response({"branches": self.operations.list_branches(_tid(r))})
 
 
 _NOT_SERVED = (
@@ -340,23 +270,10 @@ def _snapshot_json(snap: Snapshot) -> Any:
     return json.loads(snap.to_json())
 
 
-def _tag_name(name: str | None) -> str:
-    if not name or len(name) > MAX_TAG_NAME_CHARS or any(c in name for c in "/\\\x00") or name in (".", ".."):
-        raise InvalidInputError(f"tag name {str(name)[:60]!r} is not a name (1 to {MAX_TAG_NAME_CHARS} characters, "
-                                "no '/', '\\' or NUL)")
-    return name
-
-
-def _spec(table: FileStoreTable, partition: bytes) -> dict[str, str]:
-    values = table.partition_values(partition)
-    types = table.schema.types_of(table.schema.partition_keys)
-    default = table.options.get(PARTITION_DEFAULT_NAME)
-    out = {}
-    for name, v, t in zip(table.schema.partition_keys, values, types, strict=True):
-        s = partition_value_string(v, t)
-        out[name] = default if s is None or not s.strip() else s
-    return out
+def _stats_json(stats: FileStats) -> dict[str, int]:
+    return {"recordCount": stats.record_count, "fileSizeInBytes": stats.file_size, "fileCount": stats.file_count,
+            "lastFileCreationTime": stats.last_file_creation_ms}
 
 
 def _spec_name(table: FileStoreTable, partition: bytes) -> str:
-    return "/".join(f"{k}={v}" for k, v in _spec(table, partition).items())
+    return "/".join(f"{k}={v}" for k, v in partition_spec(table, partition).items())

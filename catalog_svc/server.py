@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -16,12 +16,17 @@ from catalog_svc.maintenance import Maintenance, reconcile_all
 from catalog_svc.metrics import CatalogMetrics
 from catalog_svc.relay import KEEP_DELIVERED_S, KEEP_UNDELIVERED_S, OutboxRelay
 from catalog_svc.rest_api import RestCatalogApi
-from catalog_svc.servicer import FAULTS, KEEP_WRITES_MS, CatalogService
+from catalog_svc.servicer import CatalogService
 from lsmlake.auth.sessions import SessionStore
+from lsmlake.catalog.commit.catalog_commits import AFTER_COMMIT, AFTER_SNAPSHOT
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.operations import KEEP_WRITES_MS, CatalogOperations
+from lsmlake.errors import InvalidInputError
 from lsmlake.metastore import MetaStore, open_store
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc
 from lsmlake.rest.http_server import HttpSettings, JsonHttpServer
+from lsmlake.rpc import convert
+from lsmlake.rpc.events import snapshot_events
 from lsmlake.rpc.service_main import (
     ServiceProcess,
     ServiceSettings,
@@ -37,6 +42,44 @@ _log = logging.getLogger(__name__)
 SERVICE_NAME = catalog_pb2.DESCRIPTOR.services_by_name["CatalogService"].full_name
 METASTORE_FILE = "_lsmlake_catalog.sqlite"
 WORKERS = 16
+FAULTS = (None, "exit-after-snapshot", "exit-after-commit")
+_FAULT_POINTS = {AFTER_SNAPSHOT: "exit-after-snapshot", AFTER_COMMIT: "exit-after-commit"}
+
+
+def crash_at(fault: str | None) -> Callable[[str], None]:
+    """The hook that ends the process at `fault`'s point of a commit, for the recovery tests: "exit-after-snapshot"
+    after the snapshot is published and before the metadata store commits, "exit-after-commit" after the store
+    commits and before the relay publishes the events."""
+    if fault not in FAULTS:
+        raise InvalidInputError(f"fault {fault!r} is not one of {', '.join(f for f in FAULTS if f)}")
+
+    def crash_if(point: str) -> None:
+        if fault is not None and fault == _FAULT_POINTS.get(point):
+            _log.error("fault injection: exiting at %s", fault)
+            logging.shutdown()
+            os._exit(137)
+    return crash_if
+
+
+class CommitCounter:
+    """Counts the catalog's commits in the service's metrics and wakes the event relay after each."""
+
+    def __init__(self, metrics: CatalogMetrics, on_commit: Callable[[], None]) -> None:
+        self.metrics = metrics
+        self._on_commit = on_commit
+
+    def counted(self, kind: str, outcome: str, seconds: float) -> None:
+        self.metrics.commits.labels(kind, outcome).inc()
+        if outcome == "conflict":
+            self.metrics.conflicts.labels(kind).inc()
+        if outcome in ("committed", "already_committed"):
+            self.metrics.commit_seconds.labels(kind).observe(seconds)
+
+    def committed(self) -> None:
+        self._on_commit()
+
+    def reconciled(self, snapshot_ids: list[int]) -> None:
+        self.metrics.reconciled.inc(len(snapshot_ids))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,7 +212,7 @@ class CatalogServer(ServiceProcess[Settings]):
         self._relay: OutboxRelay | None = None
         self._servicer: CatalogService | None = None
         self._maintenance: Maintenance | None = None
-        self._catalog: FileSystemCatalog | None = None
+        self._operations: CatalogOperations | None = None
         self._rest: JsonHttpServer | None = None
         self.rest_port: int | None = None
         self.ui_port: int | None = None
@@ -180,22 +223,25 @@ class CatalogServer(ServiceProcess[Settings]):
         s = self.settings
         self._store = open_store(s.metastore)
         # commits run under the metastore's commit lock: the warehouse needs no conditional create of its own
-        catalog = self._catalog = FileSystemCatalog(s.warehouse, publications_serialized=True)
+        catalog = FileSystemCatalog(s.warehouse, publications_serialized=True)
         catalog.io.mkdirs(catalog.root)
         self.metrics.watch_outbox(self._store)
         self._relay = OutboxRelay(self._store, s.kafka, on_published=self.metrics.events_published.inc,
                                   keep_delivered_s=s.outbox_retention_s,
                                   keep_undelivered_s=s.outbox_undelivered_retention_s, on_purged=self.metrics.purged)
         # snapshots a crash left unannounced get their events before the first new commit
-        found = reconcile_all(catalog, self._store, self.metrics)
+        ops = self._operations = CatalogOperations(
+            catalog, self._store, snapshot_events, convert.ProtoPlanCodec(),
+            listener=CommitCounter(self.metrics, self._relay.wake), fault_point=crash_at(s.fault),
+            keep_writes_ms=round(s.request_id_retention_s * 1000))
+        found = reconcile_all(ops, self.metrics)
         if found:
             _log.warning("recorded %d snapshot(s) that had no commit record", found)
-        self._servicer = CatalogService(catalog, self._store, on_commit=self._relay.wake, metrics=self.metrics,
-                                        fault=s.fault, keep_writes_ms=round(s.request_id_retention_s * 1000))
+        self._servicer = CatalogService(ops, metrics=self.metrics)
         catalog_pb2_grpc.add_CatalogServiceServicer_to_server(self._servicer, server)
         if s.rest_port is not None:
             sec = s.security
-            self._rest = JsonHttpServer(RestCatalogApi(self._servicer).routes(), HttpSettings(
+            self._rest = JsonHttpServer(RestCatalogApi(ops).routes(), HttpSettings(
                 host=s.host, port=s.rest_port, tls_cert=sec.tls_cert, tls_key=sec.tls_key,
                 tls_client_ca=sec.tls_client_ca, auth_tokens=sec.auth_tokens, workers=s.workers,
                 max_connections=s.http_max_connections, max_connections_per_peer=s.http_max_connections_per_peer),
@@ -203,7 +249,7 @@ class CatalogServer(ServiceProcess[Settings]):
             self.metrics.watch_http("rest", self._rest)
         if s.ui_port is not None:
             sec = s.security
-            console = Console(catalog, self._store, self.history, tls=sec.tls_cert is not None)
+            console = Console(ops, self.history, tls=sec.tls_cert is not None)
             ui = self._ui = JsonHttpServer(console.routes(), HttpSettings(
                 host=s.host, port=s.ui_port, tls_cert=sec.tls_cert, tls_key=sec.tls_key,
                 tls_client_ca=sec.tls_client_ca, auth_tokens=sec.auth_tokens, workers=4,
@@ -215,14 +261,14 @@ class CatalogServer(ServiceProcess[Settings]):
                 console.sessions = SessionStore(ui.tokens)
 
     def _run(self) -> None:
-        assert self._relay is not None and self._store is not None and self._catalog is not None
+        assert self._relay is not None and self._operations is not None
         s = self.settings
         self._relay.start()
         if self._rest is not None:
             self.rest_port = self._rest.start()
         if self._ui is not None:
             self.ui_port = self._ui.start()
-        self._maintenance = Maintenance(self._catalog, self._store, self.metrics, s.expire_interval_s,
+        self._maintenance = Maintenance(self._operations, self.metrics, s.expire_interval_s,
                                         s.orphan_interval_s, s.reconcile_interval_s,
                                         health_interval_s=s.health_interval_s, history=self.history).start()
 

@@ -16,7 +16,9 @@ import pytest
 from catalog_svc.maintenance import Maintenance
 from catalog_svc.metrics import CatalogMetrics
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.operations import CatalogOperations
 from lsmlake.metastore import open_store
+from lsmlake.rpc.events import snapshot_events
 
 SNAPSHOTS = 400
 LIMIT = 50
@@ -50,7 +52,8 @@ def _maintenance(wh: str, cat: FileSystemCatalog):
             yield tx
 
     store.commit_lock = counting_lock
-    return Maintenance(cat, store, CatalogMetrics(), expire_interval_s=0, orphan_interval_s=0), locks
+    operations = CatalogOperations(cat, store, snapshot_events)
+    return Maintenance(operations, CatalogMetrics(), expire_interval_s=0, orphan_interval_s=0), locks
 
 
 def test_one_pass_catches_up_a_table_far_behind(tmp_path, no_fsync) -> None:

@@ -261,7 +261,7 @@ def test_a_catalog_without_kafka_keeps_its_outbox_bounded(store_url: str, tmp_pa
             _age(store, pending, created_ms=now_ms() - DAY_MS - 60_000)
             assert not cat.server._relay.purger.purge_once().more  # type: ignore[union-attr]
             assert _outbox(store) == ([], [])
-        assert cat.server._servicer.catalog.get_table(T).snapshots.latest_id() == 200  # type: ignore[union-attr]
+        assert cat.server._operations.catalog.get_table(T).snapshots.latest_id() == 200  # type: ignore[union-attr]
         # one event per commit, never more than one round of them in the outbox
         assert sizes == [per_round] * rounds
         assert sample("lsmlake_catalog_outbox_events") == 0

@@ -13,8 +13,10 @@ from catalog_svc.health_history import HealthHistory
 from catalog_svc.maintenance import Maintenance
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.catalog.health import ranked, table_health
+from lsmlake.catalog.operations import CatalogOperations
 from lsmlake.metastore import now_ms, open_store
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
+from lsmlake.rpc.events import snapshot_events
 from lsmlake.table.compact import compact_table
 from tests.support.local_server import local_server
 
@@ -119,7 +121,7 @@ def test_list_table_health_over_grpc_and_the_gauges(tmp_path: Any) -> None:
             assert e.value.code() == grpc.StatusCode.NOT_FOUND
         metrics = lake.server.metrics
         store = open_store(lake.server.settings.metastore)  # the service's store, opened again
-        maintenance = Maintenance(cat, store, metrics, 0, 0, health_interval_s=1)
+        maintenance = Maintenance(CatalogOperations(cat, store, snapshot_events), metrics, 0, 0, health_interval_s=1)
         assert maintenance.update_health() == 2
         sample = metrics.registry.get_sample_value
         assert sample("lsmlake_table_sorted_runs_max", {"table": "db.a"}) == 3

@@ -151,6 +151,14 @@ class SnapshotManager:
                 continue
         return out
 
+    def at_time(self, time_millis: int) -> Snapshot | None:
+        """The newest snapshot committed at or before `time_millis` (epoch ms); None when every one is later."""
+        found = None
+        for s in self.snapshots():
+            if s.time_millis <= time_millis:
+                found = s
+        return found
+
     def publish(self, snapshot: Snapshot) -> bool:
         """Write `snapshot-<id>` if no one else has; then move the LATEST hint. False if the id was taken.
 

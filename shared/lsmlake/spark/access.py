@@ -82,13 +82,10 @@ class TableAccess:
 
     def snapshot_at(self, time_millis: int) -> int:
         """The newest snapshot committed at or before `time_millis`."""
-        best = None
-        for s in self.table.snapshots.snapshots():
-            if s.time_millis <= time_millis:
-                best = s.id
-        if best is None:
+        found = self.table.snapshots.at_time(time_millis)
+        if found is None:
             raise NotFoundError(f"table {self.identifier} has no snapshot at or before {time_millis} ms")
-        return best
+        return found.id
 
     def plan(self, snapshot_id: int | None, predicate: Predicate) -> list[Split]:
         snap: Snapshot | None = self.table.snapshot(snapshot_id)

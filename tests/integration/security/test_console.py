@@ -17,9 +17,11 @@ from catalog_svc.console_svg import window_ms
 from catalog_svc.health_history import HealthHistory
 from lsmlake.auth.tokens import TokenStore
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.operations import CatalogOperations
 from lsmlake.errors import PermissionDeniedError
 from lsmlake.metastore import open_store
 from lsmlake.rest.http_server import Request, Response
+from lsmlake.rpc.events import snapshot_events
 from tests.support.local_server import local_server
 from tests.support.security import Tokens
 
@@ -223,7 +225,8 @@ def test_under_tls_the_cookie_is_secure_and_the_console_s_origin_is_https(tmp_pa
     cat = FileSystemCatalog(str(tmp_path))
     for tls in (False, True):
         with open_store(f"sqlite:///{tmp_path}/store-{tls}.sqlite") as store:
-            console = Console(cat, store, HealthHistory(), tls=tls, sessions=SessionStore(TokenStore(tokens.file)))
+            console = Console(CatalogOperations(cat, store, snapshot_events), HealthHistory(), tls=tls,
+                              sessions=SessionStore(TokenStore(tokens.file)))
 
             def post(origin: str, host: str = "lake:8080", console: Console = console) -> Response:
                 try:

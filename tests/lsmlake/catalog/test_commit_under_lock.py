@@ -23,7 +23,7 @@ def test_a_file_removed_before_the_lock_is_taken_is_refused(tmp_path: Path, monk
         table = FileSystemCatalog(cat.warehouse).get_table("db.t")
         path = f"{table.path}/bucket-0/{messages[0].new_files[0].file_name}"
         assert os.path.exists(path)
-        store = cat.server._servicer.store
+        store = cat.server._operations.store
         real = store.commit_lock
 
         @contextmanager
