@@ -27,8 +27,8 @@ its uncommitted outputs), `abandon_plan` ends a plan whose inputs are gone. The 
 from __future__ import annotations
 
 from lsmlake.metastore.checks import check_table_id
+from lsmlake.metastore.commit_records import CommitRecords
 from lsmlake.metastore.commit_users import CommitUserClaims
-from lsmlake.metastore.commits import CommitRecords
 from lsmlake.metastore.outbox import Outbox
 from lsmlake.metastore.timeline import CompactionTimeline
 from lsmlake.metastore.transactions import TransactionalStore
