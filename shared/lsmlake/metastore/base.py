@@ -30,7 +30,7 @@ from lsmlake.metastore.checks import check_table_id
 from lsmlake.metastore.commit_records import CommitRecords
 from lsmlake.metastore.commit_users import CommitUserClaims
 from lsmlake.metastore.outbox import Outbox
-from lsmlake.metastore.timeline import CompactionTimeline
+from lsmlake.metastore.plans import CompactionPlans
 from lsmlake.metastore.transactions import TransactionalStore
 
 
@@ -47,7 +47,7 @@ class MetaStore(TransactionalStore):
         self.commits = CommitRecords(self)
         self.commit_users = CommitUserClaims(self)
         self.outbox = Outbox(self)
-        self.plans = CompactionTimeline(self)
+        self.plans = CompactionPlans(self)
 
     def forget_table(self, table_id: str) -> None:
         """Drop what the store keeps of a table (commits, plans, sequence counters, commit-user claims); undelivered

@@ -1,4 +1,5 @@
-"""The compaction timeline: plans and their states, with the unique key that keeps pending plans disjoint."""
+"""The compaction plan tables (`store.plans`): plans and their states, with the unique key that keeps pending plans
+disjoint; the catalog's `timeline` moves plans through these states."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ _PLAN_COLUMNS = ("plan_id, table_id, partition_bytes, bucket, input_files, outpu
                  "snapshot_id, reason, created_ms, updated_ms, started_ms, detail")
 
 
-class CompactionTimeline(StoreTables):
+class CompactionPlans(StoreTables):
     """The plan tables of the store."""
 
     def request_plan(self, table_id: str, partition: bytes, bucket: int, input_files: Sequence[str],
