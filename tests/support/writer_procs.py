@@ -13,20 +13,30 @@ import grpc
 
 from lsmlake.kafka.broker import free_port
 from tests.support.health import serving
+from tests.support.paths import ROOT
 
 START_TIMEOUT_S = 180.0  # a compactor starts a JVM; on a loaded machine that alone can take a minute
 
 
 class Service:
-    """A service process; `stop` sends SIGTERM and waits, `kill` is SIGKILL."""
+    """A service process; `stop` sends SIGTERM and waits, `kill` is SIGKILL.
 
-    def __init__(self, module: str, args: list[str], log_dir: Path, port: int | None = None) -> None:
+    `faults`: a storage fault spec (`tests.support.fault_fs`) the service's FileIOs inject, through the
+    `tests.support.faulty_service` launcher.
+    """
+
+    def __init__(self, module: str, args: list[str], log_dir: Path, port: int | None = None,
+                 faults: str | None = None) -> None:
         self.port = port or free_port()
         self.log = log_dir / f"{module.rsplit('.', 1)[-1]}-{uuid.uuid4().hex[:6]}.log"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        launch = [module]
+        if faults is not None:
+            launch = ["tests.support.faulty_service", faults, module]
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", module, "--port", str(self.port), *args],
-                                         stdout=subprocess.DEVNULL, stderr=log,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            self.proc = subprocess.Popen([sys.executable, "-m", *launch, "--port", str(self.port), *args],
+                                         stdout=subprocess.DEVNULL, stderr=log, env=env)
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}",
                                              options=[("grpc.max_send_message_length", 64 << 20)])
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -57,16 +67,17 @@ class Service:
         return self.proc.returncode
 
 
-def catalog(warehouse: Path, bootstrap: str | None, *extra: str) -> Service:
+def catalog(warehouse: Path, bootstrap: str | None, *extra: str, faults: str | None = None) -> Service:
     args = ["--warehouse", str(warehouse), *extra]
     if bootstrap:
         args += ["--kafka", bootstrap]
-    return Service("catalog_svc", args, warehouse.parent)
+    return Service("catalog_svc", args, warehouse.parent, faults=faults)
 
 
-def writer(warehouse: Path, catalog_port: int, *extra: str, port: int | None = None) -> Service:
+def writer(warehouse: Path, catalog_port: int, *extra: str, port: int | None = None,
+           faults: str | None = None) -> Service:
     return Service("writer_svc", ["--warehouse", str(warehouse), "--catalog", f"127.0.0.1:{catalog_port}",
-                                          *extra], warehouse.parent, port)
+                                          *extra], warehouse.parent, port, faults)
 
 
 def compactor(warehouse: Path, catalog_port: int, bootstrap: str, *extra: str) -> Service:

@@ -1,23 +1,37 @@
-"""Files: the FileIO every layer reads and writes through, and its fault-injecting test double.
+"""Files: the FileIO every layer reads and writes through.
 
-`open_path` is where a FileIO is made: it picks the filesystem of a URI, the conditional create of an S3, GCS or
-Azure store (`conditional_create`: how snapshots are published there) and, with `LSMLAKE_FAULT_FS` set (a test
-facility, see `faults`), wraps it in fault injection, checked once per FileIO so a normal one pays nothing.
+`open_path` is where a FileIO is made: it picks the filesystem of a URI and the conditional create of an S3,
+GCS or Azure store (`conditional_create`: how snapshots are published there), then hands the FileIO to the
+process's wrapper if one was set (`set_file_io_wrapper`), so that all storage access of a process can be
+instrumented in one place; without one the FileIO is used as made.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pyarrow.fs as pafs
 
 from lsmlake.fs.conditional_create import ConditionalCreate
 from lsmlake.fs.file_io import FileIO
 
-#: environment variable that turns on fault injection (a test facility: see `faults`)
-FAULT_FS_ENV = "LSMLAKE_FAULT_FS"
+#: what `set_file_io_wrapper` takes: a function from a new FileIO to the one to use instead
+FileIOWrapper = Callable[[FileIO], FileIO]
 
-__all__ = ["FAULT_FS_ENV", "FileIO", "open_path"]
+__all__ = ["FileIO", "FileIOWrapper", "open_path", "set_file_io_wrapper"]
+
+_wrapper: FileIOWrapper | None = None
+
+
+def set_file_io_wrapper(wrapper: FileIOWrapper | None) -> FileIOWrapper | None:
+    """Hand every FileIO `open_path` makes from now on to `wrapper` (None: to none); returns the one replaced.
+
+    Process-wide: FileIOs made before keep what they were. Nothing in lsmlake sets one.
+    """
+    global _wrapper
+    previous, _wrapper = _wrapper, wrapper
+    return previous
 
 
 def open_path(uri: str, fs: pafs.FileSystem | None = None,
@@ -38,10 +52,6 @@ def open_path(uri: str, fs: pafs.FileSystem | None = None,
         local = isinstance(fs, pafs.LocalFileSystem)
         source = uri
     conditional = None if local else ConditionalCreate.for_filesystem(fs, source)
-    spec = os.environ.get(FAULT_FS_ENV)
-    if spec:
-        from lsmlake.fs.faults import FaultyFileIO, injector_for
-
-        return FaultyFileIO(fs, local, injector_for(spec), conditional=conditional, root=path,
-                            publications_serialized=publications_serialized), path
-    return FileIO(fs, local, conditional=conditional, root=path, publications_serialized=publications_serialized), path
+    io = FileIO(fs, local, conditional=conditional, root=path, publications_serialized=publications_serialized)
+    wrapper = _wrapper
+    return (io if wrapper is None else wrapper(io)), path

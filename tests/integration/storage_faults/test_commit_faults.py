@@ -17,7 +17,7 @@ runs out in the middle of it (a torn file, as a full disk leaves), and checks:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,21 +28,20 @@ from lsmlake.catalog.expire import remove_orphan_files
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.catalog.reachability import referenced_files
 from lsmlake.errors import StorageError
-from lsmlake.fs.faults import RENAME, FaultInjector, FaultyFileIO, injector_for
 from lsmlake.table.compact import compact_table
 from lsmlake.table.file_store_table import FileStoreTable
 from tests.integration.interop.test_interop_pypaimon import pypaimon_read
+from tests.support.fault_fs import RENAME, FaultInjector, FaultyFileIO, installed
 
 SPEC = "on"  # the injector every FileIO of this module shares; each step arms its own faults
 
 
 @pytest.fixture
-def injector(monkeypatch) -> FaultInjector:
-    monkeypatch.setenv("LSMLAKE_FAULT_FS", SPEC)
-    inj = injector_for(SPEC)
-    inj.arm("")
-    yield inj
-    inj.arm("")
+def injector() -> Iterator[FaultInjector]:
+    with installed(SPEC) as inj:
+        inj.arm("")
+        yield inj
+        inj.arm("")
 
 
 @dataclass
@@ -215,7 +214,7 @@ def test_every_write_point_of_a_commit_fails_cleanly_and_a_retry_applies_it_once
 
 def test_fault_spec_errors_name_the_problem() -> None:
     from lsmlake.errors import InvalidInputError
-    from lsmlake.fs.faults import FaultSpec
+    from tests.support.fault_fs import FaultSpec
 
     assert FaultSpec.parse("enospc-after-bytes=10,latency-ms=5,errno=EIO").latency_s == 0.005
     with pytest.raises(InvalidInputError, match="unknown key 'bogus'"):
@@ -224,8 +223,8 @@ def test_fault_spec_errors_name_the_problem() -> None:
         FaultSpec.parse("fail-op=x")
 
 
-def test_without_the_variable_a_plain_fileio_is_used(tmp_path, monkeypatch) -> None:
-    monkeypatch.delenv("LSMLAKE_FAULT_FS", raising=False)
+def test_without_an_installed_injector_a_plain_fileio_is_used(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("LSMLAKE_FAULT_FS", "enospc-after-bytes=0")  # the variable that once switched faults on
     cat = FileSystemCatalog(str(tmp_path / "w"))
     assert type(cat.io).__name__ == "FileIO"
 

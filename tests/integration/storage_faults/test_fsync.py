@@ -97,7 +97,6 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorder]:
         real_replace(src, dst, *args, **kwargs)  # type: ignore[arg-type]
         rec.events.append(Event(RENAME, os.fspath(dst), os.stat(dst).st_ino, False))
 
-    monkeypatch.delenv("LSMLAKE_FAULT_FS", raising=False)
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "link", link)
     monkeypatch.setattr(os, "replace", replace)

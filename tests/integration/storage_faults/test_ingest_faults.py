@@ -11,9 +11,9 @@ import pytest
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import StorageError
-from lsmlake.fs.faults import injector_for
+from lsmlake.rpc.catalog_client import CatalogClient
+from tests.support.fault_fs import installed
 from tests.support.local_server import local_server
-from writer_svc.catalog_client import CatalogClient
 from writer_svc.metrics import WriterMetrics
 from writer_svc.table_ingest import TableIngest
 
@@ -29,23 +29,22 @@ def _ids(warehouse: Path) -> list[int]:
 
 
 @pytest.fixture
-def ingest(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("LSMLAKE_FAULT_FS", SPEC)
-    injector = injector_for(SPEC)
-    injector.arm("")
-    with local_server(str(tmp_path)) as cat:
-        # a buffer that is full at every write: each write flushes inside `write`
-        cat.create_table("db", "t", [("id", "BIGINT NOT NULL"), ("v", "STRING")], ["id"],
-                         {"bucket": "1", "write-buffer-size": "1 b", "write-buffer-spillable": "false"})
-        table = FileSystemCatalog(str(tmp_path)).get_table("db.t")
-        client = CatalogClient(f"127.0.0.1:{cat.server.port}")
-        ingest = TableIngest(table, client, "u1", WriterMetrics(), str(tmp_path / "spill"))
-        try:
-            yield ingest, injector
-        finally:
-            injector.arm("")
-            ingest.close()
-            client.close()
+def ingest(tmp_path: Path):
+    with installed(SPEC) as injector:
+        injector.arm("")
+        with local_server(str(tmp_path)) as cat:
+            # a buffer that is full at every write: each write flushes inside `write`
+            cat.create_table("db", "t", [("id", "BIGINT NOT NULL"), ("v", "STRING")], ["id"],
+                             {"bucket": "1", "write-buffer-size": "1 b", "write-buffer-spillable": "false"})
+            table = FileSystemCatalog(str(tmp_path)).get_table("db.t")
+            client = CatalogClient(f"127.0.0.1:{cat.server.port}")
+            ingest = TableIngest(table, client, "u1", WriterMetrics(), str(tmp_path / "spill"))
+            try:
+                yield ingest, injector
+            finally:
+                injector.arm("")
+                ingest.close()
+                client.close()
 
 
 def test_a_failed_flush_keeps_the_group_refuses_new_writes_and_commits_once_space_is_back(ingest, tmp_path) -> None:

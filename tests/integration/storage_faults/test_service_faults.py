@@ -1,10 +1,11 @@
 """A writer and a catalog (real processes) on a warehouse whose storage fails for a while, then recovers.
 
-Both services run with `LSMLAKE_FAULT_FS=@<control file>`; the test rewrites the control file to fill
-the "disk", to fill it only for the commit's metadata (so the catalog refuses commits that the writer
-must retry), to make it slow, and to free it. Meanwhile gRPC writes and Kafka messages keep coming.
-Both tables sum a `cnt` of 1 per row, so a row applied twice shows as 2. Checked at the end: every
-acknowledged gRPC row exactly once, no row of a refused write, every Kafka message exactly once.
+Both services run with the storage faults of `@<control file>` (`tests.support.faulty_service`); the
+test rewrites the control file to fill the "disk", to fill it only for the commit's metadata (so the
+catalog refuses commits that the writer must retry), to make it slow, and to free it. Meanwhile gRPC
+writes and Kafka messages keep coming. Both tables sum a `cnt` of 1 per row, so a row applied twice
+shows as 2. Checked at the end: every acknowledged gRPC row exactly once, no row of a refused write,
+every Kafka message exactly once.
 """
 
 from __future__ import annotations
@@ -77,18 +78,17 @@ def _batch(ids: np.ndarray) -> pa.Table:
 
 
 def test_writes_fail_cleanly_while_the_disk_is_full_and_nothing_acknowledged_is_lost(
-        broker: EmbeddedBroker, tmp_path: Path, monkeypatch) -> None:
+        broker: EmbeddedBroker, tmp_path: Path) -> None:
     control = tmp_path / "faults"
     control.write_text("")
-    monkeypatch.setenv("LSMLAKE_FAULT_FS", f"@{control}")  # inherited by both service processes
     warehouse = tmp_path / "wh"
     warehouse.mkdir()
-    cat = procs.catalog(warehouse, broker.bootstrap)
+    cat = procs.catalog(warehouse, broker.bootstrap, faults=f"@{control}")
     writer = None
     prod = None
     try:
         writer = procs.writer(warehouse, cat.port, "--kafka", broker.bootstrap, "--ingest", "db.k:json",
-                              "--commit-interval", "0.3")
+                              "--commit-interval", "0.3", faults=f"@{control}")
         client = Client(f"127.0.0.1:{cat.port}", writer=f"127.0.0.1:{writer.port}", timeout_s=40)
         client.create_database("db")
         client.create_table("db.g", "id BIGINT NOT NULL, cnt BIGINT", primary_keys=["id"], options=OPTIONS)

@@ -1,10 +1,10 @@
 """Storage faults on demand: a FileIO that fails writes like a full disk and adds latency like slow storage.
 
-A test facility, never for production. It is on only when the environment variable `LSMLAKE_FAULT_FS`
-is set when a FileIO is created (`lsmlake.fs.open_path` checks it once; without it nothing here is imported),
-so service processes started with it inject faults too. Its value is a fault spec, or `@<file>`: a control
-file holding the spec, re-read whenever it changes (so a test can fill the "disk" of running services and
-free it again; an absent or empty control file means no faults).
+The FileIOs a process makes become faulty once the injector is installed as the process's FileIO wrapper
+(`lsmlake.fs.set_file_io_wrapper`): in the test process with `installed(spec)`, in a service process by
+starting it through `tests.support.faulty_service`. A spec is given as text, or as `@<file>`: a control file
+holding the spec, re-read whenever it changes (so a test can fill the "disk" of running services and free it
+again; an absent or empty control file means no faults).
 
 A spec is comma-separated `key=value` items:
 
@@ -22,19 +22,21 @@ Deletes never fail (freeing space must work on a full disk) and directory creati
 the sequence of counted operations of one commit is deterministic and a test can fail each in turn.
 `injector_for(spec).ops` records the (kind, path, bytes) of every counted operation since the spec took effect.
 """
-
 from __future__ import annotations
 
 import errno
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from lsmlake.errors import InvalidInputError
+from lsmlake.fs import set_file_io_wrapper
 from lsmlake.fs.conditional_create import ConditionalCreate
 from lsmlake.fs.file_io import FileIO
 
@@ -132,7 +134,7 @@ class FaultInjector:
     def _fail(self, path: str) -> OSError:
         self.failures += 1
         code = self.spec.errno
-        return OSError(code, f"{os.strerror(code)} (injected by LSMLAKE_FAULT_FS)", path)
+        return OSError(code, f"{os.strerror(code)} (injected by tests.support.fault_fs)", path)
 
     def before_write(self, path: str, size: int) -> int:
         """Account a write of `size` bytes; how many bytes to write before failing (`size`: no failure).
@@ -186,7 +188,7 @@ _INJECTORS_LOCK = threading.Lock()
 
 
 def injector_for(spec: str) -> FaultInjector:
-    """The process's injector for an `LSMLAKE_FAULT_FS` value (one per value: every FileIO shares its counters)."""
+    """The process's injector for a spec (one per spec: every FileIO shares its counters)."""
     with _INJECTORS_LOCK:
         inj = _INJECTORS.get(spec)
         if inj is None:
@@ -204,6 +206,12 @@ class FaultyFileIO(FileIO):
         super().__init__(fs, local, conditional=conditional, root=root,
                          publications_serialized=publications_serialized)
         self.injector = injector
+
+    @staticmethod
+    def wrapping(io: FileIO, injector: FaultInjector) -> FaultyFileIO:
+        """A faulty FileIO on the storage of `io`, made as `io` was."""
+        return FaultyFileIO(io.fs, io.local, injector, conditional=io.conditional, root=io.root,
+                            publications_serialized=io.publications_serialized)
 
     def _write_file(self, path: str, data: bytes) -> None:
         _sleep(self.injector.write_latency())
@@ -241,3 +249,14 @@ class FaultyFileIO(FileIO):
 def _sleep(seconds: float) -> None:
     if seconds > 0:
         time.sleep(seconds)
+
+
+@contextmanager
+def installed(spec: str) -> Iterator[FaultInjector]:
+    """Every FileIO the process makes meanwhile injects the faults of `spec` (`injector_for`); yields the injector."""
+    injector = injector_for(spec)
+    previous = set_file_io_wrapper(lambda io: FaultyFileIO.wrapping(io, injector))
+    try:
+        yield injector
+    finally:
+        set_file_io_wrapper(previous)
