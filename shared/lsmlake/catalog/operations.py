@@ -18,8 +18,8 @@ from lsmlake.catalog.commit.request import CommitRequest
 from lsmlake.catalog.expire import ExpirePass, ExpireResult, OrphanResult, expire_snapshots, remove_orphan_files
 from lsmlake.catalog.filesystem import FileSystemCatalog, check_name
 from lsmlake.catalog.health import TableHealth, health_of, read_health, read_healths
-from lsmlake.catalog.outbox import EventEncoder
 from lsmlake.catalog.reconcile import reconcile_table
+from lsmlake.catalog.snapshot_events import EventEncoder
 from lsmlake.catalog.statistics import FileStats, SnapshotStats, partition_stats
 from lsmlake.catalog.tags import branch_names, create_tag, delete_tag, read_tag, tag_names
 from lsmlake.catalog.timeline import PlanCodec, PlanUnit, Timeline

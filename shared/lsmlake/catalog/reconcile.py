@@ -7,7 +7,7 @@ Paimon engine writing straight into the warehouse (Spark, Flink, pypaimon) leave
 events, rebuilt from the snapshot's delta and changelog manifests, and the client writes it holds (from
 its properties). It runs under the table's commit lock: at start-up for every table, and before each
 commit, so that events keep snapshot order. The events are encoded by the caller's `EventEncoder`
-(see `outbox`).
+(see `snapshot_events`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 
-from lsmlake.catalog.outbox import EventEncoder, SnapshotEvent, record_events
+from lsmlake.catalog.snapshot_events import EventEncoder, SnapshotEvent, record_events
 from lsmlake.errors import LakeError
 from lsmlake.format.manifest import ADD
 from lsmlake.format.snapshot import BATCH_COMMIT_IDENTIFIER, Snapshot

@@ -24,7 +24,7 @@ from lsmlake.catalog.commit.identity import request_id_limit, request_ids_of
 from lsmlake.catalog.commit.request import CommitRequest
 from lsmlake.catalog.commit.snapshot import SnapshotCommitRequest, commit_snapshot
 from lsmlake.catalog.filesystem import FileSystemCatalog
-from lsmlake.catalog.outbox import EventEncoder
+from lsmlake.catalog.snapshot_events import EventEncoder
 from lsmlake.errors import CommitConflictError, InvalidInputError, LakeError
 from lsmlake.format.snapshot import APPEND, BATCH_COMMIT_IDENTIFIER
 from lsmlake.metastore import CompactionPlan, MetaStore, now_ms

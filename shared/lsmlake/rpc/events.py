@@ -3,13 +3,13 @@
 Events are keyed by table, partition and bucket so that all events of a bucket stay in order on one
 Kafka partition; a snapshot that changed no bucket (an OVERWRITE emptying the table) yields one event
 keyed by the table only, so every snapshot has at least one event. `snapshot_events` is the
-`EventEncoder` the catalog's commits and reconciliation are given (see `lsmlake.catalog.outbox`).
+`EventEncoder` the catalog's commits and reconciliation are given (see `lsmlake.catalog.snapshot_events`).
 """
 
 from __future__ import annotations
 
 from lsmlake.catalog.filesystem import split_identifier
-from lsmlake.catalog.outbox import OutboxEvent, SnapshotEvent
+from lsmlake.catalog.snapshot_events import EventMessage, SnapshotEvent
 from lsmlake.proto_gen.lsmlake.v1 import common_pb2, events_pb2
 from lsmlake.rpc.convert import KIND_TO_PROTO, changes_to_proto
 
@@ -25,7 +25,7 @@ def event_key(table_id: str, partition: bytes | None = None, bucket: int | None 
     return f"{table_id}/{partition.hex()}/{bucket}".encode()
 
 
-def snapshot_events(event: SnapshotEvent) -> list[OutboxEvent]:
+def snapshot_events(event: SnapshotEvent) -> list[EventMessage]:
     """The outbox rows of one snapshot: an Envelope per changed (partition, bucket), or one for the table."""
     db, name = split_identifier(event.table_id)
     ident = common_pb2.TableIdentifier(database=db, table=name)
@@ -46,5 +46,5 @@ def snapshot_events(event: SnapshotEvent) -> list[OutboxEvent]:
                 table=ident, snapshot_id=event.snapshot_id, commit_kind=kind, partition=c.partition,
                 bucket=c.bucket, total_buckets=c.total_buckets, commit_time_millis=event.commit_time_ms,
                 new_files=c.new_files, deleted_files=c.deleted_files, changelog_files=c.changelog_files))
-        out.append(OutboxEvent(topic, key, env.SerializeToString()))
+        out.append(EventMessage(topic, key, env.SerializeToString()))
     return out

@@ -26,8 +26,8 @@ from lsmlake.auth.principal import current_principal
 from lsmlake.catalog.commit.checks import check_changes
 from lsmlake.catalog.commit.identity import DIGEST_PROPERTY, CommitIdentity, check_rights
 from lsmlake.catalog.commit.request import CommitRequest, check_request
-from lsmlake.catalog.outbox import EventEncoder, SnapshotEvent, record_events
 from lsmlake.catalog.reconcile import WRITES_PROPERTY, reconcile_table
+from lsmlake.catalog.snapshot_events import EventEncoder, SnapshotEvent, record_events
 from lsmlake.errors import AlreadyExistsError, StaleTableError
 from lsmlake.format.snapshot import OVERWRITE
 from lsmlake.metastore import CompactionPlan, MetaStore, now_ms
@@ -70,7 +70,7 @@ def _ignore(_: object) -> None:
 class CatalogCommits:
     """The commits of one catalog (a warehouse and its metadata store).
 
-    `encode_events` writes a snapshot's outbox rows (see `outbox`); `on_reconciled` hears of the snapshots
+    `encode_events` writes a snapshot's outbox rows (see `snapshot_events`); `on_reconciled` hears of the snapshots
     recorded by step 1; `fault_point` is called at AFTER_SNAPSHOT (published, not yet recorded) and
     AFTER_COMMIT (recorded, lock released), where the recovery tests crash the service. `clock` (epoch
     milliseconds) dates the snapshots the catalog publishes as a client built them (`snapshot`).

@@ -32,7 +32,7 @@ class SnapshotEvent:
 
 
 @dataclass(frozen=True)
-class OutboxEvent:
+class EventMessage:
     """One row of the outbox: the topic, key and payload the relay publishes."""
 
     topic: str
@@ -40,7 +40,7 @@ class OutboxEvent:
     payload: bytes
 
 
-EventEncoder = Callable[[SnapshotEvent], Sequence[OutboxEvent]]
+EventEncoder = Callable[[SnapshotEvent], Sequence[EventMessage]]
 
 
 def record_events(store: MetaStore, encode: EventEncoder, event: SnapshotEvent) -> None:
