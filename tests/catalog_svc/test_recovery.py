@@ -25,7 +25,7 @@ from lsmlake.kafka.broker import EmbeddedBroker, free_port
 from lsmlake.kafka.client import consumer
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2, events_pb2
 from lsmlake.rpc.convert import changes_to_proto
-from tests.support.health import serving
+from tests.support.health_check import serving
 
 pytestmark = pytest.mark.integration
 

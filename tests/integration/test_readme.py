@@ -54,7 +54,7 @@ from lsmlake.cli import main as cli
 from lsmlake.cli.cluster import find_endpoints
 from lsmlake.kafka.broker import EmbeddedBroker, free_port
 from lsmlake.table.file_store_table import FileStoreTable
-from tests.support.health import serving
+from tests.support.health_check import serving
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from pathlib import Path
 import grpc
 
 from lsmlake.kafka.broker import free_port
-from tests.support.health import serving
+from tests.support.health_check import serving
 
 START_TIMEOUT_S = 90.0
 MiB = 1 << 20

@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 
 from lsmlake.kafka.broker import free_port
-from tests.support.health import serving
+from tests.support.health_check import serving
 from tests.support.paths import ROOT
 
 START_TIMEOUT_S = 180.0  # a compactor starts a JVM; on a loaded machine that alone can take a minute

@@ -12,7 +12,7 @@ from grpc_reflection.v1alpha import reflection
 
 from lsmlake.errors import InvalidInputError
 from lsmlake.rpc.errors import UndecodableRequests
-from lsmlake.rpc.health import HealthServicer
+from lsmlake.rpc.health_service import HealthServicer
 from lsmlake.rpc.limits import RpcLimits
 from lsmlake.rpc.security import ServerSecurity
 

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from lsmlake.errors import InvalidInputError
 from lsmlake.kafka.client import configure_security
 from lsmlake.kafka.security import KafkaSecurity
-from lsmlake.rpc.health import HealthServicer
+from lsmlake.rpc.health_service import HealthServicer
 from lsmlake.rpc.limits import RpcLimits
 from lsmlake.rpc.security import ChannelSecurity, ServerSecurity
 from lsmlake.rpc.server import new_health_server, new_server, set_serving
@@ -122,7 +122,7 @@ class ServiceProcess(Generic[S]):
 
     def __init__(self, settings: S, registry: CollectorRegistry) -> None:
         self.settings = settings
-        self.health = HealthServicer()  # lsmlake's: grpcio's can deadlock (lsmlake.rpc.health)
+        self.health = HealthServicer()  # lsmlake's: grpcio's can deadlock (lsmlake.rpc.health_service)
         self.registry = registry
         self.port = 0
         self.metrics_port: int | None = None

@@ -18,7 +18,7 @@ from lsmlake import Client
 from lsmlake.errors import LakeError
 from lsmlake.kafka.broker import free_port
 from tests.support.certs import Certs
-from tests.support.health import serving
+from tests.support.health_check import serving
 from tests.support.security import Tokens
 
 pytestmark = pytest.mark.integration

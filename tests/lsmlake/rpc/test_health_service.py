@@ -11,7 +11,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from lsmlake.rpc.health import HealthServicer
+from lsmlake.rpc.health_service import HealthServicer
 from lsmlake.rpc.server import new_server
 
 TIMEOUT_S = 60.0

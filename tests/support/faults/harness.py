@@ -49,7 +49,7 @@ from tests.support.faults.order_load import (
     KafkaOrderLane,
     OrderModel,
 )
-from tests.support.health import serving
+from tests.support.health_check import serving
 
 _log = logging.getLogger(__name__)
 

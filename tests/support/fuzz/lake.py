@@ -38,7 +38,7 @@ from lsmlake.proto_gen.lsmlake.v1 import (
     writer_pb2_grpc,
 )
 from lsmlake.rpc.errors import INTERNAL_MESSAGE
-from lsmlake.rpc.health import HealthServicer
+from lsmlake.rpc.health_service import HealthServicer
 from lsmlake.rpc.server import new_server, set_serving
 from lsmlake.spark.compaction_job import SparkCompactor
 from tests.writer_svc.test_writer_local import write_requests
