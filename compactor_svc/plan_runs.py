@@ -18,14 +18,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import grpc
-
 from compactor_svc.buckets import FAILURE_BACKOFF_S, MAX_ATTEMPTS, Buckets
 from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
-from compactor_svc.timeline_client import TimelineClient
 from compactor_svc.waits import BucketKey
+from lsmlake.errors import LakeError
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
+from lsmlake.rpc.catalog_client import CompactionTimeline
 from lsmlake.spark.compaction_job import BucketTask, SparkCompactor, TaskOutcome
 
 _log = logging.getLogger(__name__)
@@ -56,7 +55,7 @@ class RunningPlan:
 class PlanRunner:
     """Runs plans one at a time on the planning thread; `running`, `completed` and `failed` are its status."""
 
-    def __init__(self, warehouse: str, timeline: TimelineClient, spark: SparkCompactor, ownership: Ownership,
+    def __init__(self, warehouse: str, timeline: CompactionTimeline, spark: SparkCompactor, ownership: Ownership,
                  metrics: CompactorMetrics, compactor_id: str, buckets: Buckets,
                  should_stop: Callable[[], bool]) -> None:
         self.warehouse = warehouse
@@ -85,10 +84,10 @@ class PlanRunner:
                 origin = self._origins.get(plan.plan_id)
         try:
             plan = self.timeline.start(table_id, plan.plan_id, self.compactor_id)
-        except grpc.RpcError as e:  # abandoned (inputs gone) or taken: look at the buckets again
-            _log.info("plan %s of %s did not start: %s", plan.plan_id, table_id, e.details())
+        except LakeError as e:  # abandoned (inputs gone) or taken: look at the buckets again
+            _log.info("plan %s of %s did not start: %s", plan.plan_id, table_id, e)
             self.buckets.redo(keys, FAILURE_BACKOFF_S,
-                              f"plan {plan.plan_id} did not start ({e.details()}); looking again")
+                              f"plan {plan.plan_id} did not start ({e}); looking again")
             return
         with self.buckets.lock:
             self.running = RunningPlan(table_id, plan.plan_id, len(plan.units), plan.full, started, keys)
@@ -134,12 +133,12 @@ class PlanRunner:
         identifier = int(plan.plan_id) * 1000 + plan.attempts  # a retried completion repeats it
         try:
             reply = self.timeline.complete(table_id, plan.plan_id, self.compactor_id, identifier, changes)
-        except grpc.RpcError as e:
-            _log.info("plan %s of %s did not commit: %s", plan.plan_id, table_id, e.details())
-            self._rollback(table_id, plan, f"commit refused: {e.details()}", requeue=plan.attempts < MAX_ATTEMPTS,
+        except LakeError as e:
+            _log.info("plan %s of %s did not commit: %s", plan.plan_id, table_id, e)
+            self._rollback(table_id, plan, f"commit refused: {e}", requeue=plan.attempts < MAX_ATTEMPTS,
                            outcome="conflict")
             for k in keys:
-                self.buckets.attempt_failed(k, f"commit of plan {plan.plan_id} refused: {e.details()}")
+                self.buckets.attempt_failed(k, f"commit of plan {plan.plan_id} refused: {e}")
             return
         elapsed = time.monotonic() - started
         self.metrics.plans.labels("completed").inc()
@@ -176,8 +175,8 @@ class PlanRunner:
         self.metrics.plans.labels(outcome).inc()
         try:
             self.timeline.rollback(table_id, plan.plan_id, reason, requeue)
-        except grpc.RpcError as e:
-            _log.warning("rollback of plan %s of %s failed: %s", plan.plan_id, table_id, e.details())
+        except LakeError as e:
+            _log.warning("rollback of plan %s of %s failed: %s", plan.plan_id, table_id, e)
         with self.buckets.lock:
             self.failed += outcome != "empty"
 
@@ -187,8 +186,8 @@ class PlanRunner:
             try:
                 plans = self.timeline.plans(table_id, [S.COMPACTION_PLAN_STATE_REQUESTED,
                                                        S.COMPACTION_PLAN_STATE_INFLIGHT])
-            except grpc.RpcError as e:
-                _log.warning("cannot list the plans of %s: %s", table_id, e.details())
+            except LakeError as e:
+                _log.warning("cannot list the plans of %s: %s", table_id, e)
                 continue
             for plan in plans:
                 if self.should_stop():
@@ -204,8 +203,8 @@ class PlanRunner:
                         back = self.timeline.rollback(table_id, plan.plan_id,
                                                       f"owner {plan.owner} is gone; taken over by "
                                                       f"{self.compactor_id}", requeue=True)
-                    except grpc.RpcError as e:
-                        _log.warning("cannot roll back plan %s of %s: %s", plan.plan_id, table_id, e.details())
+                    except LakeError as e:
+                        _log.warning("cannot roll back plan %s of %s: %s", plan.plan_id, table_id, e)
                         continue
                     _log.warning("rolled back plan %s of %s left INFLIGHT by %s (%d file(s) deleted): now %s",
                                  plan.plan_id, table_id, plan.owner, len(back.deleted_paths),
@@ -222,7 +221,7 @@ class PlanRunner:
         try:
             self.timeline.start(table_id, plan.plan_id, self.compactor_id)
             self.timeline.rollback(table_id, plan.plan_id, f"gave up after {plan.attempts} attempts", False)
-        except grpc.RpcError as e:
-            _log.warning("cannot retire plan %s of %s: %s", plan.plan_id, table_id, e.details())
+        except LakeError as e:
+            _log.warning("cannot retire plan %s of %s: %s", plan.plan_id, table_id, e)
         self.buckets.redo([(table_id, u.partition, u.bucket) for u in plan.units], FAILURE_BACKOFF_S,
                           f"plan {plan.plan_id} was given up after {plan.attempts} attempts; looking again")

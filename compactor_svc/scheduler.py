@@ -31,24 +31,22 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-import grpc
-
 from compactor_svc.buckets import Buckets, sorted_runs
 from compactor_svc.fair_queue import DatabaseWeights, Demand, FairQueue
 from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
 from compactor_svc.plan_runs import PlanOrigin, PlanRunner, RunningPlan
-from compactor_svc.timeline_client import TimelineClient
 from compactor_svc.triggers import FullCompactionTrigger
 from compactor_svc.waits import NOT_ASSIGNED, OWNED_ELSEWHERE, OWNERSHIP_MOVED, BucketKey, CompactionWait
 from lsmlake.catalog.filesystem import FileSystemCatalog
-from lsmlake.errors import NotFoundError
+from lsmlake.errors import LakeError, NotFoundError
 from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.mergetree.compact.force_up_level0 import TriggerCount
 from lsmlake.mergetree.compact.unit import CompactUnit
 from lsmlake.mergetree.levels import writers_stall
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
+from lsmlake.rpc.catalog_client import CompactionTimeline
 from lsmlake.rpc.convert import file_to_proto
 from lsmlake.runtime.background import BackgroundLoop
 from lsmlake.spark.compaction_job import SparkCompactor
@@ -87,7 +85,7 @@ class _Candidate:
 
 
 class Scheduler:
-    def __init__(self, warehouse: str, timeline: TimelineClient, spark: SparkCompactor, ownership: Ownership,
+    def __init__(self, warehouse: str, timeline: CompactionTimeline, spark: SparkCompactor, ownership: Ownership,
                  metrics: CompactorMetrics, compactor_id: str, trigger: FullCompactionTrigger,
                  max_plan_bytes: int = 2 << 30, max_plan_buckets: int = 64, reconcile_interval_s: float = 30.0,
                  round_budget_s: float = ROUND_BUDGET_S, weights: DatabaseWeights | None = None) -> None:
@@ -358,14 +356,14 @@ class Scheduler:
         plan_full = all(c.full for c in chosen) and all(u.output_level == max_level for u in units)
         try:
             plan = self.timeline.request(table_id, units, plan_full)
-        except grpc.RpcError as e:
+        except LakeError as e:
             # an input was removed or reserved after this round looked (the held check above runs first);
             # a plan left REQUESTED by a lost reply holds inputs too: recovery adopts such plans
-            _log.info("cannot plan %d bucket(s) of %s: %s", len(units), table_id, e.details())
+            _log.info("cannot plan %d bucket(s) of %s: %s", len(units), table_id, e)
             with self.buckets.lock:
                 self._recover = True
             for c in chosen:
-                self.buckets.attempt_failed(c.key, f"plan refused by the catalog: {e.details()}")
+                self.buckets.attempt_failed(c.key, f"plan refused by the catalog: {e}")
             return 0
         for c in chosen:
             self.buckets.count_trigger(c.key, c.triggers)
@@ -397,8 +395,8 @@ class Scheduler:
         try:
             pending = self.timeline.plans(table_id, [S.COMPACTION_PLAN_STATE_REQUESTED,
                                                      S.COMPACTION_PLAN_STATE_INFLIGHT])
-        except grpc.RpcError as e:
-            _log.info("cannot list the pending plans of %s: %s", table_id, e.details())
+        except LakeError as e:
+            _log.info("cannot list the pending plans of %s: %s", table_id, e)
             return candidates  # RequestCompaction checks again
         holders = {f.file_name: p for p in pending for u in p.units for f in u.input_files}
         free = []

@@ -19,11 +19,11 @@ from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
 from compactor_svc.scheduler import ROUND_BUDGET_S, Scheduler
 from compactor_svc.servicer import CompactorService
-from compactor_svc.timeline_client import TimelineClient
 from compactor_svc.triggers import STRATEGIES, FullCompactionTrigger
 from lsmlake.catalog.filesystem import check_name
 from lsmlake.errors import InvalidInputError
 from lsmlake.proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
+from lsmlake.rpc.catalog_client import CatalogClient
 from lsmlake.rpc.security import ChannelSecurity
 from lsmlake.rpc.service_main import (
     ServiceProcess,
@@ -161,7 +161,7 @@ class CompactorServer(ServiceProcess[Settings]):
         super().__init__(settings, self.metrics.registry)
         self.ownership = Ownership()
         self._spark: SparkCompactor | None = None
-        self._timeline: TimelineClient | None = None
+        self._catalog: CatalogClient | None = None
         self._scheduler: Scheduler | None = None
         self._feed: EventFeed | None = None
 
@@ -175,8 +175,8 @@ class CompactorServer(ServiceProcess[Settings]):
     def _open(self, server: grpc.Server) -> None:
         s = self.settings
         assert self._spark is not None
-        self._timeline = TimelineClient(s.catalog, security=s.catalog_security)
-        self._scheduler = Scheduler(s.warehouse, self._timeline, self._spark, self.ownership, self.metrics,
+        self._catalog = CatalogClient(s.catalog, timeout_s=60.0, security=s.catalog_security)
+        self._scheduler = Scheduler(s.warehouse, self._catalog.timeline, self._spark, self.ownership, self.metrics,
                                     s.compactor_id, s.trigger, s.max_plan_bytes, s.max_plan_buckets,
                                     s.reconcile_interval_s, round_budget_s=s.round_budget_s, weights=s.weights).start()
         compactor_pb2_grpc.add_CompactorServiceServicer_to_server(
@@ -206,8 +206,8 @@ class CompactorServer(ServiceProcess[Settings]):
             self._scheduler.stop()
         if self._spark is not None:
             self._spark.stop()
-        if self._timeline is not None:
-            self._timeline.close()
+        if self._catalog is not None:
+            self._catalog.close()
 
 
 def serve(settings: Settings) -> int:

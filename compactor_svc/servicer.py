@@ -8,12 +8,12 @@ import grpc
 
 from compactor_svc.ownership import Ownership
 from compactor_svc.scheduler import Scheduler
-from compactor_svc.timeline_client import ident
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.partition import partition_value_string
 from lsmlake.proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
+from lsmlake.rpc.catalog_client import table_ident
 from lsmlake.rpc.convert import table_id as checked_table_id
 from lsmlake.rpc.errors import guarded
 from lsmlake.table.file_store_table import FileStoreTable
@@ -99,7 +99,7 @@ class CompactorService(compactor_pb2_grpc.CompactorServiceServicer):
             plans_failed=self.scheduler.failed)
         r = self.scheduler.running
         if r is not None:
-            out.running.append(compactor_pb2.RunningPlan(table=ident(r.table_id), plan_id=r.plan_id,
+            out.running.append(compactor_pb2.RunningPlan(table=table_ident(r.table_id), plan_id=r.plan_id,
                                                          buckets=r.buckets, full=r.full,
                                                          running_ms=int((time.monotonic() - r.started) * 1000)))
         return out

@@ -64,8 +64,9 @@ from lsmlake.ingest.kafka_offsets import (
 )
 from lsmlake.kafka.broker import ensure_topics
 from lsmlake.kafka.client import Publisher, consumer
+from lsmlake.rpc.catalog_client import CatalogClient
+from lsmlake.rpc.errors import relayed
 from lsmlake.runtime.background import BackgroundLoop
-from writer_svc.catalog_client import CatalogClient
 from writer_svc.metrics import WriterMetrics
 from writer_svc.table_ingest import TableAlteredError, TableIngest, TableReplacedError
 
@@ -279,7 +280,9 @@ class KafkaIngest:
                 return False
             except (TableReplacedError, TableAlteredError) as e:
                 raise _TableChanged(ingest) from e
-            except InvalidInputError:
+            except InvalidInputError as e:
+                if relayed(e):  # the catalog's refusal, not the rows' fault: a dead letter would be final
+                    raise
                 # the table refused the batch (e.g. a delete its merge engine does not take): find the
                 # messages at fault one by one; the others are written in order
                 try:
@@ -310,6 +313,8 @@ class KafkaIngest:
             try:
                 self._write(ingest, batch.slice(int(a), int(b - a)))
             except InvalidInputError as e:
+                if relayed(e):
+                    raise
                 refused.append((int(source[a]), str(e)))
         return refused
 

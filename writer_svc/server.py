@@ -12,6 +12,7 @@ import grpc
 
 from lsmlake.errors import InvalidInputError
 from lsmlake.proto_gen.lsmlake.v1 import writer_pb2, writer_pb2_grpc
+from lsmlake.rpc.catalog_client import CatalogClient
 from lsmlake.rpc.security import ChannelSecurity
 from lsmlake.rpc.service_main import (
     ServiceProcess,
@@ -21,7 +22,6 @@ from lsmlake.rpc.service_main import (
     service_settings,
 )
 from lsmlake.runtime.observability import configure_logging
-from writer_svc.catalog_client import CatalogClient
 from writer_svc.kafka_ingest import IngestTopic, KafkaIngest, parse_ingest
 from writer_svc.metrics import WriterMetrics
 from writer_svc.servicer import WriterService

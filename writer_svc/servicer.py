@@ -15,7 +15,6 @@ from lsmlake.ingest.json_rows import rows_from_json
 from lsmlake.metastore.request_ids import check_request_ids
 from lsmlake.proto_gen.lsmlake.v1 import common_pb2, writer_pb2, writer_pb2_grpc
 from lsmlake.rpc.errors import guarded
-from writer_svc.catalog_client import ident  # noqa: F401  (re-exported for clients building identifiers)
 from writer_svc.metrics import WriterMetrics
 from writer_svc.stream_budget import DEFAULT_BUDGET_BYTES, DEFAULT_MAX_MESSAGES, StreamBudget, StreamBuffer
 from writer_svc.tables import Tables

@@ -13,7 +13,7 @@ backlog of a bucket thus stays bounded even when the compactor falls behind.
 Storage faults (a full disk): when the writer cannot write its level-0 files, the flush keeps the rows
 and the group's commit retries it; while it does, new writes are refused at once (StorageError,
 RESOURCE_EXHAUSTED, nothing buffered), which bounds the memory held. A catalog commit refused because the
-catalog could not write the snapshot's metadata (RESOURCE_EXHAUSTED) is retried with the same identifier
+catalog could not write the snapshot's metadata (StorageError) is retried with the same identifier
 and files. Both retry until shortly before the earliest deadline of the group's waiting requests (or
 `STORAGE_RETRY_S` when nobody waits, as for Kafka ingestion, which then reads the rows again); then the
 group fails and its rows and files are dropped. So a request either gets its snapshot id or an error
@@ -27,26 +27,31 @@ import threading
 import time
 from collections.abc import Callable
 
-import grpc
 import pyarrow as pa
 
 from lsmlake.auth.principal import current_principal, owned
 from lsmlake.errors import (
+    AlreadyExistsError,
     BackPressureError,
+    CommitConflictError,
+    CommitRetryExhaustedError,
     CommitStateUnknownError,
     InvalidInputError,
+    LakeError,
     NotFoundError,
     ServiceUnavailableError,
+    StaleTableError,
     StorageError,
 )
 from lsmlake.mergetree.levels import writers_stall
+from lsmlake.rpc.catalog_client import CatalogClient
 from lsmlake.table.dynamic_bucket import is_dynamic
 from lsmlake.table.file_store import table_identity
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.input_rows import conform
 from lsmlake.table.write import CommitMessage
 from lsmlake.table.write_buffer import BufferedTableWrite
-from writer_svc.catalog_client import CatalogBuckets, CatalogClient, CatalogSequences, CommitRefusedError
+from writer_svc.catalog_authorities import CatalogBuckets, CatalogSequences
 from writer_svc.group_commit import Group
 from writer_svc.metrics import WriterMetrics
 
@@ -112,8 +117,7 @@ class TableIngest:
 
     def _note_refusal(self, error: BaseException) -> None:
         """After the catalog refused a commit or sequence numbers: is the table this writer holds gone?"""
-        if isinstance(error, CommitRefusedError) and error.code in (grpc.StatusCode.FAILED_PRECONDITION,
-                                                                    grpc.StatusCode.NOT_FOUND):
+        if isinstance(error, (CommitConflictError, StaleTableError, NotFoundError)):
             self._check_identity()
 
     def _check_identity(self) -> None:
@@ -361,25 +365,22 @@ class TableIngest:
             started = time.perf_counter()
             try:
                 sid = self._commit_resending(group, messages, properties, resend_until)
-            except CommitRefusedError as e:
-                self._note_refusal(e)
+            except BaseException as e:
+                # only a definite refusal by the catalog (any lsmlake error but CommitStateUnknownError) says that
+                # nothing of the group is in the table; otherwise the snapshot may exist, and it needs the files
+                refused = isinstance(e, LakeError) and not isinstance(e, CommitStateUnknownError)
                 self._settle(adding, committed=False)
-                self._write.delete_files(messages)
                 group.error = e
-                if e.code == grpc.StatusCode.ALREADY_EXISTS:  # a resend raced its first attempt through another writer
-                    group.error = CommitRefusedError(grpc.StatusCode.ABORTED, (
+                if refused:
+                    self._note_refusal(e)
+                    self._write.delete_files(messages)
+                if isinstance(e, AlreadyExistsError):  # a resend raced its first attempt through another writer
+                    group.error = CommitRetryExhaustedError(
                         f"this write shared a commit with a write that {self.table_id} had committed before ({e}); "
-                        "nothing of it was committed: resend it (with its request id, if it has one)"))
+                        "nothing of it was committed: resend it (with its request id, if it has one)")
                 group.done.set()
                 self._forget_done_requests()
-                self.metrics.commits.labels(self.table_id, "refused").inc()
-                raise
-            except BaseException as e:  # CommitStateUnknownError above all: the snapshot may exist
-                self._settle(adding, committed=False)
-                group.error = e
-                group.done.set()
-                self._forget_done_requests()
-                self.metrics.commits.labels(self.table_id, "unknown").inc()
+                self.metrics.commits.labels(self.table_id, "refused" if refused else "unknown").inc()
                 raise
             self._settle(adding, committed=True)
             self.metrics.commits.labels(self.table_id, "committed").inc()
@@ -465,9 +466,7 @@ class TableIngest:
             try:
                 return self.client.commit(self.table_id, self.commit_user, self._identifier, messages, properties,
                                           group.request_ids, self.table.table_uuid)
-            except CommitRefusedError as e:
-                if e.code != grpc.StatusCode.RESOURCE_EXHAUSTED:
-                    raise
+            except (StorageError, BackPressureError) as e:  # the catalog could not store the commit now
                 if time.monotonic() + backoff > self._give_up(group, first):
                     raise
                 _log.warning("commit %d of %s refused (%s); retrying in %.1f s", self._identifier, self.table_id, e,

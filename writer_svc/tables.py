@@ -23,8 +23,8 @@ import pyarrow as pa
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import InvalidInputError, ServiceUnavailableError
 from lsmlake.format.schema import TableSchema
+from lsmlake.rpc.catalog_client import CatalogClient
 from lsmlake.runtime.background import BackgroundLoop
-from writer_svc.catalog_client import CatalogClient
 from writer_svc.group_commit import Group
 from writer_svc.metrics import WriterMetrics
 from writer_svc.table_ingest import TableIngest, TableReplacedError

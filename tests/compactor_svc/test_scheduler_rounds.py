@@ -10,7 +10,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-import grpc
 import pyarrow as pa
 import pytest
 
@@ -21,11 +20,12 @@ from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
 from compactor_svc.scheduler import Scheduler
 from compactor_svc.server import Settings
-from compactor_svc.timeline_client import TimelineClient
 from compactor_svc.triggers import FullCompactionTrigger
 from compactor_svc.waits import BucketKey
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.metastore import PlanConflictError
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
+from lsmlake.rpc.catalog_client import CompactionTimeline
 from lsmlake.rpc.convert import file_to_proto
 from lsmlake.spark.compaction_job import SparkCompactor
 from lsmlake.table.postpone import every_bucket
@@ -35,9 +35,9 @@ DV = {"bucket": "1", "deletion-vectors.enabled": "true", "write-only": "true"}
 GENTLE = {**DV, "lookup-compact": "gentle", "lookup-compact.max-interval": "5"}  # trigger 5: every 5th trigger
 
 
-class _Refused(grpc.RpcError):
-    def details(self) -> str:
-        return "an input is held"
+class _Refused(PlanConflictError):
+    def __init__(self) -> None:
+        super().__init__("an input is held")
 
 
 class FakeTimeline:
@@ -67,7 +67,7 @@ class Lake:
         self.timeline = FakeTimeline()
         ownership = Ownership()
         ownership.update({0}, 1)
-        self.scheduler = Scheduler(str(root / "wh"), cast(TimelineClient, self.timeline),
+        self.scheduler = Scheduler(str(root / "wh"), cast(CompactionTimeline, self.timeline),
                                    cast(SparkCompactor, None), ownership, CompactorMetrics(), "c1",
                                    FullCompactionTrigger(), reconcile_interval_s=3600.0, round_budget_s=round_budget_s)
         self.executed: list[str] = []

@@ -19,7 +19,6 @@ import pytest
 from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
 from compactor_svc.scheduler import Scheduler
-from compactor_svc.timeline_client import TimelineClient
 from compactor_svc.triggers import FullCompactionTrigger
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.catalog.health import read_health
@@ -29,6 +28,7 @@ from lsmlake.format.manifest import ManifestEntry, ManifestFileMeta, ManifestSto
 from lsmlake.format.schema import SchemaManager
 from lsmlake.format.types import DataField, DataType
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
+from lsmlake.rpc.catalog_client import CompactionTimeline
 from lsmlake.spark.compaction_job import SparkCompactor
 from lsmlake.table.compact import compact_table
 from lsmlake.table.file_store_table import FileStoreTable
@@ -167,7 +167,7 @@ def _scheduler(wh: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Scheduler, _Ti
     timeline = _Timeline()
     ownership = Ownership()
     ownership.update({0}, 1)
-    s = Scheduler(wh, cast(TimelineClient, timeline), cast(SparkCompactor, None), ownership, CompactorMetrics(),
+    s = Scheduler(wh, cast(CompactionTimeline, timeline), cast(SparkCompactor, None), ownership, CompactorMetrics(),
                   "c1", FullCompactionTrigger(), reconcile_interval_s=3600.0)
     executed: list[str] = []
     monkeypatch.setattr(s.runner, "execute", lambda table_id, plan, origin=None: executed.append(table_id))

@@ -23,9 +23,9 @@ from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import CommitStateUnknownError
 from lsmlake.kafka.broker import EmbeddedBroker, ensure_topics
 from lsmlake.kafka.client import producer
+from lsmlake.rpc.catalog_client import CatalogClient
 from lsmlake.table.write import CommitMessage
 from tests.support.local_server import local_server
-from writer_svc.catalog_client import CatalogClient
 from writer_svc.kafka_ingest import KafkaIngest, parse_ingest
 from writer_svc.metrics import WriterMetrics
 

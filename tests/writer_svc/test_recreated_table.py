@@ -21,10 +21,10 @@ import pytest
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.kafka.broker import EmbeddedBroker, ensure_topics
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2, writer_pb2, writer_pb2_grpc
+from lsmlake.rpc.catalog_client import CatalogClient
 from tests.support.local_server import Local, local_server
 from tests.writer_svc.test_writer_local import TIMEOUT_S, write_requests
 from tests.writer_svc.test_writer_process import produce
-from writer_svc.catalog_client import CatalogClient
 from writer_svc.kafka_ingest import KafkaIngest, parse_ingest
 from writer_svc.metrics import WriterMetrics
 from writer_svc.server import Settings, WriterServer

@@ -1,8 +1,10 @@
-"""The client's connection: a channel to each service, and the one way to call them.
+"""The client's connection: the catalog's client (`lsmlake.rpc.catalog_client`), a channel to the writer and
+the compactor, and the one way to call them.
 
-Every call goes through `Connection._call`, which turns a failed call into an lsmlake error
-(`lsmlake.rpc.errors.error_for`): a read that got no answer is ServiceUnavailableError, a call that
-changes state and got no definite answer is CommitStateUnknownError (send it again as it was).
+Every call goes through `Connection._call` (`lsmlake.rpc.retry.call`, sent once), which turns a failed call
+into the lsmlake error the service raised (`lsmlake.rpc.errors.error_for`): a read that got no answer is
+ServiceUnavailableError, a call that changes state and got no definite answer is CommitStateUnknownError (send
+it again as it was).
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from typing import Any, Self, TypeVar
 import grpc
 
 from lsmlake.errors import InvalidInputError
-from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2_grpc, compactor_pb2_grpc, writer_pb2_grpc
-from lsmlake.rpc.errors import error_for
+from lsmlake.proto_gen.lsmlake.v1 import compactor_pb2_grpc, writer_pb2_grpc
+from lsmlake.rpc.catalog_client import CatalogClient
+from lsmlake.rpc.retry import CHANNEL_OPTIONS, MAX_MESSAGE_BYTES, call
 from lsmlake.rpc.security import ChannelSecurity
 
-MAX_MESSAGE_BYTES = 64 << 20  # what the services accept per message
+__all__ = ["MAX_MESSAGE_BYTES", "Connection"]
 
 R = TypeVar("R")
 
@@ -31,18 +34,18 @@ class Connection:
                  tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
                  tls: bool = False) -> None:
         security = ChannelSecurity(tls_ca, tls_cert, tls_key, token, tls)
-        options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                   ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
         self.timeout_s = timeout_s
         self.warehouse = warehouse
-        self._channels: list[grpc.Channel] = []
+        # a client's caller decides whether to ask again: nothing is retried here
+        self._catalog_client = CatalogClient(catalog, timeout_s=timeout_s, retry_for_s=0.0, security=security)
+        self._catalog = self._catalog_client.stub
+        self._channels: list[grpc.Channel] = [self._catalog_client.channel]
 
         def channel(target: str) -> grpc.Channel:
-            ch = security.open_channel(target, options=options)
+            ch = security.open_channel(target, options=CHANNEL_OPTIONS)
             self._channels.append(ch)
             return ch
 
-        self._catalog = catalog_pb2_grpc.CatalogServiceStub(channel(catalog))
         self._writer = writer_pb2_grpc.WriterServiceStub(channel(writer)) if writer else None
         self._compactor = compactor_pb2_grpc.CompactorServiceStub(channel(compactor)) if compactor else None
 
@@ -62,10 +65,7 @@ class Connection:
               changes_state: bool) -> R:
         """`method(request)` within the deadline; `changes_state` says whether a lost answer leaves the
         outcome unknown (see `error_for`)."""
-        try:
-            return method(request, timeout=timeout_s or self.timeout_s)
-        except grpc.RpcError as e:
-            raise error_for(e, changes_state=changes_state) from e
+        return call(method, request, timeout_s=timeout_s or self.timeout_s, changes_state=changes_state)
 
     def _writer_stub(self) -> writer_pb2_grpc.WriterServiceStub:
         if self._writer is None:

@@ -8,11 +8,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from lsmlake.catalog.filesystem import split_identifier
 from lsmlake.client.connection import Connection
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.types import from_arrow_type, parse_schema_fields, parse_type, to_arrow_type
-from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
+from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
+from lsmlake.rpc.catalog_client import table_ident
 from lsmlake.rpc.convert import schema_change_to_proto
 from lsmlake.table.schema_change import AddColumn, RemoveOption, RenameColumn, SchemaChange, SetOption
 
@@ -40,12 +40,6 @@ class TableInfo:
     def arrow_schema(self) -> pa.Schema:
         """The columns in the Arrow types lsmlake stores them as."""
         return pa.schema([pa.field(n, to_arrow_type(parse_type(t))) for n, t in self.columns])
-
-
-def table_ident(identifier: str) -> common_pb2.TableIdentifier:
-    """`db.table` as the services name a table; InvalidInputError for any other form."""
-    db, name = split_identifier(identifier)
-    return common_pb2.TableIdentifier(database=db, table=name)
 
 
 def _columns(schema: str | pa.Schema) -> list[catalog_pb2.Column]:

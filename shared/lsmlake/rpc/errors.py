@@ -4,6 +4,11 @@ Every RPC of every lsmlake service is wrapped by `guarded`: a `LakeError` become
 subclass calls for with its (human-readable) message; anything else is logged and answered INTERNAL
 with a generic message, so no stack detail leaks to clients.
 
+Sixteen error classes share ten status codes, so a code alone cannot say which error a service raised. A
+`LakeError` therefore also travels as its class and fields in the status's trailing metadata
+(`lsmlake.rpc.error_detail`), and `error_for` rebuilds the same class on the caller's side; a status without
+that detail (from a foreign server, an interceptor, or gRPC itself) maps by its code alone.
+
 A caller of a service turns a failed call back into an lsmlake error with `error_for`, or decides by
 `NO_ANSWER` and `UNDECIDED` whether to ask again: a call that changes state and got no definite answer
 may have been applied, so it is never reported as "nothing was applied".
@@ -33,6 +38,7 @@ from lsmlake.errors import (
     StorageError,
 )
 from lsmlake.metastore.errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError
+from lsmlake.rpc.error_detail import ERROR_DETAIL_KEY, detail_of, detail_of_error, error_from_detail
 from lsmlake.runtime.log_limit import LogLimiter, peer_host
 
 _log = logging.getLogger(__name__)
@@ -64,6 +70,8 @@ _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
 )
 
 INTERNAL_MESSAGE = "internal error in the service; see its log"
+#: the attribute through which an error rebuilt by `error_for` keeps its status when a service raises it again
+RELAYED_STATUS = "relayed_status"
 #: a status message travels in a gRPC trailer (8 KiB by default): a reason that echoes a huge input is cut
 MAX_MESSAGE_CHARS = 2_000
 
@@ -77,9 +85,10 @@ def _short(message: str) -> str:
 def status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
     """The gRPC status code and message a client gets for `error`.
 
-    An error that carries a `grpc.StatusCode` as its `code` (a refusal relayed from another service) keeps it.
+    An error that carries a `grpc.StatusCode` as its `relayed_status` (a refusal relayed from another service,
+    see `error_for`) keeps it.
     """
-    code = getattr(error, "code", None)
+    code = getattr(error, RELAYED_STATUS, None)
     if isinstance(error, LakeError) and isinstance(code, grpc.StatusCode):
         return code, _short(str(error) or type(error).__name__)
     for cls, code in _CODES:
@@ -96,7 +105,8 @@ NO_ANSWER: frozenset[grpc.StatusCode] = frozenset({grpc.StatusCode.UNAVAILABLE, 
 UNDECIDED: frozenset[grpc.StatusCode] = NO_ANSWER | {
     grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
 
-# The refusals a caller handles, by the error a service raised for them (the inverse of `_CODES`).
+# The refusals a caller handles, by the error a service raised for them (the inverse of `_CODES`), for a status
+# that carries no error detail.
 _ERRORS: dict[grpc.StatusCode, type[LakeError]] = {
     grpc.StatusCode.NOT_FOUND: NotFoundError,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidInputError,
@@ -109,10 +119,15 @@ _ERRORS: dict[grpc.StatusCode, type[LakeError]] = {
     grpc.StatusCode.UNAVAILABLE: ServiceUnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: ServiceUnavailableError,
 }
+#: classes too general to say what went wrong: their message starts with the status name (docs/security.md)
+_NAMING_THE_STATUS: tuple[type[LakeError], ...] = (LakeError, PermissionDeniedError)
 
 
-def error_for(e: grpc.RpcError, *, changes_state: bool = True) -> LakeError:
+def error_for(e: grpc.RpcError, *, changes_state: bool = True, refused: str | None = None) -> LakeError:
     """The lsmlake error for a failed call, carrying the server's message.
+
+    A status with an error detail is rebuilt as the class (and fields) the service raised; one without it maps
+    by its code. `refused` (say "the catalog refused the commit") starts the message of a definite refusal.
 
     `changes_state`: the call writes, commits or changes a table. Unless the service definitely refused it
     (a status outside `UNDECIDED`), its outcome is then unknown: CommitStateUnknownError, whose message says
@@ -120,18 +135,39 @@ def error_for(e: grpc.RpcError, *, changes_state: bool = True) -> LakeError:
     ServiceUnavailableError: nothing to undo, ask again. Statuses with no error of their own (UNAUTHENTICATED,
     UNIMPLEMENTED, ...) are a LakeError naming the status, as are refusals by PERMISSION_DENIED
     (docs/security.md).
+
+    The error keeps the status it came with (`RELAYED_STATUS`), so that a service raising it again answers its
+    own caller with the same status (`status_for`).
     """
     code = e.code() if hasattr(e, "code") else None
     details = (e.details() if hasattr(e, "details") else None) or str(e)
     if not isinstance(code, grpc.StatusCode):
         return LakeError(details)
-    if changes_state and code in UNDECIDED:
+    message = f"{refused}: {details}" if refused else details
+    detail = _detail(e)
+    if changes_state and code in UNDECIDED and not (detail is not None and detail[0] is CommitStateUnknownError):
         return CommitStateUnknownError(f"{code.name}: {details}; the outcome is unknown, the change may have been "
                                        "applied: send it again as it was (a write with the same request id)")
-    cls = _ERRORS.get(code, LakeError)
-    if cls in (LakeError, PermissionDeniedError):
-        return cls(f"{code.name}: {details}")
-    return cls(details)
+    cls, fields = detail if detail is not None else (_ERRORS.get(code, LakeError), {})
+    if cls in _NAMING_THE_STATUS and not refused:
+        message = f"{code.name}: {message}"
+    error = error_from_detail(cls, message, fields)
+    setattr(error, RELAYED_STATUS, code)
+    return error
+
+
+def relayed(error: BaseException) -> bool:
+    """Whether `error` is another service's, rebuilt by `error_for` (not one this process raised)."""
+    return isinstance(getattr(error, RELAYED_STATUS, None), grpc.StatusCode)
+
+
+def _detail(e: grpc.RpcError) -> tuple[type[LakeError], dict[str, Any]] | None:
+    """The class and fields of the error the service raised, from the call's trailing metadata (None: not sent)."""
+    trailing = e.trailing_metadata() if hasattr(e, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == ERROR_DETAIL_KEY and isinstance(value, bytes):
+            return detail_of(value)
+    return None
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -145,6 +181,8 @@ def _abort(method: str, e: Exception, context: grpc.ServicerContext) -> None:
         _log.exception("%s failed", method)
     else:
         _log.info("%s: %s: %s", method, code.name, message)
+    if isinstance(e, LakeError):
+        context.set_trailing_metadata(((ERROR_DETAIL_KEY, detail_of_error(e)),))
     context.abort(code, message)
 
 

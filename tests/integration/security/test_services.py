@@ -218,23 +218,25 @@ def test_the_lake_command_line_sends_its_token_and_trusts_its_ca(cluster: Cluste
 
 
 def test_the_compactors_timeline_client_authenticates_with_its_own_token(cluster: Cluster) -> None:
-    from compactor_svc.timeline_client import TimelineClient
+    from lsmlake.rpc.catalog_client import CatalogClient
 
     with cluster.client("admin") as admin:
         admin.create_database("tldb")
         admin.create_table("tldb.t", "id BIGINT NOT NULL", primary_keys=["id"], options={"bucket": 1})
     for who, allowed in (("service", True), ("writer", False), ("reader", False)):
-        timeline = TimelineClient(cluster.catalog, timeout_s=TIMEOUT_S, retry_for_s=5,
-                                  security=ChannelSecurity(tls_ca=cluster.certs.ca, token=cluster.tokens.of(who)))
+        catalog = CatalogClient(cluster.catalog, timeout_s=TIMEOUT_S, retry_for_s=5,
+                                security=ChannelSecurity(tls_ca=cluster.certs.ca, token=cluster.tokens.of(who)))
+        timeline = catalog.timeline
         try:
             assert timeline.plans("tldb.t", []) == []  # reading the timeline is a reader's right
             if allowed:
-                with pytest.raises(grpc.RpcError) as e:  # let through, refused by the catalog: no such plan
+                with pytest.raises(LakeError) as e:  # let through, refused by the catalog: no such plan
                     timeline.start("tldb.t", "no-such-plan", "compactor-1")
-                assert e.value.code() not in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
+                assert e.value.relayed_status not in (grpc.StatusCode.PERMISSION_DENIED,
+                                                      grpc.StatusCode.UNAUTHENTICATED)
             else:
-                with pytest.raises(grpc.RpcError) as e:
+                with pytest.raises(LakeError) as e:
                     timeline.start("tldb.t", "no-such-plan", "compactor-1")
-                assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+                assert e.value.relayed_status == grpc.StatusCode.PERMISSION_DENIED
         finally:
-            timeline.close()
+            catalog.close()

@@ -27,7 +27,6 @@ from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
 from compactor_svc.scheduler import Scheduler
 from compactor_svc.servicer import CompactorService
-from compactor_svc.timeline_client import TimelineClient
 from compactor_svc.triggers import FullCompactionTrigger
 from lsmlake.proto_gen.lsmlake.v1 import (
     catalog_pb2,
@@ -37,6 +36,7 @@ from lsmlake.proto_gen.lsmlake.v1 import (
     compactor_pb2_grpc,
     writer_pb2_grpc,
 )
+from lsmlake.rpc.catalog_client import CatalogClient
 from lsmlake.rpc.errors import INTERNAL_MESSAGE
 from lsmlake.rpc.health_service import HealthServicer
 from lsmlake.rpc.server import new_server, set_serving
@@ -147,8 +147,8 @@ def running_lake(root: Path) -> Iterator[Lake]:
     writer = WriterServer(WriterSettings(warehouse=str(warehouse), catalog=f"127.0.0.1:{cat_port}",
                                          commit_interval_s=0.2))
     writer_port = writer.start()
-    timeline = TimelineClient(f"127.0.0.1:{cat_port}", timeout_s=10, retry_for_s=1)
-    scheduler = Scheduler(str(warehouse), timeline, SparkCompactor("local[1]"), Ownership(), CompactorMetrics(),
+    catalog = CatalogClient(f"127.0.0.1:{cat_port}", timeout_s=10, retry_for_s=1)
+    scheduler = Scheduler(str(warehouse), catalog.timeline, SparkCompactor("local[1]"), Ownership(), CompactorMetrics(),
                           "fuzz-compactor", FullCompactionTrigger())  # not started: no Spark job ever runs
     name = compactor_pb2.DESCRIPTOR.services_by_name["CompactorService"].full_name
     health_servicer = HealthServicer()
@@ -173,6 +173,6 @@ def running_lake(root: Path) -> Iterator[Lake]:
         for c in channels.values():
             c.close()
         compactor.stop(5).wait(10)
-        timeline.close()
+        catalog.close()
         writer.stop()
         cat.stop()
