@@ -105,9 +105,9 @@ def test_ids_of_a_snapshot_published_without_a_record_are_recovered(cat: Local) 
 def test_request_ids_are_forgotten_after_their_retention(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from catalog_svc import servicer
+    from lsmlake.catalog import write_operations
 
-    monkeypatch.setattr(servicer, "FORGET_WRITES_EVERY_S", 0.0)  # look at every commit, not once a minute
+    monkeypatch.setattr(write_operations, "FORGET_WRITES_EVERY_S", 0.0)  # look at every commit, not once a minute
     with local_server(str(tmp_path), request_id_retention_s=1.0) as c:
         ident = c.create_table("db", "t", [("id", "BIGINT"), ("v", "STRING")])
         first = _commit(c, ident, 1, ["a"], 1)
