@@ -1,6 +1,6 @@
 """The owned buckets the compactor knows of: what each waits for, which are *dirty* (to be looked at), and
-the waited triggers that learn of their outcomes; all under one lock, which the planning thread, the
-event feed and the RPC threads share.
+the waited triggers that learn of their outcomes; all under the compactor's one lock (`state.CompactorState`),
+which the planning thread, the event feed and the RPC threads share.
 
 A full trigger records that the bucket owes a full compaction (as of the table's snapshot when the trigger
 arrived), which survives refused plans, failures and retries until a full unit planned at or after that
@@ -53,12 +53,12 @@ def sorted_runs(split: Split) -> tuple[int, int]:
 
 
 class Buckets:
-    """The states of owned buckets, the dirty ones and the waited triggers; `lock` guards them all."""
+    """The states of owned buckets, the dirty ones and the waited triggers; `lock` (the compactor's) guards them."""
 
-    def __init__(self, ownership: Ownership, metrics: CompactorMetrics) -> None:
+    def __init__(self, ownership: Ownership, metrics: CompactorMetrics, lock: threading.Condition) -> None:
         self.ownership = ownership
         self.metrics = metrics
-        self.lock = threading.Condition()
+        self.lock = lock
         self._dirty: set[BucketKey] = set()
         self._states: dict[BucketKey, BucketState] = {}
         self._waits: list[CompactionWait] = []

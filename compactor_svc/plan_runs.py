@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from compactor_svc.buckets import FAILURE_BACKOFF_S, MAX_ATTEMPTS, Buckets
 from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
+from compactor_svc.state import CompactorState, PlanOrigin, RunningPlan
 from compactor_svc.waits import BucketKey
 from lsmlake.errors import LakeError
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
@@ -30,33 +30,13 @@ from lsmlake.spark.compaction_job import BucketTask, SparkCompactor, TaskOutcome
 _log = logging.getLogger(__name__)
 
 S = catalog_pb2.CompactionPlanState
-MAX_ORIGINS = 1000
-
-
-@dataclass(frozen=True)
-class PlanOrigin:
-    """How this compactor made a plan: what the outcomes of its buckets settle."""
-
-    snapshot_id: int  # the snapshot its units were planned on
-    full: dict[BucketKey, bool]  # per bucket: planned as a full compaction
-    task_full: dict[BucketKey, bool]  # per bucket: `full or unit.file_rewrite`, as its task runs
-
-
-@dataclass
-class RunningPlan:
-    table_id: str
-    plan_id: str
-    buckets: int
-    full: bool
-    started: float
-    keys: tuple[BucketKey, ...]
 
 
 class PlanRunner:
-    """Runs plans one at a time on the planning thread; `running`, `completed` and `failed` are its status."""
+    """Runs plans one at a time on the planning thread; the plan running and the counts are in `state`."""
 
     def __init__(self, warehouse: str, timeline: CompactionTimeline, spark: SparkCompactor, ownership: Ownership,
-                 metrics: CompactorMetrics, compactor_id: str, buckets: Buckets,
+                 metrics: CompactorMetrics, compactor_id: str, buckets: Buckets, state: CompactorState,
                  should_stop: Callable[[], bool]) -> None:
         self.warehouse = warehouse
         self.timeline = timeline
@@ -65,23 +45,14 @@ class PlanRunner:
         self.metrics = metrics
         self.compactor_id = compactor_id
         self.buckets = buckets
+        self.state = state
         self.should_stop = should_stop
-        self._origins: dict[str, PlanOrigin] = {}  # plan id -> how this compactor made it (for requeued plans)
-        self.running: RunningPlan | None = None
-        self.completed = 0
-        self.failed = 0
 
     def execute(self, table_id: str, plan: catalog_pb2.CompactionPlan, origin: PlanOrigin | None = None) -> None:
         """Start a plan, run it on Spark and commit it; `origin` None for a plan found on the timeline."""
         started = time.monotonic()
         keys = tuple((table_id, u.partition, u.bucket) for u in plan.units)
-        with self.buckets.lock:
-            if origin is not None:
-                self._origins[plan.plan_id] = origin
-                while len(self._origins) > MAX_ORIGINS:
-                    del self._origins[next(iter(self._origins))]
-            else:
-                origin = self._origins.get(plan.plan_id)
+        origin = self.state.origin(plan.plan_id, origin)
         try:
             plan = self.timeline.start(table_id, plan.plan_id, self.compactor_id)
         except LakeError as e:  # abandoned (inputs gone) or taken: look at the buckets again
@@ -89,17 +60,13 @@ class PlanRunner:
             self.buckets.redo(keys, FAILURE_BACKOFF_S,
                               f"plan {plan.plan_id} did not start ({e}); looking again")
             return
-        with self.buckets.lock:
-            self.running = RunningPlan(table_id, plan.plan_id, len(plan.units), plan.full, started, keys)
-            for k in keys:
-                self.buckets.state(k).note = f"running in plan {plan.plan_id}"
+        self.state.plan_started(RunningPlan(table_id, plan.plan_id, len(plan.units), plan.full, started, keys))
+        self.buckets.note(keys, f"running in plan {plan.plan_id}")
         self.metrics.pending_plans.set(1)
         try:
             self._run(table_id, plan, keys, origin, started)
         finally:
-            with self.buckets.lock:
-                self.running = None
-                self.buckets.lock.notify_all()
+            self.state.plan_ended()
             self.metrics.pending_plans.set(0)
             self.metrics.oldest_plan_age.set(0)
 
@@ -146,8 +113,7 @@ class PlanRunner:
         self.metrics.bytes_read.inc(sum(o.bytes_read for o in done))
         self.metrics.bytes_written.inc(sum(o.bytes_written for o in done))
         self.metrics.update_amplification()
-        with self.buckets.lock:
-            self.completed += 1
+        self.state.count_completed()
         self._outcomes(plan, keys, outcomes, origin, reply.snapshot_id)
         _log.info("plan %s of %s: %d bucket(s) compacted in snapshot %d (%.2f s)", plan.plan_id, table_id,
                   len(done), reply.snapshot_id, elapsed)
@@ -177,8 +143,8 @@ class PlanRunner:
             self.timeline.rollback(table_id, plan.plan_id, reason, requeue)
         except LakeError as e:
             _log.warning("rollback of plan %s of %s failed: %s", plan.plan_id, table_id, e)
-        with self.buckets.lock:
-            self.failed += outcome != "empty"
+        if outcome != "empty":
+            self.state.count_failed()
 
     def recover(self, table_ids: Sequence[str]) -> None:
         """Roll back the INFLIGHT plans of owned buckets left by other owners; run them and REQUESTED ones."""
@@ -196,7 +162,7 @@ class PlanRunner:
                 if not self.ownership.owns(table_id, first.partition, first.bucket):
                     continue
                 if plan.state == S.COMPACTION_PLAN_STATE_INFLIGHT:
-                    running = self.running
+                    running = self.state.running
                     if running is not None and running.plan_id == plan.plan_id:
                         continue
                     try:

@@ -35,7 +35,8 @@ from compactor_svc.buckets import Buckets, sorted_runs
 from compactor_svc.fair_queue import DatabaseWeights, Demand, FairQueue
 from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
-from compactor_svc.plan_runs import PlanOrigin, PlanRunner, RunningPlan
+from compactor_svc.plan_runs import PlanRunner
+from compactor_svc.state import CompactorState, PlanOrigin, RunningPlan
 from compactor_svc.triggers import FullCompactionTrigger
 from compactor_svc.waits import NOT_ASSIGNED, OWNED_ELSEWHERE, OWNERSHIP_MOVED, BucketKey, CompactionWait
 from lsmlake.catalog.filesystem import FileSystemCatalog
@@ -99,7 +100,8 @@ class Scheduler:
         self.max_plan_bytes = max_plan_bytes
         self.max_plan_buckets = max_plan_buckets
         self.reconcile_interval_s = reconcile_interval_s
-        self.buckets = Buckets(ownership, metrics)
+        self.state = CompactorState()
+        self.buckets = Buckets(ownership, metrics, self.state.lock)
         self.queue = FairQueue()
         self.weights = weights or DatabaseWeights()
         self.round_budget_s = round_budget_s
@@ -107,22 +109,21 @@ class Scheduler:
         self._loop = BackgroundLoop("compaction-planner", self._step, TICK_S, initial_delay_s=TICK_S,
                                     what="compaction planning", logger=_log)
         self.runner = PlanRunner(warehouse, timeline, spark, ownership, metrics, compactor_id, self.buckets,
-                                 self._loop.is_stopping)
-        self._recover = False
+                                 self.state, self._loop.is_stopping)
         self._reconcile_due = 0.0
         self._refused: dict[str, str] = {}  # table -> why it is not compacted (as last logged)
 
     @property
     def running(self) -> RunningPlan | None:
-        return self.runner.running
+        return self.state.running
 
     @property
     def completed(self) -> int:
-        return self.runner.completed
+        return self.state.completed
 
     @property
     def failed(self) -> int:
-        return self.runner.failed
+        return self.state.failed
 
     def pending(self) -> int:
         return self.buckets.pending()
@@ -146,9 +147,8 @@ class Scheduler:
         if lost:
             self.buckets.forget_lost()
         if gained:
-            with self.buckets.lock:
-                self._recover = True
-                self._reconcile_due = 0.0  # look at every gained bucket now
+            self.state.ask_recovery()
+            self._reconcile_due = 0.0  # look at every gained bucket now
         self._loop.wake()
 
     def request(self, table_id: str, partition: dict[str, str], bucket: int | None, full: bool,
@@ -203,8 +203,7 @@ class Scheduler:
 
     def _round(self) -> None:
         """Recover plans and reconcile when due, then plan and run the ready dirty buckets, table by table."""
-        if self._recover:
-            self._recover = False
+        if self.state.take_recovery():
             self.runner.recover(self.catalog.table_ids())
         if time.monotonic() >= self._reconcile_due:
             self._reconcile_due = time.monotonic() + self.reconcile_interval_s
@@ -360,8 +359,7 @@ class Scheduler:
             # an input was removed or reserved after this round looked (the held check above runs first);
             # a plan left REQUESTED by a lost reply holds inputs too: recovery adopts such plans
             _log.info("cannot plan %d bucket(s) of %s: %s", len(units), table_id, e)
-            with self.buckets.lock:
-                self._recover = True
+            self.state.ask_recovery()
             for c in chosen:
                 self.buckets.attempt_failed(c.key, f"plan refused by the catalog: {e}")
             return 0
@@ -409,7 +407,6 @@ class Scheduler:
             run_by = f", run by {p.owner}" if p.owner else ""
             self.buckets.redo([c.key], HELD_RETRY_S, f"its files are in plan {p.plan_id} ({state}{run_by}), "
                                                      "which has to end first")
-            with self.buckets.lock:
-                self._recover = True  # a plan that nobody runs any more is adopted
+            self.state.ask_recovery()  # a plan that nobody runs any more is adopted
         return free
 
