@@ -148,8 +148,9 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     def AllocateSequences(self, request: catalog_pb2.AllocateSequencesRequest,
                           context: grpc.ServicerContext) -> catalog_pb2.AllocateSequencesResponse:
         """Ranges of sequence numbers per bucket, monotone and above every number the table holds."""
+        tid = _ident(request.table)
         counts = sequence_counts(request.ranges)
-        first = self.operations.allocate_sequences(_ident(request.table), request.table_uuid, counts)
+        first = self.operations.allocate_sequences(tid, request.table_uuid, counts)
         self.metrics.sequences.inc(sum(counts.values()))
         return catalog_pb2.AllocateSequencesResponse(first=first)
 
@@ -254,9 +255,9 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     @guarded
     def ExpireSnapshots(self, request: catalog_pb2.ExpireSnapshotsRequest,
                         context: grpc.ServicerContext) -> catalog_pb2.ExpireSnapshotsResponse:
+        tid = _ident(request.table)
         opt = expire_options(request)
-        result = self.operations.expire_snapshots(_ident(request.table), retain_min=opt["retain_min"],
-                                                  retain_max=opt["retain_max"],
+        result = self.operations.expire_snapshots(tid, retain_min=opt["retain_min"], retain_max=opt["retain_max"],
                                                   time_retained_ms=opt["time_retained_ms"], limit=opt["max_deletes"])
         return catalog_pb2.ExpireSnapshotsResponse(expired_snapshot_ids=result.expired_snapshots,
                                                    deleted_data_files=result.deleted_data_files,
