@@ -35,6 +35,7 @@ from compactor_svc.buckets import Buckets, sorted_runs
 from compactor_svc.fair_queue import DatabaseWeights, Demand, FairQueue
 from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
+from compactor_svc.plan_policy import Candidate, choose_plan
 from compactor_svc.plan_runs import PlanRunner
 from compactor_svc.state import CompactorState, PlanOrigin, RunningPlan
 from compactor_svc.triggers import FullCompactionTrigger
@@ -75,14 +76,11 @@ class _TableView:
     splits: dict[tuple[bytes, int], Split]
 
 
-@dataclass(frozen=True)
-class _Candidate:
-    runs: int
-    key: BucketKey
-    split: Split
-    unit: CompactUnit
-    full: bool  # planned as a full compaction
-    triggers: TriggerCount  # the bucket's gentle count after this look: kept only if the plan is sent
+def _unit_proto(c: Candidate) -> catalog_pb2.CompactionUnit:
+    return catalog_pb2.CompactionUnit(partition=c.split.partition, bucket=c.split.bucket,
+                                      total_buckets=c.split.total_buckets,
+                                      input_files=[file_to_proto(f) for f in c.unit.files],
+                                      output_level=c.unit.output_level)
 
 
 class Scheduler:
@@ -282,7 +280,8 @@ class Scheduler:
 
         1. each owned bucket's unit (full when a trigger owes it one); a bucket with nothing due is settled;
         2. buckets whose unit needs a file a pending plan holds wait for that plan to end;
-        3. the most sorted runs first, up to the IO budget; the rest wait for the next round;
+        3. the plan's buckets (`plan_policy.choose_plan`: the most sorted runs first, up to the IO budget); the
+           rest wait for the next round;
         4. RequestCompaction, then `PlanRunner.execute`.
         """
         try:
@@ -301,10 +300,40 @@ class Scheduler:
                 self.buckets.fail_waits(key, reason)
             return 0
         at = snap.id if snap is not None else 0
+        candidates = self._due_units(table, keys, splits, at)
+        candidates = self._without_held(table_id, candidates)
+        if not candidates:
+            return 0
+        choice = choose_plan(candidates, self.max_plan_bytes, self.max_plan_buckets, table.options.num_levels() - 1)
+        for c in choice.deferred:
+            self.buckets.redo([c.key], 0.0, "waiting for the next plan (the IO budget of one plan is spent)")
+        chosen = choice.chosen
+        units = [_unit_proto(c) for c in chosen]
+        try:
+            plan = self.timeline.request(table_id, units, choice.full)
+        except LakeError as e:
+            # an input was removed or reserved after this round looked (the held check above runs first);
+            # a plan left REQUESTED by a lost reply holds inputs too: recovery adopts such plans
+            _log.info("cannot plan %d bucket(s) of %s: %s", len(units), table_id, e)
+            self.state.ask_recovery()
+            for c in chosen:
+                self.buckets.attempt_failed(c.key, f"plan refused by the catalog: {e}")
+            return 0
+        for c in chosen:
+            self.buckets.count_trigger(c.key, c.triggers)
+        origin = PlanOrigin(at, {c.key: c.full for c in chosen},
+                            {c.key: c.full or c.unit.file_rewrite for c in chosen})
+        self.runner.execute(table_id, plan, origin)
+        return choice.input_bytes
+
+    def _due_units(self, table: FileStoreTable, keys: list[BucketKey], splits: dict[tuple[bytes, int], Split],
+                   at: int) -> list[Candidate]:
+        """The owned buckets among `keys` with a unit due at snapshot `at` (full when a trigger owes one); the
+        others are settled (nothing due) or their waits failed (no longer owned)."""
         history = compaction_history(table)  # once per table: each bucket's plan would read it again
         always_full = full_compaction_required(table)
         now = time.monotonic()
-        candidates: list[_Candidate] = []
+        candidates: list[Candidate] = []
         worst = 0
         for key in keys:
             if not self.ownership.owns(*key):
@@ -330,45 +359,9 @@ class Scheduler:
                     self.buckets.count_trigger(key, triggers)
                 self.buckets.settle(key, at, full or always_full, "", at)
                 continue
-            candidates.append(_Candidate(runs, key, split, unit, full or always_full, triggers))
+            candidates.append(Candidate(runs, key, split, unit, full or always_full, triggers))
         self.metrics.max_sorted_runs.set(worst)
-        candidates = self._without_held(table_id, candidates)
-        if not candidates:
-            return 0
-        # postponed rows first (nobody sees them until placed), then the most sorted runs
-        candidates.sort(key=lambda c: (c.key[2] != POSTPONE_BUCKET, -c.runs))
-        chosen: list[_Candidate] = []
-        spent = 0
-        for c in candidates:
-            size = sum(f.file_size for f in c.unit.files)
-            if chosen and (spent + size > self.max_plan_bytes or len(chosen) >= self.max_plan_buckets):
-                self.buckets.redo([c.key], 0.0, "waiting for the next plan (the IO budget of one plan is spent)")
-                continue
-            chosen.append(c)
-            spent += size
-        units = [catalog_pb2.CompactionUnit(partition=c.split.partition, bucket=c.split.bucket,
-                                            total_buckets=c.split.total_buckets,
-                                            input_files=[file_to_proto(f) for f in c.unit.files],
-                                            output_level=c.unit.output_level)
-                 for c in chosen]
-        max_level = table.options.num_levels() - 1
-        plan_full = all(c.full for c in chosen) and all(u.output_level == max_level for u in units)
-        try:
-            plan = self.timeline.request(table_id, units, plan_full)
-        except LakeError as e:
-            # an input was removed or reserved after this round looked (the held check above runs first);
-            # a plan left REQUESTED by a lost reply holds inputs too: recovery adopts such plans
-            _log.info("cannot plan %d bucket(s) of %s: %s", len(units), table_id, e)
-            self.state.ask_recovery()
-            for c in chosen:
-                self.buckets.attempt_failed(c.key, f"plan refused by the catalog: {e}")
-            return 0
-        for c in chosen:
-            self.buckets.count_trigger(c.key, c.triggers)
-        origin = PlanOrigin(at, {c.key: c.full for c in chosen},
-                            {c.key: c.full or c.unit.file_rewrite for c in chosen})
-        self.runner.execute(table_id, plan, origin)
-        return spent
+        return candidates
 
     def _refuses(self, table_id: str, table: FileStoreTable) -> bool:
         """Whether lsmlake must not compact the table (`features`); the reason is logged once per table and reason."""
@@ -381,7 +374,7 @@ class Scheduler:
             self._refused[table_id] = reason
         return True
 
-    def _without_held(self, table_id: str, candidates: list[_Candidate]) -> list[_Candidate]:
+    def _without_held(self, table_id: str, candidates: list[Candidate]) -> list[Candidate]:
         """The candidates none of whose unit's files is in a pending plan; the others look again shortly.
 
         The catalog refuses a plan naming a file a pending plan holds, and would refuse the whole plan,
