@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -13,6 +14,7 @@ from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import InvalidInputError
 from lsmlake.mergetree.compact.rewriter import MergeTreeCompactRewriter, changelog_prefix
 from lsmlake.spark import compaction_job as spark_exec
+from lsmlake.spark.bucket_task import with_bucket_files
 from lsmlake.spark.compaction_job import (
     BucketTask,
     SparkCompactor,
@@ -137,6 +139,28 @@ def test_a_failing_bucket_does_not_fail_the_others(tmp_path, compactor) -> None:
     messages = [m for o in ok if (m := o.message()) is not None]
     commit_compaction(t, messages)
     assert _sorted(t.to_arrow()) == before == _sorted(pypaimon_read(warehouse, "db.t"))
+
+
+@pytest.mark.integration
+def test_executors_read_no_manifest(tmp_path, compactor) -> None:
+    """Tasks made from a plan get their buckets' files on the driver; the executors then run without the
+    table's manifests."""
+    warehouse = str(tmp_path / "wh")
+    t = _filled(warehouse)
+    before = _sorted(t.to_arrow())
+    planned = [BucketTask(t.identifier, task.snapshot_id, task.partition, task.bucket, task.unit_files,
+                          task.output_level, task.full, task.file_prefix) for task in _tasks(t, task_prefix("job3"))]
+    tasks = with_bucket_files(warehouse, planned)
+    manifests = Path(t.path) / "manifest"
+    shutil.move(manifests, manifests.with_name("manifest-away"))
+    try:
+        outcomes = compactor.run(warehouse, tasks)
+    finally:
+        shutil.move(manifests.with_name("manifest-away"), manifests)
+    assert [o.task for o in outcomes] == tasks
+    assert all(o.error is None and o.changes is not None for o in outcomes), outcomes
+    commit_compaction(t, [m for o in outcomes if (m := o.message()) is not None])
+    assert _sorted(t.to_arrow()) == before
 
 
 def _half_corrupt(warehouse: str) -> BucketTask:
