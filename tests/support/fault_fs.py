@@ -22,6 +22,7 @@ Deletes never fail (freeing space must work on a full disk) and directory creati
 the sequence of counted operations of one commit is deterministic and a test can fail each in turn.
 `injector_for(spec).ops` records the (kind, path, bytes) of every counted operation since the spec took effect.
 """
+
 from __future__ import annotations
 
 import errno
