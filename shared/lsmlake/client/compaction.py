@@ -86,8 +86,11 @@ class CompactionPlanInfo:
 
 
 
-class Compaction(Connection):
-    """Compaction on demand and the compaction timeline (part of `Client`)."""
+class Compaction:
+    """Compaction on demand and the compaction timeline (a part of `Client`)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
 
     def compact(self, identifier: str, full: bool = False, wait: bool = True, *,
                 partition: Mapping[str, Any] | None = None, bucket: int | None = None,
@@ -101,13 +104,13 @@ class Compaction(Connection):
         it, listing the unfinished buckets as timed out. Buckets another compactor replica owns are counted
         (`buckets_elsewhere`) and listed in `not_compacted`; trigger them there.
         """
-        stub = self._compactor_stub()
+        stub = self._conn.compactor_stub()
         req = compactor_pb2.TriggerCompactionRequest(
             table=table_ident(identifier), partition={k: str(v) for k, v in (partition or {}).items()}, full=full,
             wait=wait)
         if bucket is not None:
             req.bucket = bucket
-        reply = self._call(stub.TriggerCompaction, req, timeout_s, changes_state=True)
+        reply = self._conn.call(stub.TriggerCompaction, req, timeout_s, changes_state=True)
         return CompactResult(
             reply.buckets_queued, reply.buckets_elsewhere, tuple(reply.plan_ids), tuple(reply.snapshot_ids),
             reply.request_snapshot_id,
@@ -124,5 +127,5 @@ class Compaction(Connection):
             raise InvalidInputError(f"states {list(states)}: use REQUESTED, INFLIGHT, COMPLETED, ROLLED_BACK "
                                     "or ABANDONED") from None
         req = catalog_pb2.ListCompactionPlansRequest(table=table_ident(identifier), states=wanted)
-        reply = self._call(self._catalog.ListCompactionPlans, req, changes_state=False)
+        reply = self._conn.call(self._conn.catalog.ListCompactionPlans, req, changes_state=False)
         return [CompactionPlanInfo.from_proto(p) for p in reply.plans]

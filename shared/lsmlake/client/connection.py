@@ -1,7 +1,7 @@
 """The client's connection: the catalog's client (`lsmlake.rpc.catalog_client`), a channel to the writer and
 the compactor, and the one way to call them.
 
-Every call goes through `Connection._call` (`lsmlake.rpc.retry.call`, sent once), which turns a failed call
+Every call goes through `Connection.call` (`lsmlake.rpc.retry.call`, sent once), which turns a failed call
 into the lsmlake error the service raised (`lsmlake.rpc.errors.error_for`): a read that got no answer is
 ServiceUnavailableError, a call that changes state and got no definite answer is CommitStateUnknownError (send
 it again as it was).
@@ -27,7 +27,8 @@ R = TypeVar("R")
 
 
 class Connection:
-    """Channels to lsmlake's catalog, and optionally its writer and compactor services (see `Client`)."""
+    """Channels to lsmlake's catalog, and optionally its writer and compactor services, shared by the parts of
+    `Client`."""
 
     def __init__(self, catalog: str = "127.0.0.1:50051", writer: str | None = None, compactor: str | None = None,
                  warehouse: str | None = None, timeout_s: float = 60, *, token: str | None = None,
@@ -37,9 +38,9 @@ class Connection:
         self.timeout_s = timeout_s
         self.warehouse = warehouse
         # a client's caller decides whether to ask again: nothing is retried here
-        self._catalog_client = CatalogClient(catalog, timeout_s=timeout_s, retry_for_s=0.0, security=security)
-        self._catalog = self._catalog_client.stub
-        self._channels: list[grpc.Channel] = [self._catalog_client.channel]
+        self.catalog_client = CatalogClient(catalog, timeout_s=timeout_s, retry_for_s=0.0, security=security)
+        self.catalog = self.catalog_client.stub
+        self._channels: list[grpc.Channel] = [self.catalog_client.channel]
 
         def channel(target: str) -> grpc.Channel:
             ch = security.open_channel(target, options=CHANNEL_OPTIONS)
@@ -61,18 +62,18 @@ class Connection:
                  tb: TracebackType | None) -> None:
         self.close()
 
-    def _call(self, method: Callable[..., R], request: Any, timeout_s: float | None = None, *,
+    def call(self, method: Callable[..., R], request: Any, timeout_s: float | None = None, *,
               changes_state: bool) -> R:
         """`method(request)` within the deadline; `changes_state` says whether a lost answer leaves the
         outcome unknown (see `error_for`)."""
         return call(method, request, timeout_s=timeout_s or self.timeout_s, changes_state=changes_state)
 
-    def _writer_stub(self) -> writer_pb2_grpc.WriterServiceStub:
+    def writer_stub(self) -> writer_pb2_grpc.WriterServiceStub:
         if self._writer is None:
             raise InvalidInputError("this Client has no writer service: pass writer='host:port'")
         return self._writer
 
-    def _compactor_stub(self) -> compactor_pb2_grpc.CompactorServiceStub:
+    def compactor_stub(self) -> compactor_pb2_grpc.CompactorServiceStub:
         if self._compactor is None:
             raise InvalidInputError("this Client has no compactor service: pass compactor='host:port'")
         return self._compactor

@@ -67,8 +67,11 @@ class TableHealthInfo:
                                tuple(BucketHealthInfo.from_proto(b) for b in p.buckets), p.error or None)
 
 
-class Health(Connection):
-    """The compaction health of tables (part of `Client`)."""
+class Health:
+    """The compaction health of tables (a part of `Client`)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
 
     def list_table_health(self, identifier: str | None = None, *, database: str | None = None,
                           with_buckets: bool = False) -> list[TableHealthInfo]:
@@ -83,5 +86,5 @@ class Health(Connection):
             req.table.CopyFrom(table_ident(identifier))
         elif database is not None:
             req.database = database
-        reply = self._call(self._catalog.ListTableHealth, req, changes_state=False)
+        reply = self._conn.call(self._conn.catalog.ListTableHealth, req, changes_state=False)
         return [TableHealthInfo.from_proto(t) for t in reply.tables]

@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.client.connection import Connection
 from lsmlake.client.tables import TableInfo, Tables, table_ident
 from lsmlake.errors import InvalidInputError, NotFoundError
 from lsmlake.format.predicate import Predicate, Term
@@ -57,15 +58,19 @@ def _where_terms(where: Mapping[str, Any], info: TableInfo) -> tuple[list[Term],
     return terms, part, keys
 
 
-class Scans(Tables):
-    """Planned reads of a table's rows (part of `Client`)."""
+class Scans:
+    """Planned reads of a table's rows (a part of `Client`)."""
+
+    def __init__(self, conn: Connection, tables: Tables) -> None:
+        self._conn = conn
+        self._tables = tables
 
     def open_table(self, table: str | TableInfo) -> FileStoreTable:
         """The table's files through lsmlake's library, to read (or write files for `commit`) directly: under
         `warehouse` when the client was given one, else at the location the catalog reports."""
-        info = self.table(table) if isinstance(table, str) else table
-        if self.warehouse is not None:
-            return FileSystemCatalog(self.warehouse).get_table(info.identifier)
+        info = self._tables.table(table) if isinstance(table, str) else table
+        if self._conn.warehouse is not None:
+            return FileSystemCatalog(self._conn.warehouse).get_table(info.identifier)
         fio, path = open_path(info.location)
         schema = SchemaManager(fio, path).latest()
         if schema is None:
@@ -92,7 +97,7 @@ class Scans(Tables):
         req = catalog_pb2.PlanScanRequest(table=table_ident(identifier), partition_filter=part, key_filter=keys)
         if snapshot_id is not None:
             req.snapshot_id = snapshot_id
-        return self._call(self._catalog.PlanScan, req, changes_state=False).splits
+        return self._conn.call(self._conn.catalog.PlanScan, req, changes_state=False).splits
 
     def scan(self, identifier: str, *, snapshot_id: int | None = None, where: Mapping[str, Any] | None = None,
              columns: Sequence[str] | None = None) -> pa.Table:
@@ -102,7 +107,7 @@ class Scans(Tables):
         2. the splits are read from the warehouse with lsmlake's reader (merge-on-read, deletion vectors);
         3. rows are kept where every `where` column equals its value (None: is null), then `columns` selected.
         """
-        info = self.table(identifier)
+        info = self._tables.table(identifier)
         terms, part, keys = _where_terms(where or {}, info)
         planned = self._plan(identifier, snapshot_id, part, keys)
         table = self.open_table(info)

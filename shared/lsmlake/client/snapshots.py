@@ -41,26 +41,29 @@ class ExpireResult:
     deleted_metadata_files: int
 
 
-class Snapshots(Connection):
-    """A table's snapshots (part of `Client`)."""
+class Snapshots:
+    """A table's snapshots (a part of `Client`)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
 
     def snapshots(self, identifier: str) -> list[SnapshotInfo]:
         """The kept snapshots, oldest first."""
         req = catalog_pb2.ListSnapshotsRequest(table=table_ident(identifier))
-        reply = self._call(self._catalog.ListSnapshots, req, changes_state=False)
+        reply = self._conn.call(self._conn.catalog.ListSnapshots, req, changes_state=False)
         return [SnapshotInfo.from_proto(s) for s in reply.snapshots]
 
     def latest_snapshot(self, identifier: str) -> SnapshotInfo | None:
         """The newest snapshot; None while the table has none."""
         req = catalog_pb2.LatestSnapshotRequest(table=table_ident(identifier))
-        reply = self._call(self._catalog.LatestSnapshot, req, changes_state=False)
+        reply = self._conn.call(self._conn.catalog.LatestSnapshot, req, changes_state=False)
         return SnapshotInfo.from_proto(reply.snapshot) if reply.HasField("snapshot") else None
 
     def snapshot_at(self, identifier: str, time_millis: int) -> SnapshotInfo | None:
         """The newest snapshot committed at or before `time_millis` (ms since the epoch), for time travel;
         None when the table has none that old."""
         req = catalog_pb2.SnapshotAtTimeRequest(table=table_ident(identifier), time_millis=time_millis)
-        reply = self._call(self._catalog.SnapshotAtTime, req, changes_state=False)
+        reply = self._conn.call(self._conn.catalog.SnapshotAtTime, req, changes_state=False)
         return SnapshotInfo.from_proto(reply.snapshot) if reply.HasField("snapshot") else None
 
     def expire(self, identifier: str, *, retain_min: int | None = None, retain_max: int | None = None,
@@ -72,5 +75,5 @@ class Snapshots(Connection):
                             ("time_retained_ms", older_than_ms), ("max_deletes", max_deletes)):
             if value is not None:
                 setattr(req, name, value)
-        reply = self._call(self._catalog.ExpireSnapshots, req, changes_state=True)
+        reply = self._conn.call(self._conn.catalog.ExpireSnapshots, req, changes_state=True)
         return ExpireResult(tuple(reply.expired_snapshot_ids), reply.deleted_data_files, reply.deleted_metadata_files)

@@ -51,22 +51,26 @@ def _columns(schema: str | pa.Schema) -> list[catalog_pb2.Column]:
     return [catalog_pb2.Column(name=f.name, type=f.type.sql()) for f in parse_schema_fields(schema)]
 
 
-class Tables(Connection):
-    """The catalog's databases and tables (part of `Client`)."""
+class Tables:
+    """The catalog's databases and tables (a part of `Client`)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
 
     def create_database(self, name: str, ignore_if_exists: bool = True) -> bool:
         """Create a database; False when it already existed."""
         req = catalog_pb2.CreateDatabaseRequest(name=name, ignore_if_exists=ignore_if_exists)
-        return self._call(self._catalog.CreateDatabase, req, changes_state=True).created
+        return self._conn.call(self._conn.catalog.CreateDatabase, req, changes_state=True).created
 
     def list_databases(self) -> list[str]:
-        reply = self._call(self._catalog.ListDatabases, catalog_pb2.ListDatabasesRequest(), changes_state=False)
+        reply = self._conn.call(self._conn.catalog.ListDatabases, catalog_pb2.ListDatabasesRequest(),
+                                changes_state=False)
         return list(reply.databases)
 
     def drop_database(self, name: str, cascade: bool = False, ignore_if_not_exists: bool = False) -> bool:
         """Drop a database (with `cascade`, its tables too); False when it did not exist."""
         req = catalog_pb2.DropDatabaseRequest(name=name, cascade=cascade, ignore_if_not_exists=ignore_if_not_exists)
-        return self._call(self._catalog.DropDatabase, req, changes_state=True).dropped
+        return self._conn.call(self._conn.catalog.DropDatabase, req, changes_state=True).dropped
 
     def create_table(self, identifier: str, schema: str | pa.Schema, primary_keys: Sequence[str] = (),
                      partition_keys: Sequence[str] = (), options: Mapping[str, Any] | None = None,
@@ -77,21 +81,21 @@ class Tables(Connection):
             table=table_ident(identifier), columns=_columns(schema), primary_keys=list(primary_keys),
             partition_keys=list(partition_keys), options={k: str(v) for k, v in (options or {}).items()},
             ignore_if_exists=ignore_if_exists)
-        return TableInfo.from_proto(self._call(self._catalog.CreateTable, req, changes_state=True).table)
+        return TableInfo.from_proto(self._conn.call(self._conn.catalog.CreateTable, req, changes_state=True).table)
 
     def table(self, identifier: str) -> TableInfo:
         """Describe a table; NotFoundError when there is none."""
         req = catalog_pb2.GetTableRequest(table=table_ident(identifier))
-        return TableInfo.from_proto(self._call(self._catalog.GetTable, req, changes_state=False).table)
+        return TableInfo.from_proto(self._conn.call(self._conn.catalog.GetTable, req, changes_state=False).table)
 
     def list_tables(self, database: str) -> list[str]:
         req = catalog_pb2.ListTablesRequest(database=database)
-        return list(self._call(self._catalog.ListTables, req, changes_state=False).tables)
+        return list(self._conn.call(self._conn.catalog.ListTables, req, changes_state=False).tables)
 
     def drop_table(self, identifier: str, ignore_if_not_exists: bool = False) -> bool:
         """Drop a table and its files; False when it did not exist."""
         req = catalog_pb2.DropTableRequest(table=table_ident(identifier), ignore_if_not_exists=ignore_if_not_exists)
-        return self._call(self._catalog.DropTable, req, changes_state=True).dropped
+        return self._conn.call(self._conn.catalog.DropTable, req, changes_state=True).dropped
 
     def alter_table(self, identifier: str, *, add_columns: str | Sequence[tuple[str, str]] = (),
                     rename_columns: Mapping[str, str] | None = None, set_options: Mapping[str, Any] | None = None,
@@ -114,4 +118,5 @@ class Tables(Connection):
         of its command line this way)."""
         req = catalog_pb2.AlterTableRequest(table=table_ident(identifier),
                                             changes=[schema_change_to_proto(c) for c in changes])
-        return TableInfo.from_proto(self._call(self._catalog.AlterTable, req, timeout_s, changes_state=True).table)
+        reply = self._conn.call(self._conn.catalog.AlterTable, req, timeout_s, changes_state=True)
+        return TableInfo.from_proto(reply.table)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from lsmlake.client.connection import Connection
 from lsmlake.client.tables import TableInfo, Tables, table_ident
 from lsmlake.errors import InvalidInputError
 from lsmlake.metastore.request_ids import part_request_id
@@ -122,8 +123,12 @@ def _json_rows(rows: Sequence[Mapping[str, Any]], row_kind_column: str | None) -
 
 
 
-class Writes(Tables):
-    """Rows through the writer service, files through the catalog (part of `Client`)."""
+class Writes:
+    """Rows through the writer service, files through the catalog (a part of `Client`)."""
+
+    def __init__(self, conn: Connection, tables: Tables) -> None:
+        self._conn = conn
+        self._tables = tables
 
     def write(self, identifier: str, data: Any, *, row_kind_column: str | None = None, commit_now: bool = False,
               request_id: str | None = None, max_rows_per_request: int = DEFAULT_MAX_ROWS,
@@ -144,11 +149,11 @@ class Writes(Tables):
         could not be reached) and the rows land once (the catalog remembers ids for its
         `--request-id-retention`, a day by default). Parts of a split write are named `<request_id>/<n>`.
         """
-        stub = self._writer_stub()
+        stub = self._conn.writer_stub()
         ident = table_ident(identifier)
-        table = _to_arrow(data, lambda: self.table(identifier))
+        table = _to_arrow(data, lambda: self._tables.table(identifier))
         if table.num_rows == 0:  # nothing to commit: the table's newest snapshot, without a request
-            return WriteResult(self.table(identifier).latest_snapshot_id or 0, 0)
+            return WriteResult(self._tables.table(identifier).latest_snapshot_id or 0, 0)
         per_row = max(1, table.nbytes // max(1, table.num_rows))
         step = max(1, min(max_rows_per_request, max_bytes_per_request // per_row))
         parts = range(0, table.num_rows, step)
@@ -162,7 +167,7 @@ class Writes(Tables):
 
         snapshot_id, rows, again = 0, 0, True
         for n, offset in enumerate(parts):
-            reply = self._call(stub.Write, requests(n, table.slice(offset, step)), changes_state=True)
+            reply = self._conn.call(stub.Write, requests(n, table.slice(offset, step)), changes_state=True)
             snapshot_id, rows = max(snapshot_id, reply.snapshot_id), rows + reply.rows_written
             again = again and reply.already_written
         return WriteResult(snapshot_id, rows, again)
@@ -172,7 +177,7 @@ class Writes(Tables):
         """Write rows as JSON (`WriteRows`): dates, times and timestamps as ISO text, decimals as number text,
         bytes as base64. The writer ignores fields the table does not have. Large lists go in several requests
         (named `<request_id>/<n>` when there are several). `request_id` as for `write`."""
-        stub = self._writer_stub()
+        stub = self._conn.writer_stub()
         if not rows:
             raise InvalidInputError("rows must not be empty")
         texts = _json_rows(rows, row_kind_column)
@@ -189,7 +194,7 @@ class Writes(Tables):
         for n, batch in enumerate(batches):
             req = writer_pb2.WriteRowsRequest(table=table_ident(identifier), rows_json=batch, options=options,
                                               request_id=part_request_id(request_id, n, len(batches)))
-            reply = self._call(stub.WriteRows, req, changes_state=True)
+            reply = self._conn.call(stub.WriteRows, req, changes_state=True)
             snapshot_id, written = max(snapshot_id, reply.snapshot_id), written + reply.rows_written
             again = again and reply.already_written
         return WriteResult(snapshot_id, written, again)
@@ -214,5 +219,5 @@ class Writes(Tables):
             req.overwrite_all_partitions = True
         elif overwrite and partitions is not None:
             req.overwrite_partitions.extend(partitions)
-        reply = self._call(self._catalog.Commit, req, changes_state=True)
+        reply = self._conn.call(self._conn.catalog.Commit, req, changes_state=True)
         return CommitResult(int(reply.snapshot_id), bool(reply.already_committed))
