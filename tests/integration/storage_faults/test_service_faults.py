@@ -23,7 +23,7 @@ import pytest
 import tests.support.writer_procs as procs
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.client.client import Client
-from lsmlake.errors import BackPressureError
+from lsmlake.errors import StorageError
 from lsmlake.kafka.broker import EmbeddedBroker
 from lsmlake.kafka.client import close_producer, producer
 from tests.integration.interop.test_interop_pypaimon import pypaimon_read
@@ -100,12 +100,12 @@ def test_writes_fail_cleanly_while_the_disk_is_full_and_nothing_acknowledged_is_
 
         impatient = Client(f"127.0.0.1:{cat.port}", writer=f"127.0.0.1:{writer.port}", timeout_s=8)
 
-        def write_batch(c: Client = client) -> BackPressureError | None:
+        def write_batch(c: Client = client) -> StorageError | None:
             start = next(next_id)
             ids = np.arange(start, start + 100, dtype=np.int64)
             try:
                 c.write("db.g", _batch(ids), commit_now=True)
-            except BackPressureError as e:
+            except StorageError as e:  # the writer's full disk, by its own class (not guessed from the code)
                 refused.append(ids)
                 return e
             acked.append(ids)
@@ -117,7 +117,7 @@ def test_writes_fail_cleanly_while_the_disk_is_full_and_nothing_acknowledged_is_
         g = FileSystemCatalog(str(warehouse)).get_table("db.g")
 
         # 2. the disk stays full: the writer retries its flush until shortly before the client's deadline (8 s),
-        #    then the Write fails with RESOURCE_EXHAUSTED naming the problem, and changes nothing
+        #    then the Write fails with a StorageError naming the problem, and changes nothing
         control.write_text("enospc-after-bytes=0")
         before = g.snapshots.latest_id()
         for _ in range(2):
@@ -129,7 +129,7 @@ def test_writes_fail_cleanly_while_the_disk_is_full_and_nothing_acknowledged_is_
         # 3. the disk is full for a moment: the writer retries its flush and the Write succeeds once space is back
         flush_retries = "table db.g: flushing the group failed"
         seen = writer.tail(10**7).count(flush_retries)
-        results: list[BackPressureError | None] = []
+        results: list[StorageError | None] = []
         t = threading.Thread(target=lambda: results.append(write_batch()))
         t.start()
         deadline = time.monotonic() + 30
