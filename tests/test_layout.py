@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -127,3 +128,35 @@ def test_the_layout_rules_catch_a_misplaced_file() -> None:
     assert _misplaced(Path("lsmlake/format/helpers.py")) == "a helper outside tests/support/"
     assert _misplaced(Path("merge/test_engines.py")) is not None
     assert _misplaced(Path("lsmlake/mergetree/compact/test_universal.py")) is None
+
+
+def _layer_table_packages(text: str) -> set[str]:
+    """The packages a markdown table of layers names in its rows (`lsmlake.x` or `x`, in backticks)."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("|") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            package_cell = cells[1] if cells[0].isdigit() else cells[0]
+            names.update(n.removeprefix("lsmlake.") for n in re.findall(r"`([\w.]+)`", package_cell))
+    return names
+
+
+def test_both_maps_name_every_package_and_service_module() -> None:
+    """docs/architecture.md and the README's architecture section list every package of the library, and the
+    architecture page every module of every service: a package or module added without its place on the map
+    fails here."""
+    packages = {p.parts[0] for p in _library_packages()} | {"errors"}
+    architecture = (ROOT / "docs" / "architecture.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    readme_section = readme[readme.index("## Architecture"):readme.index("## Development")]
+    layers = architecture[architecture.index("## The library's layers"):architecture.index("The contracts are")]
+    assert packages - _layer_table_packages(layers) == set(), "missing from docs/architecture.md's layers"
+    assert packages - _layer_table_packages(readme_section) == set(), "missing from the README's layers"
+    services = architecture[architecture.index("## The services, module by module"):
+                            architecture.index("## Where things live")]
+    modules = {f"{s}/{p.name}" for s in SERVICES for p in (ROOT / s).glob("*.py") if p.name != "__init__.py"}
+    parts = re.split(r"\*\*`(\w+)/`\*\*", services)  # [before, service, its table, service, its table, ...]
+    named = {f"{service}/{m}" for service, block in zip(parts[1::2], parts[2::2], strict=True)
+             for m in re.findall(r"^\| `(\w+\.py)` \|", block, re.M)}
+    assert modules - named == set(), "service modules missing from docs/architecture.md"
+    assert named - modules == set(), "docs/architecture.md names service modules that do not exist"
