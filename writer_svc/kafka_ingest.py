@@ -276,7 +276,12 @@ class KafkaIngest:
             try:
                 self._write(ingest, result.batch)
             except BackPressureError as e:
-                _log.info("%s: pausing %s", e, tp)
+                if relayed(e):
+                    # the catalog's, met while flushing a full buffer: that failed the whole group, so the rows
+                    # of every partition buffered since the last commit are gone; only reading again from the
+                    # committed offsets gets them back (a pause would commit the others' offsets without them)
+                    raise
+                _log.info("%s: pausing %s", e, tp)  # refused before anything was buffered
                 return False
             except (TableReplacedError, TableAlteredError) as e:
                 raise _TableChanged(ingest) from e
