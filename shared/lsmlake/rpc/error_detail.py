@@ -21,6 +21,7 @@ from lsmlake.errors import LakeError
 ERROR_DETAIL_KEY = "lsmlake-error-bin"
 #: fields beyond this many bytes of JSON are left out: trailers share gRPC's 8 KiB metadata limit with the message
 MAX_FIELD_BYTES = 1024
+_OS_ERROR_FIELDS = ("errno", "strerror", "filename")
 
 
 def class_name(cls: type) -> str:
@@ -90,5 +91,8 @@ def error_from_detail(cls: type[LakeError], message: str, fields: dict[str, Any]
     if not error.args:
         error.args = (message,)
     for name, value in fields.items():
-        setattr(error, name, value)
+        # only the error's own fields: a name the class already has (`args`, a method) is the class's to
+        # define, not a peer's; an OSError's errno is set by the exception machinery, so named explicitly
+        if not hasattr(cls, name) or (issubclass(cls, OSError) and name in _OS_ERROR_FIELDS):
+            setattr(error, name, value)
     return error
