@@ -188,7 +188,7 @@ class RestCatalogApi:
         if not isinstance(body.get("statistics", []), list):
             raise InvalidInputError("request.statistics must be a list")
         snap = parse_snapshot(body.get("snapshot"), "request.snapshot")
-        ok = self.operations.commit_snapshot(SnapshotCommitRequest(_tid(r), snap, table_uuid or "", base))
+        ok = self.operations.writes.commit_snapshot(SnapshotCommitRequest(_tid(r), snap, table_uuid or "", base))
         return Response({"success": ok})
 
     def rollback(self, r: Request) -> Response:

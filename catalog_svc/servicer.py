@@ -133,7 +133,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     def Commit(self, request: catalog_pb2.CommitRequest,
                context: grpc.ServicerContext) -> catalog_pb2.CommitResponse:
         """Commit file changes as one snapshot (see `lsmlake.catalog.commit.catalog_commits`)."""
-        outcome = self.operations.commit(convert.commit_from_proto(request))
+        outcome = self.operations.writes.commit(convert.commit_from_proto(request))
         return catalog_pb2.CommitResponse(snapshot_id=outcome.snapshot_id,
                                           already_committed=outcome.already_committed)
 
@@ -141,7 +141,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     def FindWrites(self, request: catalog_pb2.FindWritesRequest,
                    context: grpc.ServicerContext) -> catalog_pb2.FindWritesResponse:
         """The snapshot of each client write (by request id) the table committed."""
-        found = self.operations.find_writes(_ident(request.table), request.request_ids)
+        found = self.operations.writes.find_writes(_ident(request.table), request.request_ids)
         return catalog_pb2.FindWritesResponse(snapshot_ids=found)
 
     @guarded
@@ -150,7 +150,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         """Ranges of sequence numbers per bucket, monotone and above every number the table holds."""
         tid = _ident(request.table)
         counts = sequence_counts(request.ranges)
-        first = self.operations.allocate_sequences(tid, request.table_uuid, counts)
+        first = self.operations.writes.allocate_sequences(tid, request.table_uuid, counts)
         self.metrics.sequences.inc(sum(counts.values()))
         return catalog_pb2.AllocateSequencesResponse(first=first)
 
@@ -158,8 +158,8 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     def AssignBuckets(self, request: catalog_pb2.AssignBucketsRequest,
                       context: grpc.ServicerContext) -> catalog_pb2.AssignBucketsResponse:
         """The bucket of each key of a dynamic-bucket table, per partition (see `lsmlake.table.dynamic_bucket`)."""
-        snapshot_id, answers = self.operations.assign_buckets(_ident(request.table), request.table_uuid,
-                                                              partition_keys(request))
+        snapshot_id, answers = self.operations.writes.assign_buckets(_ident(request.table), request.table_uuid,
+                                                                     partition_keys(request))
         return catalog_pb2.AssignBucketsResponse(
             snapshot_id=snapshot_id,
             partitions=[catalog_pb2.PartitionBuckets(
@@ -226,7 +226,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
             self.metrics.watchers.dec()
 
     def _wait_commit(self) -> None:
-        self.operations.wait_for_commit(self._watch_poll_s)
+        self.operations.writes.wait_for_commit(self._watch_poll_s)
 
     # -- scans ---------------------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ def test_a_dropped_tables_key_hashes_are_forgotten(tmp_path: Path) -> None:
         for ident in (a, b, common_pb2.TableIdentifier(database="other", table="c")):
             assert _assign(cat, ident, [1, 2, 3]) == [0, 0, 0]
             assert _assign(cat, ident, [3, 4]) == [0, 0]  # the second call reads the index held in memory
-        held = _servicer(cat).operations._hash_files
+        held = _servicer(cat).operations.writes._hash_files
         assert len(held) == 3
         cat.stub.DropTable(catalog_pb2.DropTableRequest(table=a), timeout=TIMEOUT_S)
         assert len(held) == 2, "the dropped table's key hashes are still held"

@@ -68,7 +68,7 @@ def _compact(local: Local, name: str) -> int:
     table = FileSystemCatalog(local.warehouse).get_table(f"db.{name}")
     _, messages = compact_buckets(table, full=True)
     assert messages, "nothing to compact"
-    outcome = local.server._operations.commits.commit(  # type: ignore[union-attr]
+    outcome = local.server._operations.writes.commits.commit(  # type: ignore[union-attr]
         CommitRequest(f"db.{name}", COMPACT, "test-compactor", next(_COMPACTIONS), messages))
     return outcome.snapshot_id
 
@@ -143,8 +143,8 @@ def test_commit_that_loses_its_id_to_a_compaction_is_retried_and_lands_once(serv
     table = _create(cat, "race", [_ID, pa.field("v", pa.string())], ["id"], {"bucket": "1"})
     write(table, pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", "a"]}))
     write(table, pa.table({"id": pa.array([2, 3], pa.int64()), "v": ["b", "b"]}))
-    service = local.server._operations
-    assert service is not None
+    assert local.server._operations is not None
+    service = local.server._operations.writes
     original = service.commit_snapshot
     answers: list[bool] = []
 

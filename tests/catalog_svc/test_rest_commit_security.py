@@ -177,7 +177,7 @@ def test_a_published_time_is_never_before_the_latest_snapshots(served: Served) -
     t = _create(served, "behind")
     latest = t.snapshots.latest()
     assert latest is not None
-    commits = served.local.server._operations.commits
+    commits = served.local.server._operations.writes.commits
     clock = commits.clock
     commits.clock = lambda: 1_000  # far behind: 1970
     try:

@@ -5,8 +5,8 @@ filesystem catalog, REST catalog and REST server stand on its `Catalog` interfac
 write answers; what an operation does, and which table lock it holds while doing it, is decided here.
 An operation that changes a table's files or history takes that table's commit lock itself (shared by
 catalog replicas through the metadata store), so that no commit, expiration or schema change of the same
-table runs meanwhile. Commits and whole snapshots, sequence numbers and dynamic buckets are in
-`write_operations`, this class's base.
+table runs meanwhile. Commits and whole snapshots, sequence numbers and dynamic buckets are a part of their
+own, `writes` (`write_operations.WriteOperations`), which this class holds and the adapters call directly.
 """
 
 from __future__ import annotations
@@ -35,19 +35,25 @@ from lsmlake.table.schema_change import SchemaChange
 __all__ = ["KEEP_WRITES_MS", "CatalogOperations", "CommitListener"]
 
 
-class CatalogOperations(WriteOperations):
-    """Databases, tables, tags, snapshots, maintenance, the compaction timeline and health of one catalog.
+class CatalogOperations:
+    """Databases, tables, tags, snapshots, maintenance, the compaction timeline and health of one catalog; its
+    commits, sequences and buckets are `writes`.
 
     `encode_events` writes a snapshot's outbox rows; `plan_codec` the stored form of compaction plans (None:
-    this instance serves no timeline). See `WriteOperations` for the commit hooks.
+    this instance serves no timeline). The commit hooks (`listener`, `fault_point`, `keep_writes_ms`) are the
+    writes' (see `WriteOperations`).
     """
 
     def __init__(self, catalog: FileSystemCatalog, store: MetaStore, encode_events: EventEncoder,
                  plan_codec: PlanCodec | None = None, *, listener: CommitListener | None = None,
                  fault_point: Callable[[str], None] | None = None, keep_writes_ms: int = KEEP_WRITES_MS,
                  clock: Callable[[], int] = now_ms) -> None:
-        super().__init__(catalog, store, encode_events, listener=listener, fault_point=fault_point,
-                         keep_writes_ms=keep_writes_ms, clock=clock)
+        self.catalog = catalog
+        self.store = store
+        self.encode_events = encode_events
+        self.clock = clock
+        self.writes = WriteOperations(catalog, store, encode_events, listener=listener, fault_point=fault_point,
+                                      keep_writes_ms=keep_writes_ms, clock=clock)
         self._timeline = Timeline(catalog, store, plan_codec) if plan_codec is not None else None
         self._snapshot_stats = SnapshotStats()
 
@@ -76,7 +82,7 @@ class CatalogOperations(WriteOperations):
         for t in tables:  # forget each table's history, under its lock, before its files go
             with self.store.commit_lock(f"{name}.{t}"):
                 self.store.forget_table(f"{name}.{t}")
-                self._hash_files.forget(f"{name}.{t}")
+                self.writes.forget_table(f"{name}.{t}")
         self.catalog.drop_database(name, cascade=cascade)
 
     # -- tables --------------------------------------------------------------------------------
@@ -117,7 +123,7 @@ class CatalogOperations(WriteOperations):
         with self.store.commit_lock(tid):  # not in the middle of a commit of that table
             self.catalog.drop_table(tid)
             self.store.forget_table(tid)  # a new table of that name starts without history
-            self._hash_files.forget(tid)
+            self.writes.forget_table(tid)
 
     def rename_table(self, src: str, dst: str) -> None:
         """Move table `src` to `dst` with its files; the history stays with the old name, the commit users move.
@@ -214,7 +220,7 @@ class CatalogOperations(WriteOperations):
     def complete_compaction(self, request: CommitRequest, plan_id: int,
                             owner: str) -> tuple[CommitOutcome, CompactionPlan]:
         """Commit a plan's result as a COMPACT snapshot and mark the plan COMPLETED in the same transaction."""
-        return self.timeline.complete(self.commit, request, plan_id, owner)
+        return self.timeline.complete(self.writes.commit, request, plan_id, owner)
 
     def rollback_compaction(self, tid: str, plan_id: int, reason: str, requeue: bool,
                             output_files: Sequence[str]) -> tuple[CompactionPlan, list[str]]:

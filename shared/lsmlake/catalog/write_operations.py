@@ -67,7 +67,8 @@ class _Silent:
 
 
 class WriteOperations:
-    """Commits, snapshots, sequences and buckets of one catalog (a warehouse and its metadata store).
+    """Commits, snapshots, sequences and buckets of one catalog (a warehouse and its metadata store): the
+    `writes` of its `operations.CatalogOperations`.
 
     `fault_point` is called where a crash tests recovery (`commit.catalog_commits.AFTER_SNAPSHOT`, `AFTER_COMMIT`);
     `keep_writes_ms` is how long a committed client write id answers a resend.
@@ -147,6 +148,10 @@ class WriteOperations:
             self.store.commits.forget_writes(self.clock() - self._keep_writes_ms)
         except LakeError as e:  # retried a minute later; until then old ids only answer resends a little longer
             _log.warning("forgetting old write ids failed: %s", e)
+
+    def forget_table(self, tid: str) -> None:
+        """Drop what is held of a dropped table (the HASH index files read for its buckets)."""
+        self._hash_files.forget(tid)
 
     def find_writes(self, tid: str, request_ids: Sequence[str]) -> dict[str, int]:
         """The snapshot of each of the caller's own client writes (by request id) the table committed."""

@@ -84,8 +84,8 @@ class Lake:
     def commit(self, table: FileStoreTable, ids: list[int], identifier: int, request_ids: tuple[str, ...] = ()) -> int:
         w = table.new_write()
         w.write(pa.table({"id": pa.array(ids, pa.int64()), "v": [str(i) for i in ids]}))
-        outcome = self.ops.commit(CommitRequest(table.identifier, APPEND, "writer", identifier, w.prepare_commit(),
-                                                request_ids=request_ids))
+        outcome = self.ops.writes.commit(CommitRequest(table.identifier, APPEND, "writer", identifier,
+                                                       w.prepare_commit(), request_ids=request_ids))
         return outcome.snapshot_id
 
 
@@ -151,11 +151,11 @@ def test_commits_are_counted_found_by_request_id_and_wake_waiters(lake: Lake) ->
     w = table.new_write()
     w.write(pa.table({"id": pa.array([1], pa.int64()), "v": ["1"]}))
     request = CommitRequest(T, APPEND, "writer", 1, w.prepare_commit(), request_ids=("w1",))
-    assert lake.ops.commit(request).snapshot_id == 1
+    assert lake.ops.writes.commit(request).snapshot_id == 1
     woken = threading.Event()
 
     def wait() -> None:
-        lake.ops.wait_for_commit(30)
+        lake.ops.writes.wait_for_commit(30)
         woken.set()
 
     waiter = threading.Thread(target=wait)
@@ -166,14 +166,14 @@ def test_commits_are_counted_found_by_request_id_and_wake_waiters(lake: Lake) ->
         woken.wait(0.05)
     waiter.join()
     assert lake.listener.commits == first and set(lake.listener.outcomes) == {(APPEND, "committed")}
-    assert lake.ops.find_writes(T, ["w1", "missing"]) == {"w1": 1}
+    assert lake.ops.writes.find_writes(T, ["w1", "missing"]) == {"w1": 1}
     with pytest.raises(NotFoundError):
-        lake.ops.find_writes("db.nope", ["w1"])
-    resent = lake.ops.commit(request)
+        lake.ops.writes.find_writes("db.nope", ["w1"])
+    resent = lake.ops.writes.commit(request)
     assert resent.already_committed and resent.snapshot_id == 1
     assert lake.listener.outcomes[-1] == (APPEND, "already_committed")
     with pytest.raises(AlreadyExistsError):  # the same commit with other files
-        lake.ops.commit(CommitRequest(T, APPEND, "writer", 1, []))
+        lake.ops.writes.commit(CommitRequest(T, APPEND, "writer", 1, []))
     assert lake.listener.outcomes[-1] == (APPEND, "rejected") and lake.listener.commits == first + 1
 
 
@@ -182,36 +182,36 @@ def test_a_whole_snapshot_is_published_once_and_a_taken_id_is_a_lost_race(lake: 
     lake.commit(table, [1], 1)
     latest = table.snapshots.latest()
     assert latest is not None
-    assert lake.ops.commit_snapshot(SnapshotCommitRequest(T, latest)) is True  # a resend of a published snapshot
+    assert lake.ops.writes.commit_snapshot(SnapshotCommitRequest(T, latest)) is True  # a resend of a published snapshot
     other = dataclasses.replace(latest, commit_identifier=latest.commit_identifier + 1)
-    assert lake.ops.commit_snapshot(SnapshotCommitRequest(T, other)) is False
+    assert lake.ops.writes.commit_snapshot(SnapshotCommitRequest(T, other)) is False
     assert lake.listener.outcomes[-2:] == [(APPEND, "committed"), (APPEND, "conflict")]
     with pytest.raises(StaleTableError):
-        lake.ops.commit_snapshot(SnapshotCommitRequest(T, latest, table_uuid="another"))
+        lake.ops.writes.commit_snapshot(SnapshotCommitRequest(T, latest, table_uuid="another"))
 
 
 def test_sequences_are_allocated_above_the_last_range(lake: Lake) -> None:
     table = lake.table()
     lake.locked.clear()
     counts = {(EMPTY_ROW, 0): 5, (EMPTY_ROW, 1): 3}
-    first = lake.ops.allocate_sequences(T, table.table_uuid, counts)
-    again = lake.ops.allocate_sequences(T, "", {(EMPTY_ROW, 1): 1, (EMPTY_ROW, 0): 1})
+    first = lake.ops.writes.allocate_sequences(T, table.table_uuid, counts)
+    again = lake.ops.writes.allocate_sequences(T, "", {(EMPTY_ROW, 1): 1, (EMPTY_ROW, 0): 1})
     assert lake.locked == [T, T]
     assert again == [first[1] + 3, first[0] + 5]
     with pytest.raises(StaleTableError):
-        lake.ops.allocate_sequences(T, "another", counts)
+        lake.ops.writes.allocate_sequences(T, "another", counts)
 
 
 def test_buckets_are_assigned_and_committed_once_per_new_key(lake: Lake) -> None:
     lake.table(bucket="-1")
     keys = [(EMPTY_ROW, np.array([1, 2, 3], np.int32))]
-    snapshot_id, answers = lake.ops.assign_buckets(T, "", keys)
+    snapshot_id, answers = lake.ops.writes.assign_buckets(T, "", keys)
     assert snapshot_id == 1 and answers[0].buckets.tolist() == [0, 0, 0]
     assert lake.listener.outcomes == [(APPEND, "committed")]
-    assert lake.ops.assign_buckets(T, "", keys)[0] == 0  # nothing new: nothing committed
+    assert lake.ops.writes.assign_buckets(T, "", keys)[0] == 0  # nothing new: nothing committed
     lake.table("db.fixed")
     with pytest.raises(InvalidInputError, match="dynamic buckets"):
-        lake.ops.assign_buckets("db.fixed", "", keys)
+        lake.ops.writes.assign_buckets("db.fixed", "", keys)
 
 
 def test_tags_are_created_read_listed_and_deleted(lake: Lake) -> None:
@@ -242,7 +242,7 @@ def test_statistics_of_partitions_and_snapshots(lake: Lake) -> None:
                                      {"bucket": "1"}, None)
     w = table.new_write()
     w.write(pa.table({"id": pa.array([1, 2, 3], pa.int64()), "p": ["a", "a", "b"]}))
-    lake.ops.commit(CommitRequest(T, APPEND, "writer", 1, w.prepare_commit()))
+    lake.ops.writes.commit(CommitRequest(T, APPEND, "writer", 1, w.prepare_commit()))
     table, parts = lake.ops.partition_stats(T)
     by_spec = {partition_spec(table, k)["p"]: (v.record_count, v.file_count) for k, v in parts.items()}
     assert by_spec == {"a": (2, 1), "b": (1, 1)}

@@ -184,7 +184,7 @@ def test_the_rest_commit_refuses_an_index_manifest_that_drops_entries(tmp_path, 
         kept = [e for e in entries if e.index_type != kind] + [e for e in entries if e.index_type == kind][1:]
         snap = _snapshot_with_index(t, t.indexes.write(kept))
         with pytest.raises(InvalidInputError):
-            local.server._operations.commit_snapshot(SnapshotCommitRequest("db.t", snap))
+            local.server._operations.writes.commit_snapshot(SnapshotCommitRequest("db.t", snap))
         assert cat.get_table("db.t").snapshots.latest_id() == latest.id
 
 
