@@ -75,11 +75,22 @@ class Client:
 
     @property
     def timeout_s(self) -> float:
+        """The deadline of every call, in seconds (settable, as before the client was split into parts)."""
         return self._conn.timeout_s
+
+    @timeout_s.setter
+    def timeout_s(self, value: float) -> None:
+        self._conn.timeout_s = value
+        self._conn.catalog_client.timeout_s = value
 
     @property
     def warehouse(self) -> str | None:
+        """Where the client reads planned files from (None: the location the catalog reports)."""
         return self._conn.warehouse
+
+    @warehouse.setter
+    def warehouse(self, value: str | None) -> None:
+        self._conn.warehouse = value
 
     def close(self) -> None:
         self._conn.close()
