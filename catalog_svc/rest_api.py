@@ -163,10 +163,7 @@ class RestCatalogApi:
         body = obj(r.body, "request")
         src = ".".join(identifier_from_json(body.get("source"), "request.source"))
         dst = ".".join(identifier_from_json(body.get("destination"), "request.destination"))
-        try:
-            self.operations.rename_table(src, dst)
-        except NotImplementedError as e:
-            raise NotImplementedRestError(str(e)) from None
+        self.operations.rename_table(src, dst)  # 501 on an object store (UnsupportedOperationError)
         return Response()
 
     # -- snapshots and commits -----------------------------------------------------------------

@@ -77,6 +77,11 @@ class BackPressureError(LakeError):
     or asked for more than a service accepts at once; retry later."""
 
 
+class UnsupportedOperationError(LakeError):
+    """The operation is not supported here (by this store, this service or this version), whatever the input:
+    nothing was applied, and asking again will not help; the message says what to do instead."""
+
+
 class ServiceUnavailableError(LakeError):
     """The service cannot take the request now (it is shutting down, or a service it needs does not answer);
     nothing was applied, retry (on another replica)."""

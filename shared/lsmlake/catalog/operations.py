@@ -24,7 +24,7 @@ from lsmlake.catalog.statistics import FileStats, SnapshotStats, partition_stats
 from lsmlake.catalog.tags import branch_names, create_tag, delete_tag, read_tag, tag_names
 from lsmlake.catalog.timeline import PlanCodec, PlanUnit, Timeline
 from lsmlake.catalog.write_operations import KEEP_WRITES_MS, CommitListener, WriteOperations
-from lsmlake.errors import AlreadyExistsError, InvalidInputError, NotFoundError
+from lsmlake.errors import AlreadyExistsError, InvalidInputError, NotFoundError, UnsupportedOperationError
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.format.types import DataField
 from lsmlake.metastore import CompactionPlan, MetaStore, now_ms
@@ -128,10 +128,10 @@ class CatalogOperations:
     def rename_table(self, src: str, dst: str) -> None:
         """Move table `src` to `dst` with its files; the history stays with the old name, the commit users move.
 
-        NotImplementedError on an object store: it has no atomic rename of a folder."""
+        UnsupportedOperationError on an object store: it has no atomic rename of a folder."""
         cat, store = self.catalog, self.store
         if not cat.io.local:
-            raise NotImplementedError("renaming a table needs an atomic folder rename, which object stores "
+            raise UnsupportedOperationError("renaming a table needs an atomic folder rename, which object stores "
                                       "do not have; create the table under the new name and copy it")
         first, second = sorted((src, dst))  # both locks, always in the same order: two renames cannot deadlock
         with store.commit_lock(first), store.commit_lock(second):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lsmlake.errors import LakeError
+from lsmlake.errors import LakeError, ServiceUnavailableError
 
 
-class MetaStoreUnavailableError(LakeError):
+class MetaStoreUnavailableError(ServiceUnavailableError):
     """The metadata store cannot be reached, or a lock was not granted in time: retry later; nothing was applied.
+    The catalog cannot take the request without its store, so callers see it as the service unavailable.
 
     Raised from the end of `commit_lock`, the transaction's outcome may be unknown (PostgreSQL lost the
     connection during COMMIT): reconcile with `last_recorded_snapshot` before retrying.

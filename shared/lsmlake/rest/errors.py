@@ -24,14 +24,14 @@ from lsmlake.errors import (
     ServiceUnavailableError,
     StaleTableError,
     StorageError,
+    UnsupportedOperationError,
 )
-from lsmlake.metastore.errors import MetaStoreUnavailableError
 
 INTERNAL_MESSAGE = "internal error in the service; see its log"
 MAX_MESSAGE_CHARS = 2_000
 
 
-class NotImplementedRestError(LakeError):
+class NotImplementedRestError(UnsupportedOperationError):
     """A part of Paimon's REST API this catalog does not serve."""
 
 
@@ -73,9 +73,10 @@ class RestError:
                 "code": self.status}
 
 
-# Most specific first: StaleTableError and CommitConflictError are plain LakeErrors.
+# Most specific first: StaleTableError and CommitConflictError are plain LakeErrors. A MetaStoreUnavailableError
+# is a ServiceUnavailableError.
 _STATUSES: tuple[tuple[type[BaseException], int], ...] = (
-    (NotImplementedRestError, 501),
+    (UnsupportedOperationError, 501),  # incl. NotImplementedRestError
     (UnauthenticatedError, 401),
     (MethodNotAllowedError, 405),
     (BodyTooLargeError, 413),
@@ -89,7 +90,6 @@ _STATUSES: tuple[tuple[type[BaseException], int], ...] = (
     (StorageError, 503),
     (ServiceUnavailableError, 503),
     (CommitStateUnknownError, 503),
-    (MetaStoreUnavailableError, 503),
 )
 
 

@@ -4,7 +4,7 @@ Every RPC of every lsmlake service is wrapped by `guarded`: a `LakeError` become
 subclass calls for with its (human-readable) message; anything else is logged and answered INTERNAL
 with a generic message, so no stack detail leaks to clients.
 
-Sixteen error classes share ten status codes, so a code alone cannot say which error a service raised. A
+Many more error classes than status codes share them, so a code alone cannot say which error a service raised. A
 `LakeError` therefore also travels as its class and fields in the status's trailing metadata
 (`lsmlake.rpc.error_detail`), and `error_for` rebuilds the same class on the caller's side; a status without
 that detail (from a foreign server, an interceptor, or gRPC itself) maps by its code alone.
@@ -36,8 +36,9 @@ from lsmlake.errors import (
     ServiceUnavailableError,
     StaleTableError,
     StorageError,
+    UnsupportedOperationError,
 )
-from lsmlake.metastore.errors import MetaStoreUnavailableError, PlanConflictError, PlanStateError
+from lsmlake.metastore.errors import PlanConflictError, PlanStateError
 from lsmlake.rpc.error_detail import ERROR_DETAIL_KEY, detail_of, detail_of_error, error_from_detail
 from lsmlake.runtime.log_limit import LogLimiter, peer_host
 
@@ -45,13 +46,14 @@ _log = logging.getLogger(__name__)
 _undecodable_log = LogLimiter(_log, "refused undecodable requests")
 
 
-class UnimplementedError(LakeError):
+class UnimplementedError(UnsupportedOperationError):
     """An RPC this version of the service does not implement yet."""
 
 
-# Most specific first: CommitRetryExhaustedError is a CommitConflictError, the input errors share a root.
+# Most specific first: CommitRetryExhaustedError is a CommitConflictError, the input errors share a root, a
+# MetaStoreUnavailableError is a ServiceUnavailableError.
 _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
-    (UnimplementedError, grpc.StatusCode.UNIMPLEMENTED),
+    (UnsupportedOperationError, grpc.StatusCode.UNIMPLEMENTED),  # incl. UnimplementedError
     (BackPressureError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (StorageError, grpc.StatusCode.RESOURCE_EXHAUSTED),  # disk full: retry once there is space
     (ServiceUnavailableError, grpc.StatusCode.UNAVAILABLE),
@@ -66,7 +68,6 @@ _CODES: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
     (PlanConflictError, grpc.StatusCode.FAILED_PRECONDITION),
     (PlanStateError, grpc.StatusCode.FAILED_PRECONDITION),
     (CommitStateUnknownError, grpc.StatusCode.UNAVAILABLE),
-    (MetaStoreUnavailableError, grpc.StatusCode.UNAVAILABLE),
 )
 
 INTERNAL_MESSAGE = "internal error in the service; see its log"
@@ -118,6 +119,7 @@ _ERRORS: dict[grpc.StatusCode, type[LakeError]] = {
     grpc.StatusCode.ABORTED: CommitRetryExhaustedError,
     grpc.StatusCode.UNAVAILABLE: ServiceUnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: ServiceUnavailableError,
+    grpc.StatusCode.UNIMPLEMENTED: UnsupportedOperationError,
 }
 #: classes too general to say what went wrong: their message starts with the status name (docs/security.md)
 _NAMING_THE_STATUS: tuple[type[LakeError], ...] = (LakeError, PermissionDeniedError)
@@ -132,9 +134,9 @@ def error_for(e: grpc.RpcError, *, changes_state: bool = True, refused: str | No
     `changes_state`: the call writes, commits or changes a table. Unless the service definitely refused it
     (a status outside `UNDECIDED`), its outcome is then unknown: CommitStateUnknownError, whose message says
     to send it again as it was (a write with the same request id). A read without an answer is plainly
-    ServiceUnavailableError: nothing to undo, ask again. Statuses with no error of their own (UNAUTHENTICATED,
-    UNIMPLEMENTED, ...) are a LakeError naming the status, as are refusals by PERMISSION_DENIED
-    (docs/security.md).
+    ServiceUnavailableError: nothing to undo, ask again. UNIMPLEMENTED is UnsupportedOperationError.
+    Statuses with no error of their own (UNAUTHENTICATED, ...) are a LakeError naming the status, as are
+    refusals by PERMISSION_DENIED (docs/security.md).
 
     The error keeps the status it came with (`RELAYED_STATUS`), so that a service raising it again answers its
     own caller with the same status (`status_for`).

@@ -23,7 +23,13 @@ from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.catalog.operations import CatalogOperations
 from lsmlake.catalog.statistics import partition_spec
 from lsmlake.catalog.timeline import PlanUnit
-from lsmlake.errors import AlreadyExistsError, InvalidInputError, NotFoundError, StaleTableError
+from lsmlake.errors import (
+    AlreadyExistsError,
+    InvalidInputError,
+    NotFoundError,
+    StaleTableError,
+    UnsupportedOperationError,
+)
 from lsmlake.format.binary_row import EMPTY_ROW
 from lsmlake.format.snapshot import APPEND, COMPACT
 from lsmlake.metastore import MetaStore, open_store
@@ -144,6 +150,17 @@ def test_tables_are_created_altered_renamed_and_dropped_under_their_locks(lake: 
     assert lake.locked == ["other.u"] and not lake.ops.table_exists("other.u")
     with pytest.raises(NotFoundError):
         lake.ops.drop_table("other.u")
+
+
+def test_renaming_on_an_object_store_is_refused_as_unsupported(lake: Lake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An object store has no atomic rename of a folder: refused before any lock is taken, the table left as it was."""
+    lake.table()
+    lake.locked.clear()
+    monkeypatch.setattr(lake.ops.catalog.io, "local", False)
+    with pytest.raises(UnsupportedOperationError, match="atomic folder rename"):
+        lake.ops.rename_table(T, "db.u")
+    monkeypatch.undo()
+    assert lake.locked == [] and lake.ops.table_exists(T) and not lake.ops.table_exists("db.u")
 
 
 def test_commits_are_counted_found_by_request_id_and_wake_waiters(lake: Lake) -> None:

@@ -21,6 +21,7 @@ from lsmlake.rpc.errors import INTERNAL_MESSAGE, UnimplementedError, error_for, 
     (errors.CommitStateUnknownError("bad"), grpc.StatusCode.UNAVAILABLE),
     (MetaStoreUnavailableError("bad"), grpc.StatusCode.UNAVAILABLE),
     (UnimplementedError("bad"), grpc.StatusCode.UNIMPLEMENTED),
+    (errors.UnsupportedOperationError("bad"), grpc.StatusCode.UNIMPLEMENTED),
 ])
 def test_lake_errors_keep_their_message(error: Exception, code: grpc.StatusCode) -> None:
     assert status_for(error) == (code, "bad")
@@ -74,7 +75,12 @@ def test_a_definite_refusal_comes_back_as_the_error_the_service_raised(error: er
 
 def test_refusals_without_an_error_of_their_own_name_their_status() -> None:
     for code, cls in ((grpc.StatusCode.PERMISSION_DENIED, errors.PermissionDeniedError),
-                      (grpc.StatusCode.UNAUTHENTICATED, errors.LakeError),
-                      (grpc.StatusCode.UNIMPLEMENTED, errors.LakeError)):
+                      (grpc.StatusCode.UNAUTHENTICATED, errors.LakeError)):
         back = error_for(_Failed(code, "no"), changes_state=True)
         assert type(back) is cls and str(back) == f"{code.name}: no"
+
+
+def test_unimplemented_without_the_detail_is_an_unsupported_operation() -> None:
+    """The class says what the status did (a definite refusal that asking again will not change)."""
+    back = error_for(_Failed(grpc.StatusCode.UNIMPLEMENTED, "no"), changes_state=True)
+    assert type(back) is errors.UnsupportedOperationError and str(back) == "no"
