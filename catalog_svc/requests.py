@@ -108,16 +108,6 @@ def expire_options(request: catalog_pb2.ExpireSnapshotsRequest) -> dict[str, int
     return opt
 
 
-def bucket_numbers(buckets: Sequence[int]) -> set[int]:
-    """The buckets a PlanScan request asks for; InvalidInputError for a number that is no bucket."""
-    wanted = set(buckets)
-    bad = sorted(b for b in wanted if b < 0 and b != POSTPONE_BUCKET)
-    if bad:
-        raise InvalidInputError(f"buckets {bad} are not bucket numbers (0 and up, or {POSTPONE_BUCKET} for "
-                                "postponed files)")
-    return wanted
-
-
 def partition_keys(request: catalog_pb2.AssignBucketsRequest) -> list[tuple[bytes, np.ndarray]]:
     """The (partition, key hashes) of an AssignBuckets request; InvalidInputError when there are none, too many,
     or a partition twice."""

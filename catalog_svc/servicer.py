@@ -15,7 +15,6 @@ import grpc
 
 from catalog_svc.metrics import CatalogMetrics
 from catalog_svc.requests import (
-    bucket_numbers,
     expire_options,
     partition_keys,
     schema_change,
@@ -26,7 +25,6 @@ from catalog_svc.watch import follow_snapshots
 from lsmlake.catalog.operations import CatalogOperations
 from lsmlake.catalog.timeline import parse_plan_id
 from lsmlake.errors import InvalidInputError, NotFoundError
-from lsmlake.format.predicate import Predicate
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 from lsmlake.rpc import convert
 from lsmlake.rpc.errors import guarded, guarded_stream
@@ -173,25 +171,20 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     @guarded
     def GetSnapshot(self, request: catalog_pb2.GetSnapshotRequest,
                     context: grpc.ServicerContext) -> catalog_pb2.GetSnapshotResponse:
-        snap = self._table(request.table).snapshots.snapshot(request.snapshot_id)
+        snap = self.operations.snapshot(_ident(request.table), request.snapshot_id)
         return catalog_pb2.GetSnapshotResponse(snapshot=convert.snapshot_to_proto(snap))
 
     @guarded
     def ListSnapshots(self, request: catalog_pb2.ListSnapshotsRequest,
                       context: grpc.ServicerContext) -> catalog_pb2.ListSnapshotsResponse:
-        if request.limit < 0:
-            raise InvalidInputError(f"limit {request.limit} must not be negative")
-        snaps = self._table(request.table).snapshots.snapshots()
-        if request.HasField("after_snapshot_id"):
-            snaps = [s for s in snaps if s.id > request.after_snapshot_id]
-        if request.limit:
-            snaps = snaps[:request.limit]
+        after = request.after_snapshot_id if request.HasField("after_snapshot_id") else None
+        snaps = self.operations.snapshots(_ident(request.table), after, request.limit)
         return catalog_pb2.ListSnapshotsResponse(snapshots=[convert.snapshot_to_proto(s) for s in snaps])
 
     @guarded
     def LatestSnapshot(self, request: catalog_pb2.LatestSnapshotRequest,
                        context: grpc.ServicerContext) -> catalog_pb2.LatestSnapshotResponse:
-        snap = self._table(request.table).snapshots.latest()
+        snap = self.operations.latest_snapshot(_ident(request.table))
         out = catalog_pb2.LatestSnapshotResponse()
         if snap is not None:
             out.snapshot.CopyFrom(convert.snapshot_to_proto(snap))
@@ -200,7 +193,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     @guarded
     def SnapshotAtTime(self, request: catalog_pb2.SnapshotAtTimeRequest,
                        context: grpc.ServicerContext) -> catalog_pb2.SnapshotAtTimeResponse:
-        snap = self._table(request.table).snapshots.at_time(request.time_millis)
+        snap = self.operations.snapshot_at_time(_ident(request.table), request.time_millis)
         out = catalog_pb2.SnapshotAtTimeResponse()
         if snap is not None:
             out.snapshot.CopyFrom(convert.snapshot_to_proto(snap))
@@ -216,7 +209,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         """
         tid = _ident(request.table)
         after = request.after_snapshot_id if request.HasField("after_snapshot_id") else None
-        snapshots = follow_snapshots(self.operations.catalog, tid, after,
+        snapshots = follow_snapshots(self.operations, tid, after,
                                      lambda: context.is_active() and not self.stopping.is_set(), self._wait_commit)
         self.metrics.watchers.inc()
         try:
@@ -234,19 +227,12 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     def PlanScan(self, request: catalog_pb2.PlanScanRequest,
                  context: grpc.ServicerContext) -> catalog_pb2.PlanScanResponse:
         table = self._table(request.table)
-        part_terms = convert.terms_from_proto(table, request.partition_filter)
-        for t in part_terms:
-            if t.column not in table.schema.partition_keys:
-                raise InvalidInputError(f"partition_filter column {t.column!r} is not a partition key")
-        terms = part_terms + convert.terms_from_proto(table, request.key_filter)
-        snap = table.snapshots.snapshot(request.snapshot_id) if request.HasField("snapshot_id") \
-            else table.snapshots.latest()
+        snap, splits = self.operations.plan_scan(
+            table, convert.terms_from_proto(table, request.partition_filter),
+            convert.terms_from_proto(table, request.key_filter),
+            request.snapshot_id if request.HasField("snapshot_id") else None, request.all_levels, request.buckets)
         if snap is None:
             return catalog_pb2.PlanScanResponse(snapshot_id=0, schema_id=table.schema.id)
-        splits = table.new_scan(Predicate(tuple(terms)), snap, all_levels=request.all_levels).plan()
-        if request.buckets:
-            wanted = bucket_numbers(request.buckets)
-            splits = [s for s in splits if s.bucket in wanted]
         return catalog_pb2.PlanScanResponse(snapshot_id=snap.id, schema_id=snap.schema_id,
                                             splits=[convert.split_to_proto(table, s) for s in splits])
 
@@ -266,8 +252,6 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     @guarded
     def RemoveOrphanFiles(self, request: catalog_pb2.RemoveOrphanFilesRequest,
                           context: grpc.ServicerContext) -> catalog_pb2.RemoveOrphanFilesResponse:
-        if request.older_than_ms < 0:
-            raise InvalidInputError(f"older_than_ms {request.older_than_ms} must not be negative")
         result = self.operations.remove_orphan_files(_ident(request.table), request.older_than_ms or 86_400_000,
                                                      dry_run=request.dry_run)
         return catalog_pb2.RemoveOrphanFilesResponse(deleted_paths=result.deleted)

@@ -25,6 +25,8 @@ from lsmlake.catalog.tags import branch_names, create_tag, delete_tag, read_tag,
 from lsmlake.catalog.timeline import PlanCodec, PlanUnit, Timeline
 from lsmlake.catalog.write_operations import KEEP_WRITES_MS, CommitListener, WriteOperations
 from lsmlake.errors import AlreadyExistsError, InvalidInputError, NotFoundError, UnsupportedOperationError
+from lsmlake.format.bucket import POSTPONE_BUCKET
+from lsmlake.format.predicate import Predicate, Term
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.format.types import DataField
 from lsmlake.metastore import CompactionPlan, MetaStore, now_ms
@@ -144,7 +146,52 @@ class CatalogOperations:
             store.commit_users.move_commit_users(src, dst)  # the jobs committing to it still own their users
             store.forget_table(src)  # the history is the old name's; the new name records the snapshots anew
 
-    # -- snapshots, statistics and tags --------------------------------------------------------
+    # -- snapshots and scans -------------------------------------------------------------------
+
+    def snapshot(self, tid: str, snapshot_id: int) -> Snapshot:
+        """A snapshot of the table; NotFoundError when it does not exist (or expired)."""
+        return self.catalog.get_table(tid).snapshots.snapshot(snapshot_id)
+
+    def snapshots(self, tid: str, after: int | None = None, limit: int = 0) -> list[Snapshot]:
+        """The table's kept snapshots in id order, those after snapshot `after` only, at most `limit` (0: all)."""
+        if limit < 0:
+            raise InvalidInputError(f"limit {limit} must not be negative")
+        snaps = self.catalog.get_table(tid).snapshots.snapshots()
+        if after is not None:
+            snaps = [s for s in snaps if s.id > after]
+        return snaps[:limit] if limit else snaps
+
+    def latest_snapshot(self, tid: str) -> Snapshot | None:
+        """The table's latest snapshot; None before its first commit."""
+        return self.catalog.get_table(tid).snapshots.latest()
+
+    def snapshot_at_time(self, tid: str, time_ms: int) -> Snapshot | None:
+        """The newest of the table's snapshots committed at or before `time_ms` (epoch ms); None when every one is
+        later."""
+        return self.catalog.get_table(tid).snapshots.at_time(time_ms)
+
+    def plan_scan(self, table: FileStoreTable, partition_terms: Sequence[Term], key_terms: Sequence[Term],
+                  snapshot_id: int | None = None, all_levels: bool = False,
+                  buckets: Sequence[int] = ()) -> tuple[Snapshot | None, list[Split]]:
+        """The snapshot read (`snapshot_id`, or the latest; None when the table has none) and the splits of its
+        files that the filters may match, of the `buckets` asked for (none: all).
+
+        `partition_terms` may name only partition keys; InvalidInputError otherwise, or for a number in
+        `buckets` that is no bucket. `all_levels`: every level's files, not only those a reader needs.
+        """
+        for t in partition_terms:
+            if t.column not in table.schema.partition_keys:
+                raise InvalidInputError(f"partition_filter column {t.column!r} is not a partition key")
+        snap = table.snapshots.snapshot(snapshot_id) if snapshot_id is not None else table.snapshots.latest()
+        if snap is None:
+            return None, []
+        splits = table.new_scan(Predicate((*partition_terms, *key_terms)), snap, all_levels=all_levels).plan()
+        if buckets:
+            wanted = _bucket_numbers(buckets)
+            splits = [s for s in splits if s.bucket in wanted]
+        return snap, splits
+
+    # -- statistics and tags -------------------------------------------------------------------
 
     def snapshot_stats(self, table: FileStoreTable, snap: Snapshot) -> FileStats:
         """Rows, bytes and files of a snapshot (cached: a snapshot never changes)."""
@@ -252,3 +299,13 @@ class CatalogOperations:
     def health_at(self, table: FileStoreTable, now: int, at: tuple[Snapshot | None, Sequence[Split]]) -> TableHealth:
         """The table's health as of a snapshot and its buckets the caller has read."""
         return health_of(table, self.store, now, at)
+
+
+def _bucket_numbers(buckets: Sequence[int]) -> set[int]:
+    """The buckets a scan asks for; InvalidInputError for a number that is no bucket."""
+    wanted = set(buckets)
+    bad = sorted(b for b in wanted if b < 0 and b != POSTPONE_BUCKET)
+    if bad:
+        raise InvalidInputError(f"buckets {bad} are not bucket numbers (0 and up, or {POSTPONE_BUCKET} for "
+                                "postponed files)")
+    return wanted

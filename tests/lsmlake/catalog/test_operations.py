@@ -31,6 +31,7 @@ from lsmlake.errors import (
     UnsupportedOperationError,
 )
 from lsmlake.format.binary_row import EMPTY_ROW
+from lsmlake.format.predicate import Term
 from lsmlake.format.snapshot import APPEND, COMPACT
 from lsmlake.metastore import MetaStore, open_store
 from lsmlake.rpc.convert import ProtoPlanCodec
@@ -205,6 +206,33 @@ def test_a_whole_snapshot_is_published_once_and_a_taken_id_is_a_lost_race(lake: 
     assert lake.listener.outcomes[-2:] == [(APPEND, "committed"), (APPEND, "conflict")]
     with pytest.raises(StaleTableError):
         lake.ops.writes.commit_snapshot(SnapshotCommitRequest(T, latest, table_uuid="another"))
+
+
+def test_snapshots_are_read_listed_followed_and_scanned(lake: Lake) -> None:
+    table = lake.table()
+    assert lake.ops.latest_snapshot(T) is None and lake.ops.snapshots(T) == []
+    assert lake.ops.plan_scan(table, [], []) == (None, [])
+    ids = [lake.commit(table, [i], i) for i in (1, 2, 3)]
+    assert [s.id for s in lake.ops.snapshots(T)] == ids == [1, 2, 3]
+    assert [s.id for s in lake.ops.snapshots(T, after=1)] == [2, 3]
+    assert [s.id for s in lake.ops.snapshots(T, after=1, limit=1)] == [2]
+    with pytest.raises(InvalidInputError, match="limit -1"):
+        lake.ops.snapshots(T, limit=-1)
+    latest = lake.ops.latest_snapshot(T)
+    assert latest is not None and latest.id == 3 and lake.ops.snapshot(T, 2).id == 2
+    at = lake.ops.snapshot_at_time(T, latest.time_millis)
+    assert at is not None and at.id == 3 and lake.ops.snapshot_at_time(T, 0) is None
+    with pytest.raises(NotFoundError):
+        lake.ops.snapshot(T, 9)
+    with pytest.raises(NotFoundError):
+        lake.ops.latest_snapshot("db.nope")
+    snap, splits = lake.ops.plan_scan(table, [], [Term("id", "=", 2)], snapshot_id=2)
+    assert snap is not None and snap.id == 2 and {s.bucket for s in splits} == {0}
+    assert lake.ops.plan_scan(table, [], [], buckets=[1])[1] == []  # the table's one bucket is 0
+    with pytest.raises(InvalidInputError, match="not a partition key"):
+        lake.ops.plan_scan(table, [Term("id", "=", 2)], [])
+    with pytest.raises(InvalidInputError, match="not bucket numbers"):
+        lake.ops.plan_scan(table, [], [], buckets=[-7])
 
 
 def test_sequences_are_allocated_above_the_last_range(lake: Lake) -> None:
