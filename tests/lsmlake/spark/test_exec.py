@@ -80,11 +80,12 @@ def _prefixed(t, task: BucketTask) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def compactor():
-    c = SparkCompactor("local[2]", conf={"spark.driver.memory": "512m"})
-    c.start()
+def compactor(spark):
+    """A compactor on the package's Spark session (one JVM for all of tests/lsmlake/spark/): stopping a session
+    of its own here would stop the package's too, under the data-source tests that run after this module."""
+    c = SparkCompactor("local[2]")
+    assert c.start() is spark
     yield c
-    c.stop()
 
 
 @pytest.mark.integration
