@@ -22,7 +22,7 @@ from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
 from compactor_svc.state import CompactorState, PlanOrigin, RunningPlan
 from compactor_svc.waits import BucketKey
-from lsmlake.errors import LakeError
+from lsmlake.errors import CommitConflictError, LakeError
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
 from lsmlake.rpc.catalog_client import CompactionTimeline
 from lsmlake.spark.compaction_job import BucketTask, SparkCompactor, TaskOutcome
@@ -102,7 +102,11 @@ class PlanRunner:
             reply = self.timeline.complete(table_id, plan.plan_id, self.compactor_id, identifier, changes)
         except LakeError as e:
             _log.info("plan %s of %s did not commit: %s", plan.plan_id, table_id, e)
-            self._rollback(table_id, plan, f"commit refused: {e}", requeue=plan.attempts < MAX_ATTEMPTS,
+            # a conflict is with what the plan was planned against (its inputs or their deletion vectors changed
+            # since its snapshot): run again as it is, it conflicts again every time; its buckets are planned
+            # afresh instead, from the latest snapshot
+            again = plan.attempts < MAX_ATTEMPTS and not isinstance(e, CommitConflictError)
+            self._rollback(table_id, plan, f"commit refused: {e}", requeue=again,
                            outcome="conflict")
             for k in keys:
                 self.buckets.attempt_failed(k, f"commit of plan {plan.plan_id} refused: {e}")
