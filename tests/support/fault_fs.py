@@ -203,16 +203,16 @@ class FaultyFileIO(FileIO):
 
     def __init__(self, fs: pafs.FileSystem, local: bool, injector: FaultInjector, *,
                  conditional: ConditionalCreate | None = None, root: str = "",
-                 publications_serialized: bool = False) -> None:
+                 publications_serialized: bool = False, scheme: str = "") -> None:
         super().__init__(fs, local, conditional=conditional, root=root,
-                         publications_serialized=publications_serialized)
+                         publications_serialized=publications_serialized, scheme=scheme)
         self.injector = injector
 
     @staticmethod
     def wrapping(io: FileIO, injector: FaultInjector) -> FaultyFileIO:
         """A faulty FileIO on the storage of `io`, made as `io` was."""
         return FaultyFileIO(io.fs, io.local, injector, conditional=io.conditional, root=io.root,
-                            publications_serialized=io.publications_serialized)
+                            publications_serialized=io.publications_serialized, scheme=io.scheme)
 
     def _write_file(self, path: str, data: bytes) -> None:
         _sleep(self.injector.write_latency())

@@ -9,17 +9,19 @@ instrumented in one place; without one the FileIO is used as made.
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Callable
 
 import pyarrow.fs as pafs
 
 from lsmlake.fs.conditional_create import ConditionalCreate
 from lsmlake.fs.file_io import FileIO
+from lsmlake.fs.storage_settings import StorageSettings
 
 #: what `set_file_io_wrapper` takes: a function from a new FileIO to the one to use instead
 FileIOWrapper = Callable[[FileIO], FileIO]
 
-__all__ = ["FileIO", "FileIOWrapper", "open_path", "set_file_io_wrapper"]
+__all__ = ["FileIO", "FileIOWrapper", "StorageSettings", "open_path", "set_file_io_wrapper"]
 
 _wrapper: FileIOWrapper | None = None
 
@@ -34,24 +36,36 @@ def set_file_io_wrapper(wrapper: FileIOWrapper | None) -> FileIOWrapper | None:
     return previous
 
 
-def open_path(uri: str, fs: pafs.FileSystem | None = None,
-              publications_serialized: bool = False) -> tuple[FileIO, str]:
+def open_path(uri: str, fs: pafs.FileSystem | None = None, publications_serialized: bool = False,
+              storage: StorageSettings | None = None) -> tuple[FileIO, str]:
     """The FileIO for a warehouse URI or plain path (or a path in the given filesystem), and the path in it.
 
     `publications_serialized`: the caller serialises publications across processes (the catalog service), so a
     store without conditional create is a warning rather than an error (see `FileIO`).
+    `storage`: S3 settings from the caller's options; an `s3://` URI is opened with the environment's settings,
+    overridden by these, overridden by the URI's own (`lsmlake.fs.storage_settings`).
     """
+    scheme = ""
     if fs is not None:
         fs, path, local = fs, uri.rstrip("/"), isinstance(fs, pafs.LocalFileSystem)
         source = None
     elif "://" not in uri:
         fs, path, local = pafs.LocalFileSystem(), os.path.abspath(uri), True
         source = None
+    elif uri.startswith(("s3://", "s3a://")):
+        settings = StorageSettings.from_env().overlay(storage or StorageSettings()).overlay(
+            StorageSettings.from_uri(uri))
+        fs = pafs.S3FileSystem(**settings.filesystem_options())
+        split = urllib.parse.urlsplit(uri)
+        path = (split.hostname or "") + split.path.rstrip("/")
+        local, source, scheme = False, uri, "s3"
     else:
         fs, path = pafs.FileSystem.from_uri(uri)
         local = isinstance(fs, pafs.LocalFileSystem)
         source = uri
+        scheme = "" if local else uri.split("://", 1)[0]
     conditional = None if local else ConditionalCreate.for_filesystem(fs, source)
-    io = FileIO(fs, local, conditional=conditional, root=path, publications_serialized=publications_serialized)
+    io = FileIO(fs, local, conditional=conditional, root=path, publications_serialized=publications_serialized,
+                scheme=scheme)
     wrapper = _wrapper
     return (io if wrapper is None else wrapper(io)), path

@@ -61,13 +61,21 @@ class FileIO:
     """
 
     def __init__(self, fs: pafs.FileSystem, local: bool, *, conditional: ConditionalCreate | None = None,
-                 root: str = "", publications_serialized: bool = False) -> None:
+                 root: str = "", publications_serialized: bool = False, scheme: str = "") -> None:
         self.fs = fs
+        self.scheme = scheme  # of the URIs other processes open this storage's paths by ("s3"); "" on a local disk
         self.local = local
         self.conditional = conditional
         self.root = root
         self.publications_serialized = publications_serialized
         self._conditional_ok: bool | None = None  # the probe's verdict, once asked
+
+    def uri(self, path: str) -> str:
+        """A path of this storage as another process opens it: a local path, or `<scheme>://bucket/key` (never with
+        credentials: the opener brings its own settings, `lsmlake.fs.storage_settings`)."""
+        if self.local or not self.scheme:
+            return path
+        return f"{self.scheme}://{path.lstrip('/')}"
 
     # -- queries -------------------------------------------------------------------------------
 
