@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 import grpc
@@ -22,21 +23,22 @@ class Service:
     """A service process; `stop` sends SIGTERM and waits, `kill` is SIGKILL.
 
     `faults`: a storage fault spec (`tests.support.fault_fs`) the service's FileIOs inject, through the
-    `tests.support.faulty_service` launcher.
+    `tests.support.faulty_service` launcher. `env`: variables set for the process on top of this one's (the
+    AWS_* settings of an S3 warehouse, as a deployment gives them).
     """
 
     def __init__(self, module: str, args: list[str], log_dir: Path, port: int | None = None,
-                 faults: str | None = None) -> None:
+                 faults: str | None = None, env: Mapping[str, str] | None = None) -> None:
         self.port = port or free_port()
         self.log = log_dir / f"{module.rsplit('.', 1)[-1]}-{uuid.uuid4().hex[:6]}.log"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        child_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
         launch = [module]
         if faults is not None:
             launch = ["tests.support.faulty_service", faults, module]
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+            child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), child_env.get("PYTHONPATH")) if p)
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", *launch, "--port", str(self.port), *args],
-                                         stdout=subprocess.DEVNULL, stderr=log, env=env)
+                                         stdout=subprocess.DEVNULL, stderr=log, env=child_env)
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}",
                                              options=[("grpc.max_send_message_length", 64 << 20)])
         deadline = time.monotonic() + START_TIMEOUT_S
