@@ -7,6 +7,8 @@ events, so the compactor compacts what these engines write (`lsmlake.catalog.com
 The roles are those of gRPC: reading needs `reader`, committing `writer` (an OVERWRITE or an unplanned
 COMPACT `admin`, a change of the HASH index `service`, as under gRPC), definitions and deletions `admin`;
 a commit user without a principal's namespace belongs to the first principal that commits under it.
+Storage credentials go to engines through the table token endpoint, per table, as `lsmlake.catalog.data_tokens`
+decides (the config's defaults only switch `data-token.enabled` on): docs/security.md.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from lsmlake.auth.roles import Role
 from lsmlake.catalog.commit.snapshot import SnapshotCommitRequest, parse_snapshot
+from lsmlake.catalog.data_tokens import DataTokenVendor
 from lsmlake.catalog.filesystem import check_name
 from lsmlake.catalog.operations import CatalogOperations
 from lsmlake.catalog.statistics import FileStats, partition_spec
@@ -49,8 +52,10 @@ def _tid(r: Request) -> str:
 class RestCatalogApi:
     """The handlers of the REST API over the catalog's operations."""
 
-    def __init__(self, operations: CatalogOperations) -> None:
+    def __init__(self, operations: CatalogOperations, data_tokens: DataTokenVendor | None = None) -> None:
+        """`data_tokens`: who gets which table's storage credentials (None: nobody, the token endpoint answers 501)."""
         self.operations = operations
+        self.data_tokens = data_tokens
 
     def routes(self) -> list[Route]:
         R = Role
@@ -86,7 +91,8 @@ class RestCatalogApi:
         # one catalog serves one warehouse: any `warehouse` name selects it; no prefix, so paths are /v1/...
         if not r.query.get("warehouse"):
             raise InvalidInputError("the warehouse query parameter is required (any name: this catalog serves one)")
-        return Response({"defaults": {}, "overrides": {}})
+        defaults = self.data_tokens.config_defaults() if self.data_tokens is not None else {}
+        return Response({"defaults": defaults, "overrides": {}})
 
     def list_databases(self, r: Request) -> Response:
         return Response(page(self.operations.list_databases(), r.query, "databases"))
@@ -202,9 +208,14 @@ class RestCatalogApi:
         return Response(shown)
 
     def table_token(self, r: Request) -> Response:
-        self.operations.get_table(_tid(r))
-        raise NotImplementedRestError("this catalog hands out no storage tokens: leave data-token.enabled off and "
-                                      "give the engine its own storage credentials")
+        tid = _tid(r)
+        table = self.operations.get_table(tid)  # 404 for a table that is not there, before any grant is looked at
+        if self.data_tokens is None:
+            raise NotImplementedRestError("this catalog hands out no storage tokens: leave data-token.enabled off and "
+                                          "give the engine its own storage credentials")
+        # off: UnsupportedOperationError (501); no grant: PermissionDeniedError (403)
+        token = self.data_tokens.token(tid, self.operations.location(table.path), r.principal)
+        return Response(token.to_json())
 
     # -- tags and branches ---------------------------------------------------------------------
 

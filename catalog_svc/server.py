@@ -19,6 +19,7 @@ from catalog_svc.rest_api import RestCatalogApi
 from catalog_svc.servicer import CatalogService
 from lsmlake.auth.sessions import SessionStore
 from lsmlake.catalog.commit.catalog_commits import AFTER_COMMIT, AFTER_SNAPSHOT
+from lsmlake.catalog.data_tokens import DEFAULT_LIFETIME_S, DataTokenMode, DataTokenVendor, Grants, check_lifetime
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.catalog.operations import KEEP_WRITES_MS, CatalogOperations
 from lsmlake.errors import InvalidInputError
@@ -102,6 +103,9 @@ class Settings(ServiceSettings):
     ui_port: int | None = None  # the web console over HTTP (catalog_svc/console.py); None: off, 0: a free port
     http_max_connections: int = 512  # open connections of each HTTP port (REST, console), refused at accept beyond
     http_max_connections_per_peer: int = 64  # of them from one IP address
+    data_tokens: str = DataTokenMode.GRANTED.value  # who gets storage credentials over REST (data_tokens.py)
+    data_token_grants: str | None = None  # the JSON file of principals' table patterns, for `granted`
+    data_token_lifetime_s: float = DEFAULT_LIFETIME_S  # the expiry a token of static keys is given
     fault: str | None = None  # crash injection for the recovery tests
 
     @staticmethod
@@ -111,6 +115,7 @@ class Settings(ServiceSettings):
         `LSMLAKE_ORPHAN_INTERVAL`, `LSMLAKE_RECONCILE_INTERVAL`, `LSMLAKE_REQUEST_ID_RETENTION`,
         `LSMLAKE_OUTBOX_RETENTION`, `LSMLAKE_OUTBOX_UNDELIVERED_RETENTION`, `LSMLAKE_REST_PORT`, `LSMLAKE_UI_PORT`,
         `LSMLAKE_HEALTH_INTERVAL`, `LSMLAKE_HTTP_MAX_CONNECTIONS`, `LSMLAKE_HTTP_MAX_CONNECTIONS_PER_PEER`,
+        `LSMLAKE_DATA_TOKENS`, `LSMLAKE_DATA_TOKEN_GRANTS`, `LSMLAKE_DATA_TOKEN_LIFETIME`,
         `LSMLAKE_CATALOG_FAULT`, those of TLS, tokens and Kafka security and those of the worker threads
         and the limits on open streams and calls (`LSMLAKE_WORKERS`, `LSMLAKE_MAX_STREAMS`, ...;
         docs/security.md)."""
@@ -155,6 +160,19 @@ class Settings(ServiceSettings):
                        default=int(env.get("LSMLAKE_HTTP_MAX_CONNECTIONS_PER_PEER", "64")),
                        help="open connections of one IP address on each HTTP port (a proxy's clients share its "
                             "address); more are closed at accept")
+        p.add_argument("--data-tokens", default=env.get("LSMLAKE_DATA_TOKENS") or DataTokenMode.GRANTED.value,
+                       choices=[m.value for m in DataTokenMode],
+                       help="who gets an object-store warehouse's storage settings from the REST catalog (Paimon's "
+                            "data tokens): off; granted (default: callers with a token and a grant for the table "
+                            "in --data-token-grants); open (every caller that may read the table, also without a "
+                            "token file: one machine only). docs/security.md")
+        p.add_argument("--data-token-grants", default=env.get("LSMLAKE_DATA_TOKEN_GRANTS") or None,
+                       help='JSON file {"grants": [{"principal": "etl", "tables": ["db.*"]}]}: which principals get '
+                            "which tables' data tokens (--data-tokens granted)")
+        p.add_argument("--data-token-lifetime", type=float,
+                       default=float(env.get("LSMLAKE_DATA_TOKEN_LIFETIME", str(DEFAULT_LIFETIME_S))),
+                       help="seconds until a data token of the catalog's static keys says it expires (default: 3 "
+                            "hours; Paimon's clients ask again with less than an hour left)")
         p.add_argument("--fault", default=env.get("LSMLAKE_CATALOG_FAULT") or None, choices=[f for f in FAULTS if f],
                        help="testing only: crash at this point of the first commit")
         add_service_arguments(p, env, port_env="LSMLAKE_CATALOG_PORT", host_env="LSMLAKE_CATALOG_HOST",
@@ -183,6 +201,14 @@ class Settings(ServiceSettings):
         if not (a.outbox_retention >= 0 and a.outbox_undelivered_retention >= 1):  # also refuses nan
             p.error("--outbox-retention must not be negative and --outbox-undelivered-retention must be at least "
                     f"1 second, got {a.outbox_retention} and {a.outbox_undelivered_retention}")
+        try:
+            check_lifetime(a.data_token_lifetime)
+            if a.data_token_grants is not None:
+                Grants.load(a.data_token_grants)  # a grants file that does not parse stops the start, naming the entry
+        except InvalidInputError as e:
+            p.error(str(e))
+        if a.data_token_grants is not None and a.data_tokens != DataTokenMode.GRANTED.value:
+            p.error(f"--data-token-grants is only read with --data-tokens granted, not {a.data_tokens}")
         return Settings(warehouse=a.warehouse, metastore=metastore, kafka=a.kafka,
                         expire_interval_s=a.expire_interval, orphan_interval_s=a.orphan_interval,
                         reconcile_interval_s=a.reconcile_interval, health_interval_s=a.health_interval,
@@ -191,7 +217,8 @@ class Settings(ServiceSettings):
                         outbox_undelivered_retention_s=a.outbox_undelivered_retention, rest_port=a.rest_port,
                         ui_port=a.ui_port, http_max_connections=a.http_max_connections,
                         http_max_connections_per_peer=a.http_max_connections_per_peer,
-                        fault=a.fault, **common)
+                        data_tokens=a.data_tokens, data_token_grants=a.data_token_grants,
+                        data_token_lifetime_s=a.data_token_lifetime, fault=a.fault, **common)
 
 
 class CatalogServer(ServiceProcess[Settings]):
@@ -241,7 +268,7 @@ class CatalogServer(ServiceProcess[Settings]):
         catalog_pb2_grpc.add_CatalogServiceServicer_to_server(self._servicer, server)
         if s.rest_port is not None:
             sec = s.security
-            self._rest = JsonHttpServer(RestCatalogApi(ops).routes(), HttpSettings(
+            self._rest = JsonHttpServer(RestCatalogApi(ops, self._data_tokens()).routes(), HttpSettings(
                 host=s.host, port=s.rest_port, tls_cert=sec.tls_cert, tls_key=sec.tls_key,
                 tls_client_ca=sec.tls_client_ca, auth_tokens=sec.auth_tokens, workers=s.workers,
                 max_connections=s.http_max_connections, max_connections_per_peer=s.http_max_connections_per_peer),
@@ -259,6 +286,24 @@ class CatalogServer(ServiceProcess[Settings]):
             self.metrics.watch_http("ui", self._ui)
             if ui.tokens is not None:  # logins check, and sessions re-check, the tokens of the server's own file
                 console.sessions = SessionStore(ui.tokens)
+
+    def _data_tokens(self) -> DataTokenVendor:
+        s = self.settings
+        mode = DataTokenMode.parse(s.data_tokens)
+        grants = Grants.load(s.data_token_grants) if s.data_token_grants else None
+        checks = s.security.auth_tokens is not None
+        vendor = DataTokenVendor.for_warehouse(s.warehouse, mode, checks, grants, s.data_token_lifetime_s)
+        if vendor.vends:
+            _log.info("REST data tokens: %s, expiring after %.0f s; %s", mode.value, s.data_token_lifetime_s,
+                      "every reader gets them" if mode is DataTokenMode.OPEN and not checks else
+                      "to authenticated callers" + (" with a grant" if mode is DataTokenMode.GRANTED else ""))
+            if mode is DataTokenMode.OPEN and not checks:
+                _log.warning("--data-tokens open without a token file: anyone who reaches the REST port gets the "
+                             "warehouse's storage credentials")
+        elif mode is DataTokenMode.GRANTED and not checks and vendor.object_store:
+            _log.warning("REST data tokens: none vended, since the catalog checks no tokens (--data-tokens granted "
+                         "needs --auth-tokens); engines need storage settings of their own")
+        return vendor
 
     def _run(self) -> None:
         assert self._relay is not None and self._operations is not None
