@@ -93,7 +93,7 @@ class IndexManifestStore:
     def read(self, name: str | None) -> list[IndexEntry]:
         if not name:
             return []
-        data = self.io.read_bytes(self.manifest_path(name))
+        data = self.io.read_immutable(self.manifest_path(name))  # a uuid names it: never rewritten
         records = cast(Iterable[dict[str, Any]], fastavro.reader(io.BytesIO(data)))
         return [IndexEntry.from_avro(r) for r in records if r["_KIND"] == 0]
 
@@ -103,7 +103,7 @@ class IndexManifestStore:
         buf = io.BytesIO()
         fastavro.writer(buf, INDEX_MANIFEST_ENTRY, [e.to_avro() for e in entries],
                         codec=CODECS.get(self.codec, self.codec))
-        self.io.write_bytes(self.manifest_path(name), buf.getvalue(), sync_dir=False)
+        self.io.write_immutable(self.manifest_path(name), buf.getvalue(), sync_dir=False)
         return name
 
     def write_index_file(self, data: bytes) -> str:

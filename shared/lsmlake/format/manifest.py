@@ -128,13 +128,13 @@ def _write_avro(fio: FileIO, path: str, schema: Any, records: Iterable[dict[str,
     buf = io.BytesIO()
     fastavro.writer(buf, schema, records, codec=CODECS.get(codec, codec))
     data = buf.getvalue()
-    fio.write_bytes(path, data, sync_dir=False)
+    fio.write_immutable(path, data, sync_dir=False)  # a uuid names it: kept for the next commit's read
     return len(data)
 
 
 def _read_avro(fio: FileIO, path: str) -> tuple[list[dict[str, Any]], Any]:
     """The records of an Avro file and the schema it was written with."""
-    data = fio.read_bytes(path)
+    data = fio.read_immutable(path)  # never rewritten under its name: a cached copy is the file
     try:
         reader = fastavro.reader(io.BytesIO(data))
         return list(cast(Iterable[dict[str, Any]], reader)), reader.writer_schema

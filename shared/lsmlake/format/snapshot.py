@@ -120,14 +120,14 @@ class SnapshotManager:
     def latest_id(self) -> int | None:
         """The newest snapshot id; LATEST is trusted only when no newer snapshot file exists."""
         hint = self._hint("LATEST")
-        if hint is not None and self.io.exists(self.path(hint)) and not self.io.exists(self.path(hint + 1)):
+        if hint is not None and self.io.file_exists(self.path(hint)) and not self.io.file_exists(self.path(hint + 1)):
             return hint
         ids = self.ids()
         return ids[-1] if ids else None
 
     def earliest_id(self) -> int | None:
         hint = self._hint("EARLIEST")
-        if hint is not None and self.io.exists(self.path(hint)) and not self.io.exists(self.path(hint - 1)):
+        if hint is not None and self.io.file_exists(self.path(hint)) and not self.io.file_exists(self.path(hint - 1)):
             return hint
         ids = self.ids()
         return ids[0] if ids else None
@@ -139,6 +139,14 @@ class SnapshotManager:
             raise NotFoundError(f"snapshot {snapshot_id} does not exist") from None
 
     def latest(self) -> Snapshot | None:
+        """The newest snapshot: the one LATEST names, read (which shows that it exists), once no snapshot after it
+        exists (one existence check); else found by listing. Three requests on an object store, not seven."""
+        hint = self._hint("LATEST")
+        if hint is not None and not self.io.file_exists(self.path(hint + 1)):
+            try:
+                return self.snapshot(hint)
+            except NotFoundError:
+                pass  # expired under a stale hint (or never published): list
         sid = self.latest_id()
         return self.snapshot(sid) if sid is not None else None
 

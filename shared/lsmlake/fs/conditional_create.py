@@ -2,8 +2,11 @@
 
 This is what publishing a snapshot needs. `pyarrow.fs` has no such operation, so it is done here with obstore (the
 Python binding of Rust's object_store), whose `put(..., mode="create")` is one conditional request on each store:
-S3 `If-None-Match: *`, GCS `ifGenerationMatch=0`, Azure Blob `If-None-Match: *`. pyarrow stays for everything
-else (Parquet, reads, listings); this module only creates objects (and deletes its probe).
+S3 `If-None-Match: *`, GCS `ifGenerationMatch=0`, Azure Blob `If-None-Match: *`. The same store also serves the
+FileIO's whole-object requests, each one request where pyarrow's streams send several: a read is one GET (pyarrow
+sends a HEAD first), a write one PUT (pyarrow's output stream is a multipart upload, three requests), an existence
+check one HEAD (pyarrow adds a listing when the key is absent, in case it is a directory). pyarrow stays for
+listings and ranged reads of large Parquet files.
 
 The store is built from the pyarrow filesystem the warehouse URI opened, so both agree on endpoint, region and
 credentials: the options pyarrow parsed from the URI (`s3://KEY:SECRET@bucket/prefix?endpoint_override=...&region=...
@@ -33,6 +36,9 @@ if TYPE_CHECKING:
 
 #: where the probe writes, below the warehouse root
 PROBE_DIR = ".lsmlake"
+#: objects up to this size are written with one PUT; larger ones as a multipart upload (S3 takes up to 5 GiB in one
+#: PUT, but a part that fails is cheaper to send again than the whole object)
+SINGLE_PUT_MAX = 64 * 1024 * 1024
 
 _PROBED: dict[tuple[str, str], bool] = {}  # (store, warehouse root) -> whether a second create was refused
 _PROBED_LOCK = threading.Lock()
@@ -90,6 +96,46 @@ class ConditionalCreate:
             raise _error("read back", path, self.label, e) from e
         return found == data
 
+    def put(self, path: str, data: bytes) -> None:
+        """Write `data` at `path`, replacing any object there: one PUT (a multipart upload past `SINGLE_PUT_MAX`)."""
+        import obstore
+
+        store, key = self._locate(path)
+        try:
+            obstore.put(store, key, data, use_multipart=len(data) > SINGLE_PUT_MAX)
+        except Exception as e:
+            raise _os_error("write", path, self.label, e) from e
+
+    def get(self, path: str, limit: int | None = None) -> bytes | None:
+        """The whole object at `path` in one GET; None when it is larger than `limit` bytes (the answer's length is
+        known from its headers, so its body is not read then). FileNotFoundError when there is no object."""
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        store, key = self._locate(path)
+        try:
+            result = obstore.get(store, key)
+            if limit is not None and int(result.meta["size"]) > limit:
+                return None
+            return bytes(result.bytes())
+        except (NotFoundError, FileNotFoundError):  # obstore raises either, by version
+            raise FileNotFoundError(f"file not found: {path}") from None
+        except Exception as e:
+            raise _os_error("read", path, self.label, e) from e
+
+    def size(self, path: str) -> int | None:
+        """The size of the object at `path` (one HEAD); None when there is none."""
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        store, key = self._locate(path)
+        try:
+            return int(obstore.head(store, key)["size"])
+        except (NotFoundError, FileNotFoundError):  # obstore raises either, by version
+            return None
+        except Exception as e:
+            raise _os_error("inspect", path, self.label, e) from e
+
     def delete(self, path: str) -> None:
         """Delete an object (absent is fine)."""
         import obstore
@@ -98,7 +144,7 @@ class ConditionalCreate:
         store, key = self._locate(path)
         try:
             obstore.delete(store, key)
-        except NotFoundError:
+        except (NotFoundError, FileNotFoundError):  # obstore raises either, by version
             pass
         except Exception as e:
             raise _error("delete", path, self.label, e) from e
@@ -247,6 +293,11 @@ def _sas(query: str) -> str:
     """The SAS token in a URI query (its parameters as they are written, percent-encoded), or ''."""
     items = [item for item in query.split("&") if item.partition("=")[0] in _SAS_PARAMETERS]
     return "&".join(items)
+
+
+def _os_error(action: str, path: str, label: str, cause: Exception) -> OSError:
+    """An OSError for the FileIO's plain reads and writes, which turn OSErrors into StorageErrors naming the file."""
+    return OSError(f"cannot {action} {path} on {label}: {type(cause).__name__}: {cause}")
 
 
 def _error(action: str, path: str, label: str, cause: Exception) -> StorageError:

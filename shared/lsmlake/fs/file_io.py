@@ -14,10 +14,19 @@ rename or link publishes it, and the directory is synced after a file or subdire
 linked or renamed into it, so the new name survives a power cut too. A write that is one of a batch
 (the data files of a bucket, the manifests of a commit) may leave the directory sync to its caller,
 who then calls `sync_dir` once for the batch. An object store needs neither: a completed PUT is durable.
+
+Requests on an object store (S3, GCS, Azure), where each one costs a round trip: whole-object reads, writes and
+existence checks of files go through the store's obstore client (`ConditionalCreate.get`, `put`, `size`: one request
+each, where pyarrow's streams send two or three); no directory is made (an object store has none: a key needs no
+parent, and an empty folder would be one more object); a listing of an absent folder is one empty listing, not a
+probe first; and metadata files that are never rewritten under their name (manifests, manifest lists: their names
+carry a uuid) are kept in a bounded in-process cache once written or read (`write_immutable`, `read_immutable`), so a
+process that commits again and again reads back none of what it wrote.
 """
 
 from __future__ import annotations
 
+import collections
 import errno
 import logging
 import os
@@ -32,6 +41,12 @@ from lsmlake.errors import NotFoundError, PublicationUnsupportedError, StorageEr
 from lsmlake.fs.conditional_create import ConditionalCreate
 
 _log = logging.getLogger(__name__)
+
+#: an object of at most this size is read in one GET when a Parquet reader opens it: a reader decodes most of a
+#: file's columns, and one request costs less than the footer read and the ranged reads of each column chunk
+WHOLE_READ_MAX = 64 * 1024 * 1024
+#: the bytes of immutable metadata files an object-store FileIO keeps in memory (least recently used first out)
+IMMUTABLE_CACHE_BYTES = 64 * 1024 * 1024
 
 # Publication without a conditional create (an in-process store, or a caller that serialises publications):
 # within one process this lock makes the check-and-move atomic.
@@ -69,6 +84,14 @@ class FileIO:
         self.root = root
         self.publications_serialized = publications_serialized
         self._conditional_ok: bool | None = None  # the probe's verdict, once asked
+        self._immutable: collections.OrderedDict[str, bytes] = collections.OrderedDict()
+        self._immutable_bytes = 0
+        self._immutable_lock = threading.Lock()
+
+    @property
+    def _store(self) -> ConditionalCreate | None:
+        """The object store's own client for whole-object requests; None on a local disk or a filesystem without one."""
+        return None if self.local else self.conditional
 
     def uri(self, path: str) -> str:
         """A path of this storage as another process opens it: a local path, or `<scheme>://bucket/key` (never with
@@ -80,9 +103,19 @@ class FileIO:
     # -- queries -------------------------------------------------------------------------------
 
     def exists(self, path: str) -> bool:
+        """Whether a file or a directory is at `path` (on an object store: an object, or keys below it)."""
         if self.local:
             return os.path.exists(path)
         return bool(self.fs.get_file_info(path).type != pafs.FileType.NotFound)
+
+    def file_exists(self, path: str) -> bool:
+        """Whether a file is at `path`: one HEAD on an object store (`exists` also looks for keys below it)."""
+        if self.local:
+            return os.path.isfile(path)
+        store = self._store
+        if store is not None:
+            return store.size(path) is not None
+        return bool(self.fs.get_file_info(path).type == pafs.FileType.File)
 
     def is_dir(self, path: str) -> bool:
         if self.local:
@@ -92,13 +125,20 @@ class FileIO:
     def size(self, path: str) -> int:
         if self.local:
             return os.path.getsize(path)
+        store = self._store
+        if store is not None:
+            found = store.size(path)
+            if found is None:
+                raise NotFoundError(f"file not found: {path}")
+            return found
         return int(self.fs.get_file_info(path).size)
 
     def list(self, path: str, recursive: bool = False) -> list[FileInfo]:
         """Entries of a directory; an absent directory lists as empty."""
-        if not self.exists(path):
+        if self.local and not os.path.isdir(path):
             return []
-        infos = self.fs.get_file_info(pafs.FileSelector(path, recursive=recursive))
+        # an absent folder of an object store is an empty listing: no probe before it
+        infos = self.fs.get_file_info(pafs.FileSelector(path, recursive=recursive, allow_not_found=True))
         out = []
         for i in infos:
             mtime = i.mtime_ns // 1_000_000 if i.mtime_ns is not None else 0
@@ -110,23 +150,55 @@ class FileIO:
             if self.local:
                 with open(path, "rb") as f:
                     return f.read()
+            store = self._store
+            if store is not None:
+                data = store.get(path)
+                assert data is not None  # no limit asked
+                return data
             with self.fs.open_input_stream(path) as f:
                 return bytes(f.read())
         except FileNotFoundError:
             raise NotFoundError(f"file not found: {path}") from None
 
+    def read_immutable(self, path: str) -> bytes:
+        """`read_bytes` of a file that is never rewritten under its name (its name carries a uuid): on an object
+        store the bytes are kept in a bounded cache, so a second read of it costs no request."""
+        if self._store is None:
+            return self.read_bytes(path)
+        with self._immutable_lock:
+            data = self._immutable.get(path)
+            if data is not None:
+                self._immutable.move_to_end(path)
+                return data
+        data = self.read_bytes(path)
+        self._remember(path, data)
+        return data
+
     def open_input(self, path: str) -> pa.NativeFile:
+        """A file for random access (Parquet): memory-mapped on a local disk; on an object store the whole object
+        in one GET when it is at most `WHOLE_READ_MAX` bytes, else pyarrow's ranged reads."""
         if self.local:
             try:
                 return pa.memory_map(path, "r")  # zero-copy reads of local Parquet files
             except FileNotFoundError:
                 raise NotFoundError(f"file not found: {path}") from None
+        store = self._store
+        if store is not None:
+            try:
+                data = store.get(path, limit=WHOLE_READ_MAX)
+            except FileNotFoundError:
+                raise NotFoundError(f"file not found: {path}") from None
+            if data is not None:
+                return pa.BufferReader(data)
         return self.fs.open_input_file(path)
 
     # -- writes --------------------------------------------------------------------------------
 
     def mkdirs(self, path: str) -> None:
-        """Create a directory and its missing parents; on a local disk each new entry is synced into its parent."""
+        """Create a directory and its missing parents; on a local disk each new entry is synced into its parent.
+
+        On an object store this writes folder marker objects: only for what must exist while empty (a database);
+        files need no parent there (`write_bytes` makes none)."""
         if not self.local:
             self.fs.create_dir(path, recursive=True)
             return
@@ -163,6 +235,33 @@ class FileIO:
         except OSError as e:
             self.delete_quietly(path)
             raise _storage_error("write", path, e) from e
+
+    def write_immutable(self, path: str, data: bytes, sync_dir: bool = True) -> None:
+        """`write_bytes` of a file never rewritten under its name: on an object store its bytes are kept for
+        `read_immutable`, so the writer's next commit reads back none of it."""
+        self.write_bytes(path, data, sync_dir=sync_dir)
+        if self._store is not None:
+            self._remember(path, data)
+
+    def _remember(self, path: str, data: bytes) -> None:
+        if len(data) > IMMUTABLE_CACHE_BYTES // 8:
+            return  # one large file would push out many small ones
+        with self._immutable_lock:
+            old = self._immutable.pop(path, None)
+            if old is not None:
+                self._immutable_bytes -= len(old)
+            self._immutable[path] = data
+            self._immutable_bytes += len(data)
+            while self._immutable_bytes > IMMUTABLE_CACHE_BYTES:
+                _, dropped = self._immutable.popitem(last=False)
+                self._immutable_bytes -= len(dropped)
+
+    def forget(self, path: str) -> None:
+        """Drop a file from the immutable cache (it was deleted: a rolled-back commit, an expiration)."""
+        with self._immutable_lock:
+            old = self._immutable.pop(path, None)
+            if old is not None:
+                self._immutable_bytes -= len(old)
 
     def sync_dir(self, path: str) -> None:
         """Make the names created in a local directory survive a power cut; nothing to do on an object store.
@@ -266,6 +365,8 @@ class FileIO:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())  # before the close, so before any rename or link publishes the file
+        elif self._store is not None:
+            self._store.put(path, data)
         else:
             with self.fs.open_output_stream(path) as f:
                 f.write(data)
@@ -285,6 +386,7 @@ class FileIO:
         os.link(src, dst)
 
     def delete(self, path: str) -> None:
+        self.forget(path)
         if self.local:
             os.remove(path)
         else:

@@ -68,7 +68,7 @@ class FileStore:
 
     def refresh_schema(self) -> bool:
         """Switch to the table's latest schema if it was altered since it was loaded; True when it was."""
-        if not self.io.exists(self.schemas.path(self.schema.id + 1)):
+        if not self.io.file_exists(self.schemas.path(self.schema.id + 1)):
             return False  # one existence check: the common case stays cheap
         latest = self.schemas.latest()
         if latest is None or latest.id <= self.schema.id:
