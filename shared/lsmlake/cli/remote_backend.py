@@ -1,7 +1,9 @@
 """The backend over the services of a cluster (`lsmlake.client.Client`).
 
-A service the cluster lacks changes nothing about where the rest goes: without a writer, rows are written
-into the warehouse folder; without a compactor, the table is compacted here (`local_backend`).
+Every change goes through a service: with a catalog service given, rows are never written, nor tables compacted,
+from this process behind the catalog's back. A write without a writer service, or a compaction without a
+compactor service, is refused with the flag that is missing (`MissingServiceError`); `lake rescale` writes its
+files here and commits them through the catalog, as Spark's executors do.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from lsmlake.cli.backend import CompactOutcome, NewTable, Services, WriteOutcome
+from lsmlake.cli.errors import UsageError
 from lsmlake.cli.local_backend import LocalBackend, rescale_messages
 from lsmlake.cli.output import plural
 from lsmlake.cli.progress import Progress
@@ -63,6 +66,16 @@ class ServiceCompaction:
         return lines
 
 
+class MissingServiceError(UsageError):
+    """A command needs a service the cluster given does not have."""
+
+    def __init__(self, command: str, services: Services, service: str, env: str) -> None:
+        super().__init__(f"lake {command} goes through the {service} service when a catalog service is given "
+                         f"({services.catalog}), and none is: pass --{service}-service HOST:PORT (or set ${env}), "
+                         f"or start the cluster with a {service}")
+        self.service = service
+
+
 class RemoteBackend:
     """Changes through the catalog, writer and compactor services of a cluster."""
 
@@ -93,7 +106,7 @@ class RemoteBackend:
 
     def write(self, table: FileStoreTable, batches: list[pa.Table], request_id: str | None) -> WriteOutcome:
         if not self.services.writer:
-            return self.local.write(table, batches, request_id)
+            raise MissingServiceError("write", self.services, "writer", "LAKE_WRITER")
         data = pa.concat_tables(batches, promote_options="default")
         progress = Progress(f"writing {table.identifier}", data.num_rows)
         parts = range(0, data.num_rows, PART_ROWS)
@@ -113,7 +126,7 @@ class RemoteBackend:
 
     def compact(self, identifier: str, full: bool, partition: Sequence[tuple[str, str]]) -> CompactOutcome:
         if not self.services.compactor:
-            return self.local.compact(identifier, full, partition)
+            raise MissingServiceError("compact", self.services, "compactor", "LAKE_COMPACTOR")
         with self._client() as client:
             return ServiceCompaction(client.compact(identifier, full=full, wait=True,
                                                     partition=dict(partition) or None))

@@ -785,3 +785,26 @@ def test_health_ranks_the_tables(lake: Lake, tmp_path: Path) -> None:
     assert got[0]["score"] < got[1]["score"] <= 100 and got[0]["lag_s"] >= 0
     text = lake.ok("health", "db.calm")
     assert text.splitlines()[0].split()[:3] == ["table", "score", "stalled"] and "db.calm" in text
+
+
+def test_a_catalog_service_without_a_writer_or_compactor_changes_nothing_here(lake: Lake, tmp_path: Path) -> None:
+    """With only `--catalog-service` given, `lake write`, `compact` and `delete` do not write files into the
+    warehouse from the CLI process: each fails naming the flag that is missing, and the table is left as it was."""
+    from tests.support.local_server import local_server
+
+    lake.ok("table", "create", "db.t", "--schema", "id BIGINT NOT NULL, v STRING", "--primary-key", "id",
+            "--option", "bucket=1")
+    lake.ok("table", "create", "db.a", "--schema", "id BIGINT, v STRING", "--option", "bucket=-1",
+            "--option", "deletion-vectors.enabled=true")
+    for name in ("db.t", "db.a"):
+        write_rows(lake, tmp_path, name, "id,v", [f"{i},x" for i in range(3)])
+        write_rows(lake, tmp_path, name, "id,v", [f"{i},y" for i in range(3)])
+    before = {name: (lake.snapshot_ids(name), lake.listing(name)) for name in ("db.t", "db.a")}
+    rows = write_text(tmp_path / "more.csv", "id,v\n7,z\n")
+    with local_server(str(lake.warehouse)) as cat:
+        extra = ["--catalog-service", f"127.0.0.1:{cat.server.port}"]
+        assert "pass --writer-service HOST:PORT" in lake.fails(*extra, "write", "db.t", rows, code=2)
+        assert "pass --compactor-service HOST:PORT" in lake.fails(*extra, "compact", "db.t", "--full", code=2)
+        err = lake.fails(*extra, "delete", "db.a", "--where", "id=1", code=2)
+        assert "lake delete" in err and "catalog service" in err, err
+    assert {name: (lake.snapshot_ids(name), lake.listing(name)) for name in ("db.t", "db.a")} == before

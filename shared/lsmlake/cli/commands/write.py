@@ -51,6 +51,13 @@ def cmd_write(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
+    services = find_services(args)
+    if services is not None:
+        # The library's delete checks at commit that no matching row was appended since it read the table; a
+        # commit through the catalog cannot carry that check, and a commit from here would bypass the catalog.
+        raise UsageError(f"lake delete does not go through the services yet: the catalog service "
+                         f"({services.catalog}) cannot check that no matching row is appended while the delete is "
+                         "planned; run it on the warehouse when no cluster serves it (`lake down`)")
     table = open_catalog(args).get_table(args.table)
     terms = []
     for key, text in args.where:
