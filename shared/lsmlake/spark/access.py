@@ -1,7 +1,9 @@
 """Where a Spark job finds a table: the catalog service (`catalog=host:port`) or a warehouse folder.
 
 The driver plans, resolves time travel and commits through a `TableAccess`; executors only get a
-`TableRef` (plain values, picklable) and open the table's files from its location.
+`TableRef` (plain values, picklable) and open the table's files from its location, with the storage settings
+the driver resolved for it (its AWS environment, overridden by the job's `s3.*` options): so executors on
+other machines reach the object store without any setting of their own (docs/storage.md).
 """
 
 from __future__ import annotations
@@ -9,8 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+import urllib.parse
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lsmlake.catalog.filesystem import FileSystemCatalog, split_identifier
@@ -18,7 +21,8 @@ from lsmlake.errors import CommitStateUnknownError, InvalidInputError, NotFoundE
 from lsmlake.format.predicate import Predicate
 from lsmlake.format.schema import SchemaManager
 from lsmlake.format.snapshot import Snapshot
-from lsmlake.fs import open_path
+from lsmlake.fs import StorageSettings, open_path
+from lsmlake.fs.storage_settings import join_uri
 from lsmlake.table.commit import CommitResult
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.scan import Split
@@ -31,21 +35,24 @@ _RETRY_PAUSE_S = 1.0
 
 @dataclass(frozen=True)
 class TableRef:
-    """How an executor opens a table: its files' location and the schema version the driver planned with."""
+    """How an executor opens a table: its files' location, the schema version the driver planned with, and the
+    storage settings the driver resolved for the location (None on a local disk; repr hides the secrets)."""
 
     identifier: str
     location: str
     schema_id: int
+    storage: StorageSettings | None = None
 
     def open(self) -> FileStoreTable:
         """The table at `location`, read with schema `schema_id` (files of other versions are mapped by field id)."""
-        fio, path = open_path(self.location)
+        fio, path = open_path(self.location, storage=self.storage)
         manager = SchemaManager(fio, path)
         try:
             schema = manager.schema(self.schema_id)
         except NotFoundError:
-            raise NotFoundError(f"table {self.identifier}: schema {self.schema_id} not found at {self.location}; "
-                                "executors must see the same warehouse as the driver") from None
+            raise NotFoundError(f"table {self.identifier}: schema {self.schema_id} not found at "
+                                f"{shown_uri(self.location)}; executors must see the same warehouse as the "
+                                "driver") from None
         table = FileStoreTable(fio, path, self.identifier, schema)
         table.refresh_schema = lambda: False  # type: ignore[method-assign]  # keep the planned schema
         return table
@@ -73,9 +80,10 @@ class TableAccess:
     table: FileStoreTable  # the table's files, opened on the driver
 
     location: str  # the table folder as a path or URI that executors can open
+    storage: StorageSettings | None = None  # what executors open `location` with (see `executor_storage`)
 
     def ref(self) -> TableRef:
-        return TableRef(self.identifier, self.location, self.table.schema.id)
+        return TableRef(self.identifier, self.location, self.table.schema.id, self.storage)
 
     def latest_snapshot_id(self) -> int | None:
         return self.table.snapshots.latest_id()
@@ -104,11 +112,20 @@ class TableAccess:
 class WarehouseAccess(TableAccess):
     """A table in a warehouse folder, committed to directly (no services)."""
 
-    def __init__(self, warehouse: str, identifier: str) -> None:
+    def __init__(self, warehouse: str, identifier: str, storage: Mapping[str, str] | None = None) -> None:
+        """`storage`: storage options (`s3.endpoint`, ...) over this process's AWS environment."""
         self.identifier = identifier
-        self.catalog = FileSystemCatalog(warehouse)
+        given = StorageSettings.from_options(storage or {})
+        if is_s3(warehouse) and given != StorageSettings():
+            # FileSystemCatalog opens a URI with the environment's settings only: it gets the filesystem opened
+            # with the options instead, and the warehouse as a path in it
+            fio, root = open_path(warehouse, storage=given)
+            self.catalog = FileSystemCatalog(root, fio.fs)
+        else:
+            self.catalog = FileSystemCatalog(warehouse)
         self.table = self.catalog.get_table(identifier)
         self.location = table_location(warehouse, identifier, self.table.path)
+        self.storage = executor_storage(self.location, storage)
 
     def commit(self, messages: Sequence[CommitMessage], overwrite: bool) -> CommitResult:
         """One APPEND snapshot, or an OVERWRITE one replacing the partitions the messages touch; the file
@@ -131,12 +148,14 @@ class WarehouseAccess(TableAccess):
 class CatalogAccess(TableAccess):
     """A table of the catalog service: planned by PlanScan, committed by Commit (through `Client`)."""
 
-    def __init__(self, target: str, identifier: str, warehouse: str | None = None) -> None:
-        """`warehouse`: the warehouse as this process (and the executors) see it, when not at the reported location."""
+    def __init__(self, target: str, identifier: str, warehouse: str | None = None,
+                 storage: Mapping[str, str] | None = None) -> None:
+        """`warehouse`: the warehouse as this process (and the executors) see it, when not at the reported location;
+        `storage`: storage options (`s3.endpoint`, ...) over this process's AWS environment."""
         from lsmlake.client.client import Client
 
         self.identifier = identifier
-        self.client = Client(target, warehouse=warehouse)
+        self.client = Client(target, warehouse=warehouse, storage=dict(storage or {}))
         try:
             self.info = self.client.table(identifier)
             self.table = self.client.open_table(self.info)
@@ -145,6 +164,7 @@ class CatalogAccess(TableAccess):
             raise
         self.location = (table_location(warehouse, identifier, self.table.path) if warehouse is not None
                          else self.info.location)
+        self.storage = executor_storage(self.location, storage)
 
     def latest_snapshot_id(self) -> int | None:
         s = self.client.latest_snapshot(self.identifier)
@@ -183,18 +203,41 @@ class CatalogAccess(TableAccess):
 
 
 def table_location(warehouse: str, identifier: str, local_path: str) -> str:
-    """The table folder as executors can open it: the local path, or the URI under an object-store warehouse."""
+    """The table folder as executors can open it: the local path, or the URI under an object-store warehouse
+    (the table's path goes before the URI's query string, which keeps its settings)."""
     if "://" not in warehouse:
         return local_path
     db, name = split_identifier(identifier)
-    return f"{warehouse.rstrip('/')}/{db}.db/{name}"
+    return join_uri(warehouse, f"{db}.db", name)
 
 
-def open_access(options: dict[str, str], identifier: str) -> TableAccess:
-    """`catalog` (with an optional `warehouse` override of the table location) or `warehouse` alone."""
+def is_s3(uri: str) -> bool:
+    return uri.startswith(("s3://", "s3a://"))
+
+
+def executor_storage(location: str, storage: Mapping[str, str] | None) -> StorageSettings | None:
+    """The settings executors open `location` with: this driver's environment, overridden by the job's storage
+    options, overridden by the URI's own parameters (as the driver opened it); None when `location` is not S3."""
+    if not is_s3(location):
+        return None
+    return StorageSettings.resolve(location, storage or {})
+
+
+def shown_uri(uri: str) -> str:
+    """`uri` for a message: without user info (credentials) or query string (which may hold a session token)."""
+    if "://" not in uri:
+        return uri
+    split = urllib.parse.urlsplit(uri)
+    return urllib.parse.urlunsplit((split.scheme, split.hostname or "", split.path, "", ""))
+
+
+def open_access(options: Mapping[str, str], identifier: str,
+                storage: Mapping[str, str] | None = None) -> TableAccess:
+    """`catalog` (with an optional `warehouse` override of the table location) or `warehouse` alone; `storage`:
+    the job's storage options (`s3.*`)."""
     catalog, warehouse = options.get("catalog"), options.get("warehouse")
     if catalog:
-        return CatalogAccess(catalog, identifier, warehouse or None)
+        return CatalogAccess(catalog, identifier, warehouse or None, storage)
     if warehouse:
-        return WarehouseAccess(warehouse, identifier)
+        return WarehouseAccess(warehouse, identifier, storage)
     raise InvalidInputError("lsmlake needs option('catalog', 'host:port') or option('warehouse', DIR)")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from lsmlake.catalog.filesystem import split_identifier
+from lsmlake.client.connection import STORAGE_OPTION_KEYS
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.predicate import Predicate
+from lsmlake.fs import StorageSettings
 from lsmlake.spark.access import TableAccess, open_access, parse_timestamp
 from lsmlake.spark.filters import parse_filter
 
@@ -31,6 +33,11 @@ KEYS = {
     "split.target-size": "bytes of files per Spark partition when small buckets are packed together",
     "write.buffer-size": "bytes of rows a write task gathers before writing them as files",
 }
+
+# Spark hands options over with lower-cased keys: pypaimon's camel-case keys are found again through this
+_STORAGE_KEYS = {k.lower(): k for k in sorted(STORAGE_OPTION_KEYS)}
+KEYS.update({k: "object-store setting for the driver and the executors (docs/storage.md)"
+             for k in sorted(STORAGE_OPTION_KEYS)})
 
 
 def _int(options: Mapping[str, str], key: str, default: int | None, minimum: int) -> int | None:
@@ -67,13 +74,15 @@ class ReadOptions:
     row_kind: bool
     split_target_bytes: int
     write_buffer_bytes: int
+    # storage options (`s3.*`, `fs.s3.*`) under their canonical keys; kept out of repr: they hold secrets
+    storage: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @staticmethod
     def parse(raw: Mapping[str, str], base_dir: str | None = None) -> ReadOptions:
         """`base_dir`: where a relative `warehouse` is (the driver's folder at `register`; Spark runs this in
         Python workers whose folder is the JVM's, not the user's)."""
         options = {str(k).lower(): str(v) for k, v in raw.items()}
-        unknown = sorted(k for k in options if k not in KEYS)
+        unknown = sorted(k for k in options if k not in KEYS and k not in _STORAGE_KEYS)
         if unknown:
             raise InvalidInputError(f"unknown lsmlake option(s) {unknown}; known: {sorted(KEYS)}")
         identifier = options.get("path") or options.get("table")
@@ -93,11 +102,12 @@ class ReadOptions:
             parse_timestamp(ts) if ts else None, options.get("filter", ""), columns,
             _bool(options, "row-kind"),
             _int(options, "split.target-size", DEFAULT_SPLIT_TARGET_BYTES, 1) or DEFAULT_SPLIT_TARGET_BYTES,
-            _int(options, "write.buffer-size", DEFAULT_WRITE_BUFFER_BYTES, 1) or DEFAULT_WRITE_BUFFER_BYTES)
+            _int(options, "write.buffer-size", DEFAULT_WRITE_BUFFER_BYTES, 1) or DEFAULT_WRITE_BUFFER_BYTES,
+            _storage(options))
 
     def access(self) -> TableAccess:
         opts = {"catalog": self.catalog or "", "warehouse": self.warehouse or ""}
-        return open_access(opts, self.identifier)
+        return open_access(opts, self.identifier, dict(self.storage))
 
     def predicate(self, schema: pa.Schema) -> Predicate:
         return parse_filter(self.filter, schema) if self.filter.strip() else Predicate()
@@ -109,6 +119,13 @@ class ReadOptions:
         if self.snapshot is not None:
             access.table.snapshots.snapshot(self.snapshot)  # NotFoundError naming the id before any work
         return self.snapshot
+
+
+def _storage(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The storage options given, under their canonical keys; a bad path-style flag fails here, on the driver."""
+    found = tuple(sorted((_STORAGE_KEYS[k], v) for k, v in options.items() if k in _STORAGE_KEYS))
+    StorageSettings.from_options(dict(found))
+    return found
 
 
 def _resolve(warehouse: str | None, base_dir: str | None) -> str | None:

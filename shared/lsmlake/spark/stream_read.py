@@ -142,8 +142,8 @@ class LakeStreamReader(DataSourceStreamReader):
         table = access.table
         # the table's files as the newest schema describes them (a batch never spans an alter by this reader)
         table.refresh_schema()
-        task = ReadTask(TableRef(access.identifier, access.location, table.schema.id), tuple(self.target.names),
-                        Predicate(), self.target)
+        task = ReadTask(TableRef(access.identifier, access.location, table.schema.id, access.storage),
+                        tuple(self.target.names), Predicate(), self.target)
         if first == 0 and self.options.snapshot is None and last > 0:
             groups = pack(access.plan(last, Predicate()), self.options.split_target_bytes)
             return [ChangesPartition(task, full=g) for g in groups]
