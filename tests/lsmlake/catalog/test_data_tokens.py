@@ -1,0 +1,118 @@
+"""Who gets which table's storage credentials, and what a data token carries (lsmlake.catalog.data_tokens)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lsmlake.auth.roles import Role
+from lsmlake.auth.tokens import Principal
+from lsmlake.catalog.data_tokens import (
+    DATA_TOKEN_ENABLED,
+    MIN_LIFETIME_S,
+    DataTokenMode,
+    DataTokenVendor,
+    Grants,
+    StaticCredentials,
+    check_lifetime,
+)
+from lsmlake.errors import InvalidInputError, PermissionDeniedError, UnsupportedOperationError
+from lsmlake.fs.storage_settings import StorageSettings
+
+WAREHOUSE = "s3://AKID:SECRET@lake/wh?endpoint_override=127.0.0.1:9000&scheme=http&region=eu-west-1"
+ETL = Principal("etl", Role.READER)
+ROOT = Principal("root", Role.ADMIN)
+NO_ENV: dict[str, str] = {}
+
+
+def _grants(*entries: tuple[str, list[str]]) -> Grants:
+    return Grants.parse(json.dumps({"grants": [{"principal": p, "tables": t} for p, t in entries]}))
+
+
+def _vendor(mode: DataTokenMode = DataTokenMode.GRANTED, checks: bool = True, grants: Grants | None = None,
+            warehouse: str = WAREHOUSE) -> DataTokenVendor:
+    return DataTokenVendor.for_warehouse(warehouse, mode, checks, grants, environ=NO_ENV)
+
+
+def test_a_token_carries_the_warehouse_settings_under_every_engines_keys() -> None:
+    token = _vendor(grants=_grants(("etl", ["db.*"]))).token("db.t", "s3://lake/wh/db.db/t", ETL)
+    o = token.options
+    # Paimon's keys (Java, paimon-rust) and pypaimon's, from the warehouse URI's own parameters
+    assert (o["s3.endpoint"], o["fs.s3.endpoint"]) == ("http://127.0.0.1:9000", "http://127.0.0.1:9000")
+    assert (o["s3.access-key"], o["fs.s3.accessKeyId"]) == ("AKID", "AKID")
+    assert (o["s3.secret-key"], o["fs.s3.accessKeySecret"]) == ("SECRET", "SECRET")
+    assert (o["s3.region"], o["fs.s3.region"]) == ("eu-west-1", "eu-west-1")
+    assert o["s3.path.style.access"] == o["fs.s3.path-style-access"] == "true"  # a custom endpoint
+    assert "s3.session.token" not in o
+
+
+def test_a_session_token_is_given_under_paimon_rust_and_javas_key_too() -> None:
+    settings = StorageSettings(access_key_id="A", secret_access_key="S", session_token="SESSION")
+    vendor = DataTokenVendor(DataTokenMode.OPEN, StaticCredentials(settings), "s3", checks_tokens=False)
+    o = vendor.token("db.t", "s3://b/db.db/t", None).options
+    assert o["s3.session.token"] == o["fs.s3.securityToken"] == "SESSION"
+
+
+def test_the_expiry_is_the_lifetime_from_now() -> None:
+    vendor = DataTokenVendor(DataTokenMode.OPEN, StaticCredentials(StorageSettings(), 7_200, clock=lambda: 1_000.5),
+                             "s3", checks_tokens=True)
+    assert vendor.token("db.t", "s3://b/t", ETL).expires_at_ms == 8_200_500  # (1000.5 s + 7200 s) in ms
+
+
+def test_grants_decide_per_principal_and_table() -> None:
+    vendor = _vendor(grants=_grants(("etl", ["sales.*", "ref.rates"]), ("etl", ["x.y"])))
+    for table in ("sales.orders", "ref.rates", "x.y"):
+        assert vendor.token(table, "", ETL).options["s3.access-key"] == "AKID"
+    for table in ("ref.other", "salesx.orders", "x.yz"):
+        with pytest.raises(PermissionDeniedError, match=f"etl has no data token grant on table {table}"):
+            vendor.token(table, "", ETL)
+    with pytest.raises(PermissionDeniedError, match="root has no data token grant"):
+        vendor.token("sales.orders", "", ROOT)  # a role is no grant: an admin needs one too
+
+
+def test_granted_without_a_token_file_vends_to_nobody_and_does_not_tell_engines_to_ask() -> None:
+    vendor = _vendor(checks=False, grants=_grants(("etl", ["*.*"])))
+    assert not vendor.vends and vendor.config_defaults() == {}
+    with pytest.raises(PermissionDeniedError, match="checks no tokens"):
+        vendor.token("db.t", "", None)
+
+
+def test_open_vends_to_every_caller_and_off_to_none() -> None:
+    open_ = _vendor(DataTokenMode.OPEN, checks=False)
+    assert open_.config_defaults() == {DATA_TOKEN_ENABLED: "true"}
+    assert open_.token("db.t", "", None).options["s3.access-key"] == "AKID"
+    off = _vendor(DataTokenMode.OFF)
+    assert off.config_defaults() == {}
+    with pytest.raises(UnsupportedOperationError, match="--data-tokens off"):
+        off.token("db.t", "", ETL)
+
+
+def test_a_local_warehouse_has_nothing_to_vend() -> None:
+    vendor = _vendor(DataTokenMode.OPEN, warehouse="/data/wh")
+    assert vendor.config_defaults() == {} and vendor.token("db.t", "/data/wh/db.db/t", None).options == {}
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("[]", 'expected an object {"grants": [...]}'),
+    ('{"grants": [], "more": 1}', 'expected an object {"grants": [...]}'),
+    ("{", "not JSON"),
+    ('{"grants": [{"principal": "a"}]}', "grants[0]: expected an object with exactly 'principal' and 'tables'"),
+    ('{"grants": [{"principal": "", "tables": ["a.b"]}]}', "grants[0]: 'principal' must be a non-empty string"),
+    ('{"grants": [{"principal": "a", "tables": []}]}', "grants[0]: 'tables' must be a non-empty list"),
+    ('{"grants": [{"principal": "a", "tables": [3]}]}', "grants[0]: 'tables' must be a non-empty list"),
+    ('{"grants": [{"principal": "a", "tables": ["orders"]}]}', "table pattern 'orders' names no database"),
+])
+def test_a_bad_grants_file_is_refused_naming_the_problem(text: str, problem: str) -> None:
+    with pytest.raises(InvalidInputError) as e:
+        Grants.parse(text, "grants.json")
+    assert str(e.value).startswith("grants.json: ") and problem in str(e.value)
+
+
+def test_a_lifetime_shorter_than_the_clients_refresh_margin_is_refused() -> None:
+    assert check_lifetime(MIN_LIFETIME_S) == MIN_LIFETIME_S
+    for bad in (MIN_LIFETIME_S - 1, 60.0, float("nan")):
+        with pytest.raises(InvalidInputError, match="too short"):
+            check_lifetime(bad)
+    with pytest.raises(InvalidInputError, match="not one of off, granted, open"):
+        DataTokenMode.parse("sometimes")
