@@ -26,6 +26,7 @@ from lsmlake.client.snapshots import ExpireResult, SnapshotInfo, Snapshots
 from lsmlake.client.tables import TableInfo, Tables
 from lsmlake.client.writes import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_ROWS, WriteResult, Writes
 from lsmlake.format.predicate import Predicate
+from lsmlake.fs import StorageSettings
 from lsmlake.table.commit import CommitResult
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.scan import Split
@@ -44,6 +45,10 @@ class Client:
         compactor: `host:port` of a compactor service; needed by `compact`.
         warehouse: the warehouse folder or URI as this process sees it; when None, scans read each
             table at the location the catalog reports (which must then be reachable from here).
+        storage: the object-store settings this process opens table files with, as `StorageSettings` or as
+            options under Paimon's keys (`s3.endpoint`, `s3.region`, `s3.access-key`, `s3.secret-key`,
+            `s3.session-token`, `s3.path.style.access`) or pypaimon's (`fs.s3.*`); they override the AWS
+            environment, and a `warehouse` URI's own parameters override them (docs/storage.md).
         timeout_s: deadline of each call.
         token: bearer token sent with every call, for services that check tokens (docs/security.md).
         tls_ca: connect over TLS, trusting this CA certificate (PEM file).
@@ -63,9 +68,9 @@ class Client:
     def __init__(self, catalog: str = "127.0.0.1:50051", writer: str | None = None, compactor: str | None = None,
                  warehouse: str | None = None, timeout_s: float = 60, *, token: str | None = None,
                  tls_ca: str | None = None, tls_cert: str | None = None, tls_key: str | None = None,
-                 tls: bool = False) -> None:
+                 tls: bool = False, storage: StorageSettings | Mapping[str, str] | None = None) -> None:
         self._conn = Connection(catalog, writer, compactor, warehouse, timeout_s, token=token, tls_ca=tls_ca,
-                                tls_cert=tls_cert, tls_key=tls_key, tls=tls)
+                                tls_cert=tls_cert, tls_key=tls_key, tls=tls, storage=storage)
         self._tables = Tables(self._conn)
         self._writes = Writes(self._conn, self._tables)
         self._scans = Scans(self._conn, self._tables)
@@ -91,6 +96,11 @@ class Client:
     @warehouse.setter
     def warehouse(self, value: str | None) -> None:
         self._conn.warehouse = value
+
+    @property
+    def storage(self) -> StorageSettings:
+        """The object-store settings given to this client (over the AWS environment); shown with secrets hidden."""
+        return self._conn.storage
 
     def close(self) -> None:
         self._conn.close()

@@ -10,13 +10,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.filesystem import split_identifier
 from lsmlake.client.connection import Connection
 from lsmlake.client.tables import TableInfo, Tables, table_ident
 from lsmlake.errors import InvalidInputError, NotFoundError
 from lsmlake.format.predicate import Predicate, Term
 from lsmlake.format.schema import SchemaManager
 from lsmlake.fs import open_path
+from lsmlake.fs.storage_settings import join_uri
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
 from lsmlake.rpc.convert import split_from_proto, term_to_proto
 from lsmlake.table.file_store_table import FileStoreTable
@@ -70,11 +71,14 @@ class Scans:
         `warehouse` when the client was given one, else at the location the catalog reports."""
         info = self._tables.table(table) if isinstance(table, str) else table
         if self._conn.warehouse is not None:
-            return FileSystemCatalog(self._conn.warehouse).get_table(info.identifier)
-        fio, path = open_path(info.location)
+            db, name = split_identifier(info.identifier)
+            location = join_uri(self._conn.warehouse, f"{db}.db", name)
+        else:
+            location = info.location
+        fio, path = open_path(location, storage=self._conn.storage)
         schema = SchemaManager(fio, path).latest()
         if schema is None:
-            raise NotFoundError(f"table {info.identifier} has no schema at {info.location}")
+            raise NotFoundError(f"table {info.identifier} has no schema at {fio.uri(path)}")
         return FileStoreTable(fio, path, info.identifier, schema)
 
     def plan_splits(self, table: FileStoreTable, *, snapshot_id: int | None = None,
