@@ -307,7 +307,9 @@ def table_to_proto(table: FileStoreTable, database: str, name: str) -> catalog_p
         columns=[catalog_pb2.Column(name=f.name, type=f.type.sql(), comment=f.description or "", field_id=f.id)
                  for f in schema.fields],
         primary_keys=list(schema.primary_keys), partition_keys=list(schema.partition_keys),
-        options=dict(schema.options), comment=schema.comment or "", location=table.path, table_uuid=table.table_uuid)
+        options=dict(schema.options), comment=schema.comment or "",
+        # with its scheme (another process cannot open a bare `bucket/key`), never with credentials
+        location=table.io.uri(table.path), table_uuid=table.table_uuid)
     latest = table.snapshots.latest_id()
     if latest is not None:
         out.latest_snapshot_id = latest
