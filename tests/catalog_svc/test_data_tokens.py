@@ -5,6 +5,7 @@ URI and a token: tests/integration/interop/test_rest_on_s3.py."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -96,6 +97,15 @@ def test_open_hands_every_caller_the_warehouse_settings(s3_server: S3Server, tmp
         assert token["s3.path.style.access"] == "true" and token["s3.region"] == "us-east-1"
         assert isinstance(body["expiresAtMillis"], int) and set(body) == {"token", "expiresAtMillis"}
         check_error(call(port, "GET", "/v1/databases/db/tables/nope/token"), 404, what="no such table")
+
+
+def test_locations_are_reported_as_uris_without_credentials(s3_server: S3Server, tmp_path: Path) -> None:
+    with _serving(s3_server, tmp_path, data_tokens="open") as port:
+        table = call(port, "GET", "/v1/databases/db/tables/t").json()
+        db = call(port, "GET", "/v1/databases/db").json()
+    # the engines open these with the token's settings: the scheme picks S3, and no secret is in them
+    assert re.fullmatch(rf"s3://{s3_server.bucket}/wh-[0-9a-f]+/db\.db/t", table["path"]), table["path"]
+    assert db["location"] == table["path"].rsplit("/", 1)[0]
 
 
 def test_off_hands_out_nothing(s3_server: S3Server, tmp_path: Path) -> None:
