@@ -32,10 +32,12 @@ _START_TIMEOUT_S = 60.0
 
 @dataclass(frozen=True)
 class S3Server:
-    """A running moto S3 server: its endpoint (`http://127.0.0.1:PORT`) and a bucket in it."""
+    """A running moto S3 server: its endpoint (`http://127.0.0.1:PORT`), a bucket in it, and the file its access log
+    goes to (one line per request answered: `tests.support.s3_requests` counts them)."""
 
     endpoint: str
     bucket: str
+    log_path: str = ""
 
     def env(self) -> dict[str, str]:
         """The AWS_* variables that point a client without URI parameters at this server."""
@@ -131,6 +133,6 @@ def s3_server() -> Iterator[S3Server]:
         pytest.fail(f"cannot start the local S3 server (moto): {e}", pytrace=False)
     try:
         create_bucket(endpoint, BUCKET)
-        yield S3Server(endpoint, BUCKET)
+        yield S3Server(endpoint, BUCKET, log_path)
     finally:
         stop_process(proc)

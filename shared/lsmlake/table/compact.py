@@ -16,7 +16,7 @@ from lsmlake.format import options as opts
 from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.format.index_manifest import dv_index_change
 from lsmlake.format.predicate import Predicate
-from lsmlake.format.snapshot import COMPACT
+from lsmlake.format.snapshot import COMPACT, Snapshot
 from lsmlake.mergetree.compact.force_up_level0 import TriggerCount
 from lsmlake.mergetree.compact.full import EarlyFullCompaction
 from lsmlake.mergetree.compact.lookup import DvCompactResult
@@ -72,29 +72,63 @@ class CompactionHistory:
 
     commits_since_full: int
     last_full_ms: float | None
+    #: when the table's first snapshot was made, where no full compaction is on record (the optimisation interval
+    #: counts from it); found once here, so that each bucket's manager does not look for it again
+    first_snapshot_ms: float | None = None
 
 
-def compaction_history(table: FileStore, lookback: int = 1000) -> CompactionHistory:
-    """Walk back from the latest snapshot to the last full compaction (at most `lookback` snapshots).
+def compaction_history(table: FileStore, lookback: int = 1000, latest: Snapshot | None = None) -> CompactionHistory:
+    """Walk back from the latest snapshot (`latest`, when the caller has just read it) to the last full compaction
+    (at most `lookback` snapshots).
 
     The early-full-compaction counter and the optimisation-interval clock live in the table's history,
-    so a compactor restarted on another machine keeps the same schedule.
+    so a compactor restarted on another machine keeps the same schedule. Snapshot ids have no gaps, so the walk
+    ends at the first one that is gone (expired) without looking for the earliest first.
     """
     sm = table.snapshots
-    latest, earliest = sm.latest_id(), sm.earliest_id()
-    commits = 0
-    if latest is None or earliest is None:
+    if latest is None:
+        latest = sm.latest()
+    if latest is None:
         return CompactionHistory(0, None)
-    for sid in range(latest, max(earliest, latest - lookback) - 1, -1):
-        try:
-            s = sm.snapshot(sid)
-        except NotFoundError:
-            break
+    commits = 0
+    first_ms: float | None = None
+    for sid in range(latest.id, max(0, latest.id - lookback - 1), -1):
+        if sid == latest.id:
+            s = latest
+        else:
+            try:
+                s = sm.snapshot(sid)
+            except NotFoundError:  # expired: the one after it is the earliest
+                break
         if s.commit_kind == COMPACT and (s.properties or {}).get(FULL_COMPACTION_PROPERTY) == "true":
             return CompactionHistory(commits, s.time_millis)
         if s.commit_kind != COMPACT:
             commits += 1
-    return CompactionHistory(commits, None)
+        first_ms = s.time_millis
+    else:
+        if sid > 1:  # the walk stopped at `lookback`, before the earliest snapshot: look it up
+            first_ms = _first_snapshot_ms(table)
+    return CompactionHistory(commits, None, first_ms)
+
+
+def _first_snapshot_ms(table: FileStore) -> float | None:
+    """When the table's earliest snapshot was made; None for a table without snapshots."""
+    first = table.snapshots.earliest_id()
+    if first is None:
+        return None
+    try:
+        return table.snapshots.snapshot(first).time_millis
+    except NotFoundError:  # expired since: the next one is as good a start
+        return None
+
+
+def _interval_start_ms(table: FileStore, history: CompactionHistory) -> float | None:
+    """Where the optimisation interval counts from: the last full compaction, else the table's first snapshot."""
+    if history.last_full_ms is not None:
+        return history.last_full_ms
+    if history.first_snapshot_ms is not None:
+        return history.first_snapshot_ms
+    return _first_snapshot_ms(table)
 
 
 def merge_tree_manager(table: FileStore, split: Split, clock: Callable[[], float] = time.time,
@@ -109,12 +143,7 @@ def merge_tree_manager(table: FileStore, split: Split, clock: Callable[[], float
     history = history or compaction_history(table)
     strategy = strategy_from_options(o, clock, triggers)
     universal: Any = getattr(strategy, "universal", strategy)  # force-up-level-0 wraps the universal strategy
-    # without a full compaction on record, the interval counts from the table's first snapshot
-    first = table.snapshots.earliest_id()
-    start_ms = history.last_full_ms
-    if start_ms is None and first is not None:
-        start_ms = table.snapshots.snapshot(first).time_millis
-    universal.last_optimized_ms = start_ms
+    universal.last_optimized_ms = _interval_start_ms(table, history)
     early = EarlyFullCompaction(o.get(opts.FULL_COMPACTION_DELTA_COMMITS))
     early.commits_since_full = history.commits_since_full
     return bucket_manager(table, split, strategy, early, with_vectors=with_vectors)
@@ -239,7 +268,7 @@ def compact_buckets(table: FileStore, full: bool = False,
     if snapshot is None:
         return None, []
     messages = []
-    history = compaction_history(table)
+    history = compaction_history(table, latest=snapshot if snapshot_id is None else None)
     for split in table.new_scan(pred, snapshot, all_levels=True).plan():
         msg = compact_split(table, split, full, history)
         if msg is not None:
@@ -310,9 +339,6 @@ def full_compaction_due(table: FileStore, history: CompactionHistory, now_ms: fl
     interval = o.get(opts.COMPACTION_OPTIMIZATION_INTERVAL)
     if interval is None:
         return False
-    start = history.last_full_ms
-    first = table.snapshots.earliest_id()
-    if start is None and first is not None:
-        start = table.snapshots.snapshot(first).time_millis
+    start = _interval_start_ms(table, history)
     now = now_ms if now_ms is not None else time.time() * 1000
     return start is not None and now - start > interval

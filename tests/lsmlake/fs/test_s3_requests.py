@@ -1,0 +1,146 @@
+"""How many requests lsmlake sends to an object store, counted by the local S3 server itself (its access log,
+`tests.support.s3_requests`), so that folder markers, probes, temporary uploads and re-reads do not creep back.
+
+The bounds are the issue's: an APPEND commit sends at most 15 requests; a full compaction at most 3 per input file
+plus 1 per output file plus a constant (the metadata of one snapshot, read and written once, whatever the number of
+buckets). Each test also says what every request it allows is for, and fails with the list of what was sent.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pyarrow as pa
+import pytest
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.table.compact import compact_table
+from lsmlake.table.file_store_table import FileStoreTable
+from tests.support.s3_requests import S3Request, S3RequestLog, describe
+from tests.support.s3_server import S3Server
+
+pytestmark = pytest.mark.integration
+
+BUCKETS = 4
+APPEND_COMMIT_MAX = 15
+#: a full compaction's requests beyond its files: the snapshot history it plans with (LATEST, the latest snapshot,
+#: the probe past it, EARLIEST and the listing it falls back to, the first snapshot), the schema check, and its
+#: commit (LATEST, snapshot, probe, one manifest, two manifest lists, the snapshot, the LATEST hint)
+COMPACTION_CONSTANT = 20
+
+
+def _table(s3_server: S3Server) -> tuple[FileSystemCatalog, FileStoreTable, str]:
+    """A primary-key table with BUCKETS buckets in a fresh warehouse; (catalog, table, the warehouse's key prefix)."""
+    warehouse = s3_server.warehouse()
+    prefix = warehouse.split("@", 1)[1].split("?", 1)[0].split("/", 1)[1] + "/"
+    cat = FileSystemCatalog(warehouse)
+    cat.create_database("db")
+    t = cat.create_table("db.t", "k BIGINT NOT NULL, v STRING", primary_keys=["k"], options={"bucket": str(BUCKETS)})
+    return cat, t, prefix
+
+
+def _rows(start: int, n: int) -> pa.Table:
+    return pa.table({"k": pa.array(range(start, start + n), pa.int64()), "v": [f"v{i}" for i in range(n)]})
+
+
+def _no_waste(sent: list[S3Request]) -> list[str]:
+    """What no path of lsmlake should send to an object store: folder markers, temporary objects (upload, copy,
+    delete), multipart uploads of small files, and probes of a folder (a listing limited to one key)."""
+    problems = []
+    for r in sent:
+        if r.method == "PUT" and r.key.endswith("/"):
+            problems.append(f"folder marker {r.key}")
+        if ".tmp" in r.key:
+            problems.append(f"temporary object {r.kind} {r.key}")
+        if r.kind in ("CREATE_MULTIPART", "UPLOAD_PART", "COMPLETE_MULTIPART"):
+            problems.append(f"multipart upload of a small file {r.key}")
+        if r.kind in ("DELETE", "DELETE_OBJECTS"):
+            problems.append(f"delete {r.key}")
+        if r.kind == "LIST" and r.query.get("max-keys") == "1":
+            problems.append(f"folder probe {r.key}")
+    return problems
+
+
+def test_an_append_commit_sends_at_most_15_requests(s3_server: S3Server) -> None:
+    log = S3RequestLog(s3_server.log_path)
+    _, t, prefix = _table(s3_server)
+    t.write_arrow(_rows(0, 8))  # the first commit: the conditional-create probe, a table without snapshots
+    t.write_arrow(_rows(8, 8))
+
+    mark = log.mark()
+    t.write_arrow(_rows(100, 3))  # 3 keys: at most 3 buckets written
+    sent = log.since(mark, prefix)
+
+    shown = describe(sent)
+    assert len(sent) <= APPEND_COMMIT_MAX, f"{len(sent)} requests for one APPEND commit:\n{shown}"
+    assert not _no_waste(sent), f"{_no_waste(sent)}\n{shown}"
+    by_what = collections.Counter(_what(r) for r in sent)
+    written = t.latest_snapshot()
+    assert written is not None and written.commit_kind == "APPEND"
+    # what each request is for:
+    assert by_what.pop("PUT data file") in (1, 2, 3)        # one per bucket written (3 keys: 1 to 3 buckets)
+    assert by_what.pop("PUT manifest") == 1                 # the new files' manifest
+    assert by_what.pop("PUT manifest list") == 2            # the snapshot's base and delta manifest lists
+    assert by_what.pop("PUT snapshot") == 1                 # the publication: one conditional create
+    assert by_what.pop("PUT LATEST") == 1                   # the LATEST hint, one overwrite
+    assert by_what.pop("GET LATEST") == 2                   # the latest snapshot, for the write and for the commit
+    assert by_what.pop("GET snapshot") == 2                 # ... which is read
+    assert by_what.pop("HEAD 404 snapshot") == 2            # ... once none exists past it
+    assert by_what.pop("HEAD 404 schema") == 1              # the table was not altered since it was loaded
+    # the manifests of the snapshot written on are the writer's own, already known: not read back
+    assert not by_what, f"requests nobody accounts for: {dict(by_what)}\n{shown}"
+    assert t.to_arrow().num_rows == 19
+
+
+def test_a_full_compaction_sends_3_requests_per_input_1_per_output_and_a_constant(s3_server: S3Server) -> None:
+    log = S3RequestLog(s3_server.log_path)
+    cat, t, prefix = _table(s3_server)
+    for batch in range(3):  # three level-0 files in each bucket
+        t.write_arrow(_rows(batch * 500, 1000))
+    # a compactor in another process: it knows nothing of what this one wrote
+    t = cat.get_table("db.t")
+    other = FileSystemCatalog(s3_server.warehouse(prefix.rstrip("/"))).get_table("db.t")
+    inputs = {f.file_name for s in other.new_scan().plan() for f in s.files}
+    assert len(inputs) == 3 * BUCKETS
+
+    mark = log.mark()
+    result = compact_table(other, full=True)
+    sent = log.since(mark, prefix)
+
+    assert result.snapshot_id is not None
+    outputs = {f.file_name for s in other.new_scan().plan() for f in s.files}
+    assert not outputs & inputs and len(outputs) == BUCKETS
+    shown = describe(sent)
+    assert not _no_waste(sent), f"{_no_waste(sent)}\n{shown}"
+    data_reads = [r for r in sent if _what(r) == "GET data file"]
+    data_writes = [r for r in sent if _what(r) == "PUT data file"]
+    # every input is read in one GET (no HEAD, no ranged reads of its footer and column chunks), once
+    assert sorted(r.key.rsplit("/", 1)[1] for r in data_reads) == sorted(inputs), shown
+    assert not [r for r in sent if r.method == "HEAD" and r.key.endswith(".parquet")], shown
+    # every output is written in one PUT
+    assert sorted(r.key.rsplit("/", 1)[1] for r in data_writes) == sorted(outputs), shown
+    bound = 3 * len(inputs) + len(outputs) + COMPACTION_CONSTANT
+    assert len(sent) <= bound, f"{len(sent)} requests for a full compaction of {len(inputs)} files into " \
+                               f"{len(outputs)} (bound {bound}):\n{shown}"
+    # the metadata does not grow with the buckets: a constant, read and written once for the whole table
+    metadata = len(sent) - len(data_reads) - len(data_writes)
+    assert metadata <= COMPACTION_CONSTANT, shown
+    assert t.to_arrow().num_rows == 2000
+
+
+def _what(r: S3Request) -> str:
+    """A request's kind and the kind of file it is about (`PUT manifest list`, `GET data file`)."""
+    name = r.key.rsplit("/", 1)[-1]
+    if name.endswith(".parquet"):
+        what = "data file"
+    elif name.startswith("manifest-list-"):
+        what = "manifest list"
+    elif name.startswith(("manifest-", "index-manifest-")):
+        what = "manifest"
+    elif name.startswith("snapshot-"):
+        what = "snapshot"
+    elif name.startswith("schema-"):
+        what = "schema"
+    else:
+        what = name or r.key
+    return f"{r.kind} {what}"
