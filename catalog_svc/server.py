@@ -300,9 +300,10 @@ class CatalogServer(ServiceProcess[Settings]):
             if mode is DataTokenMode.OPEN and not checks:
                 _log.warning("--data-tokens open without a token file: anyone who reaches the REST port gets the "
                              "warehouse's storage credentials")
-        elif mode is DataTokenMode.GRANTED and not checks and vendor.object_store:
-            _log.warning("REST data tokens: none vended, since the catalog checks no tokens (--data-tokens granted "
-                         "needs --auth-tokens); engines need storage settings of their own")
+        elif mode is DataTokenMode.GRANTED and vendor.object_store:
+            _log.warning("REST data tokens: none vended, since %s; engines need storage settings of their own",
+                         "the catalog checks no tokens (--data-tokens granted needs --auth-tokens)" if not checks
+                         else "--data-token-grants grants none")
         return vendor
 
     def _run(self) -> None:

@@ -183,7 +183,8 @@ class DataTokenVendor:
         """Whether any caller can get a token with something in it (then engines are told to ask)."""
         if self.mode is DataTokenMode.OFF or not self.object_store:
             return False
-        return self.mode is DataTokenMode.OPEN or self.checks_tokens
+        # with no grant at all, engines that bring their own settings keep working without being told to ask
+        return self.mode is DataTokenMode.OPEN or self.checks_tokens and bool(self.grants.patterns)
 
     def config_defaults(self) -> dict[str, str]:
         """The config endpoint's defaults: `data-token.enabled` when tokens are vended (an engine's own option

@@ -78,6 +78,14 @@ def test_granted_without_a_token_file_vends_to_nobody_and_does_not_tell_engines_
         vendor.token("db.t", "", None)
 
 
+def test_granted_without_any_grant_does_not_tell_engines_to_ask() -> None:
+    vendor = _vendor()
+    assert not vendor.vends and vendor.config_defaults() == {}
+    with pytest.raises(PermissionDeniedError, match="etl has no data token grant"):
+        vendor.token("db.t", "", ETL)
+    assert _vendor(grants=_grants(("etl", ["db.t"]))).config_defaults() == {DATA_TOKEN_ENABLED: "true"}
+
+
 def test_open_vends_to_every_caller_and_off_to_none() -> None:
     open_ = _vendor(DataTokenMode.OPEN, checks=False)
     assert open_.config_defaults() == {DATA_TOKEN_ENABLED: "true"}
