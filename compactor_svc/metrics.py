@@ -23,8 +23,15 @@ class CompactorMetrics:
                                      "or running.", registry=r)
         self.plan_seconds = Histogram("lsmlake_compactor_plan_seconds", "From plan request to commit.",
                                       buckets=(0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 120, 300), registry=r)
-        self.plans = Counter("lsmlake_compactor_plans", "Plans by outcome (completed, conflict, failed, empty).",
-                             ["outcome"], registry=r)
+        self.plans = Counter("lsmlake_compactor_plans", "Plans by outcome (completed, conflict, failed, empty, "
+                             "expired: cancelled at its deadline).", ["outcome"], registry=r)
+        self.running_plans = Gauge("lsmlake_compactor_running_plans", "Plans running on Spark now.", registry=r)
+        self.plan_tasks_finished = Counter("lsmlake_compactor_plan_tasks_finished", "Spark tasks of plans that "
+                                           "finished: the plans' heartbeat.", registry=r)
+        self.tasks_running = Gauge("lsmlake_compactor_plan_tasks_running", "Spark tasks of running plans that "
+                                   "run now.", registry=r)
+        self.heartbeat_age = Gauge("lsmlake_compactor_plan_heartbeat_age_seconds", "Seconds since a running plan "
+                                   "last saw a task finish, the longest of them (0: none runs).", registry=r)
         self.bytes_read = Counter("lsmlake_compactor_bytes_read", "Bytes of input files compacted.", registry=r)
         self.bytes_written = Counter("lsmlake_compactor_bytes_written", "Bytes of files compaction wrote.",
                                      registry=r)

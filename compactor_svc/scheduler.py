@@ -6,7 +6,9 @@ each table's latest snapshot (events are only hints: duplicates, replays and los
 compaction engine for each bucket's due unit (universal compaction, force-up-level-0 for deletion-vector
 and lookup tables, full compaction when the engine's own schedule or the Hudi-style trigger says so),
 orders the due buckets by sorted runs (most first) and cuts the plan at an IO budget. A plan of one table
-is requested from the catalog's timeline (RequestCompaction), then run and committed (`plan_runs.py`).
+is requested from the catalog's timeline (RequestCompaction), then run and committed (`plan_runs.py`), on a plan
+thread of its own when several plans may run at once: the planning thread goes on with the other tables while a
+job runs, and when every plan slot is taken a table waits for the next round, keeping its place in the queue.
 
 Triggers: an operator's trigger marks the named owned buckets dirty (a full one also makes them owe a full
 compaction, and a waited one learns of their outcomes: `buckets.py`). A bucket whose files a pending plan
@@ -36,7 +38,7 @@ from compactor_svc.fair_queue import DatabaseWeights, Demand, FairQueue
 from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
 from compactor_svc.plan_policy import Candidate, choose_plan
-from compactor_svc.plan_runs import PlanRunner
+from compactor_svc.plan_runs import PlanDeadline, PlanRunner
 from compactor_svc.state import CompactorState, PlanOrigin, RunningPlan
 from compactor_svc.triggers import FullCompactionTrigger
 from compactor_svc.waits import NOT_ASSIGNED, OWNED_ELSEWHERE, OWNERSHIP_MOVED, BucketKey, CompactionWait
@@ -87,7 +89,8 @@ class Scheduler:
     def __init__(self, warehouse: str, timeline: CompactionTimeline, spark: SparkCompactor, ownership: Ownership,
                  metrics: CompactorMetrics, compactor_id: str, trigger: FullCompactionTrigger,
                  max_plan_bytes: int = 2 << 30, max_plan_buckets: int = 64, reconcile_interval_s: float = 30.0,
-                 round_budget_s: float = ROUND_BUDGET_S, weights: DatabaseWeights | None = None) -> None:
+                 round_budget_s: float = ROUND_BUDGET_S, weights: DatabaseWeights | None = None,
+                 deadline: PlanDeadline | None = None, concurrent_plans: int = 1) -> None:
         self.warehouse = warehouse
         self.catalog = FileSystemCatalog(warehouse)
         self.timeline = timeline
@@ -107,12 +110,12 @@ class Scheduler:
         self._loop = BackgroundLoop("compaction-planner", self._step, TICK_S, initial_delay_s=TICK_S,
                                     what="compaction planning", logger=_log)
         self.runner = PlanRunner(warehouse, timeline, spark, ownership, metrics, compactor_id, self.buckets,
-                                 self.state, self._loop.is_stopping)
+                                 self.state, self._loop.is_stopping, deadline, concurrent_plans)
         self._reconcile_due = 0.0
         self._refused: dict[str, str] = {}  # table -> why it is not compacted (as last logged)
 
     @property
-    def running(self) -> RunningPlan | None:
+    def running(self) -> list[RunningPlan]:
         return self.state.running
 
     @property
@@ -133,8 +136,10 @@ class Scheduler:
         return self
 
     def stop(self, timeout_s: float = 120.0) -> None:
-        """Stop after the running plan (a Spark job is not interrupted: its plan would only be rolled back)."""
+        """Stop after the running plans (a Spark job is not interrupted: its plan would only be rolled back; each
+        ends by its deadline at the latest)."""
         self._loop.stop(timeout_s)
+        self.runner.close()
 
     def on_event(self, key: BucketKey, snapshot_id: int, compaction: bool) -> None:
         """A data-files or compaction-results event of an owned bucket."""
@@ -219,6 +224,10 @@ class Scheduler:
                 continue
             if time.monotonic() - started > self.round_budget_s:  # the others keep their place in the queue
                 self.buckets.redo(keys, 0.0, "waiting for its turn (other tables were planned first)", looked=False)
+                continue
+            if not self.runner.has_free_slot():  # likewise, until a running plan ends
+                self.buckets.redo(keys, HELD_RETRY_S, f"waiting for a plan slot ({self.runner.concurrent_plans} "
+                                                      "plans run)", looked=False)
                 continue
             try:
                 self.queue.charge(demand, self._compact_table(demand.table, keys))
@@ -323,7 +332,8 @@ class Scheduler:
             self.buckets.count_trigger(c.key, c.triggers)
         origin = PlanOrigin(at, {c.key: c.full for c in chosen},
                             {c.key: c.full or c.unit.file_rewrite for c in chosen})
-        self.runner.execute(table_id, plan, origin)
+        if not self.runner.launch(table_id, plan, origin):  # the slot was taken meanwhile: recovery runs it
+            self.state.ask_recovery()
         return choice.input_bytes
 
     def _due_units(self, table: FileStoreTable, keys: list[BucketKey], splits: dict[tuple[bytes, int], Split],

@@ -17,11 +17,17 @@ from compactor_svc.event_feed import EventFeed
 from compactor_svc.fair_queue import DatabaseWeights
 from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
+from compactor_svc.plan_runs import (
+    DEFAULT_CONCURRENT_PLANS,
+    DEFAULT_DEADLINE_PER_GIB_S,
+    DEFAULT_DEADLINE_S,
+    PlanDeadline,
+)
 from compactor_svc.scheduler import ROUND_BUDGET_S, Scheduler
 from compactor_svc.servicer import CompactorService
 from compactor_svc.triggers import STRATEGIES, FullCompactionTrigger
 from lsmlake.catalog.filesystem import check_name
-from lsmlake.errors import InvalidInputError
+from lsmlake.errors import InvalidInputError, LakeError
 from lsmlake.proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
 from lsmlake.rpc.catalog_client import CatalogClient
 from lsmlake.rpc.security import ChannelSecurity
@@ -57,12 +63,15 @@ class Settings(ServiceSettings):
     weights: DatabaseWeights = field(default_factory=DatabaseWeights)  # databases' priority and share
     grace_s: float = 30.0
     workers: int = WORKERS
+    deadline: PlanDeadline = field(default_factory=PlanDeadline)  # how long one plan may run on Spark
+    concurrent_plans: int = DEFAULT_CONCURRENT_PLANS
     catalog_security: ChannelSecurity = field(default_factory=ChannelSecurity)  # this compactor's catalog calls
 
     @staticmethod
     def from_args(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> Settings:
         """Flags win over `LSMLAKE_WAREHOUSE`, `LSMLAKE_CATALOG`, `LSMLAKE_KAFKA`, `LSMLAKE_COMPACTOR_PORT`,
-        `LSMLAKE_COMPACTOR_HOST`, `LSMLAKE_SPARK_MASTER`, `LSMLAKE_METRICS_PORT`, those of TLS, tokens and
+        `LSMLAKE_COMPACTOR_HOST`, `LSMLAKE_SPARK_MASTER`, `LSMLAKE_PLAN_DEADLINE`, `LSMLAKE_PLAN_DEADLINE_PER_GIB`,
+        `LSMLAKE_CONCURRENT_PLANS`, `LSMLAKE_METRICS_PORT`, those of TLS, tokens and
         Kafka security and those of the worker threads and the limits on open streams and calls
         (`LSMLAKE_WORKERS`, ...; docs/security.md)."""
         env = dict(os.environ if env is None else env)
@@ -94,6 +103,18 @@ class Settings(ServiceSettings):
                        default=_env_list(env, "LSMLAKE_DATABASE_SHARE"),
                        help="the compaction share (>= 1) of the database's tables that set no lsmlake.compaction.share "
                             "(repeatable; env: comma-separated)")
+        p.add_argument("--plan-deadline", type=float, metavar="SECONDS",
+                       default=float(env.get("LSMLAKE_PLAN_DEADLINE", DEFAULT_DEADLINE_S)),
+                       help="a plan still running on Spark after this long, plus --plan-deadline-per-gib, is "
+                            f"cancelled, rolled back and planned again (default {DEFAULT_DEADLINE_S:g})")
+        p.add_argument("--plan-deadline-per-gib", type=float, metavar="SECONDS",
+                       default=float(env.get("LSMLAKE_PLAN_DEADLINE_PER_GIB", DEFAULT_DEADLINE_PER_GIB_S)),
+                       help="more time per GiB of a plan's input files (default "
+                            f"{DEFAULT_DEADLINE_PER_GIB_S:g})")
+        p.add_argument("--concurrent-plans", type=int, metavar="N",
+                       default=int(env.get("LSMLAKE_CONCURRENT_PLANS", DEFAULT_CONCURRENT_PLANS)),
+                       help="plans (of different tables) run on Spark at once (default "
+                            f"{DEFAULT_CONCURRENT_PLANS})")
         add_service_arguments(p, env, port_env="LSMLAKE_COMPACTOR_PORT", host_env="LSMLAKE_COMPACTOR_HOST",
                               workers=WORKERS, grace_s=30.0, grace_help="seconds for in-flight RPCs at shutdown",
                               catalog_client=True)
@@ -118,11 +139,18 @@ class Settings(ServiceSettings):
                                       _weights(a.database_share, "--database-share", 1))
         except InvalidInputError as e:
             p.error(str(e))
+        if a.concurrent_plans < 1:
+            p.error(f"--concurrent-plans {a.concurrent_plans}: at least 1")
+        try:
+            deadline = PlanDeadline(a.plan_deadline, a.plan_deadline_per_gib)
+        except InvalidInputError as e:
+            p.error(f"--plan-deadline / --plan-deadline-per-gib: {e}")
         extra = {"compactor_id": a.compactor_id} if a.compactor_id else {}
         return Settings(warehouse=a.warehouse, catalog=a.catalog, kafka=a.kafka, spark_master=a.spark_master,
                         spark_conf=tuple(conf), trigger=trigger, max_plan_bytes=a.max_plan_bytes,
                         max_plan_buckets=a.max_plan_buckets, reconcile_interval_s=a.reconcile_interval,
-                        round_budget_s=a.round_budget, weights=weights, **common, **extra)
+                        round_budget_s=a.round_budget, weights=weights, deadline=deadline,
+                        concurrent_plans=a.concurrent_plans, **common, **extra)
 
 
 def _env_list(env: dict[str, str], name: str) -> list[str]:
@@ -169,7 +197,7 @@ class CompactorServer(ServiceProcess[Settings]):
         # Spark first: its JVM is started by fork+exec, which is best done before gRPC has threads of its own;
         # warm before the first plan, since a cold session costs seconds
         s = self.settings
-        self._spark = SparkCompactor(s.spark_master, conf=dict(s.spark_conf))
+        self._spark = SparkCompactor(s.spark_master, conf=dict(s.spark_conf), warehouse=s.warehouse)
         self._start_spark()
 
     def _open(self, server: grpc.Server) -> None:
@@ -178,7 +206,8 @@ class CompactorServer(ServiceProcess[Settings]):
         self._catalog = CatalogClient(s.catalog, timeout_s=60.0, security=s.catalog_security)
         self._scheduler = Scheduler(s.warehouse, self._catalog.timeline, self._spark, self.ownership, self.metrics,
                                     s.compactor_id, s.trigger, s.max_plan_bytes, s.max_plan_buckets,
-                                    s.reconcile_interval_s, round_budget_s=s.round_budget_s, weights=s.weights).start()
+                                    s.reconcile_interval_s, round_budget_s=s.round_budget_s, weights=s.weights,
+                                    deadline=s.deadline, concurrent_plans=s.concurrent_plans).start()
         compactor_pb2_grpc.add_CompactorServiceServicer_to_server(
             CompactorService(s.warehouse, self._scheduler, self.ownership, s.compactor_id), server)
 
@@ -193,6 +222,8 @@ class CompactorServer(ServiceProcess[Settings]):
             try:
                 self._spark.start()
                 return
+            except LakeError:  # the workers cannot run lsmlake's tasks (or none came): a retry would not help
+                raise
             except Exception as e:
                 if attempt == attempts:
                     raise

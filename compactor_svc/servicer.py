@@ -97,8 +97,7 @@ class CompactorService(compactor_pb2_grpc.CompactorServiceServicer):
             compactor_id=self.compactor_id, owned_partitions=sorted(self.ownership.owned),
             pending_buckets=self.scheduler.pending(), plans_completed=self.scheduler.completed,
             plans_failed=self.scheduler.failed)
-        r = self.scheduler.running
-        if r is not None:
+        for r in self.scheduler.running:
             out.running.append(compactor_pb2.RunningPlan(table=table_ident(r.table_id), plan_id=r.plan_id,
                                                          buckets=r.buckets, full=r.full,
                                                          running_ms=int((time.monotonic() - r.started) * 1000)))

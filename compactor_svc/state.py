@@ -2,14 +2,15 @@
 
 `CompactorState` owns that lock. It is a condition: a waited trigger waits on it for the outcomes of its
 buckets, and the end of a plan wakes it. The bucket states (`buckets.Buckets`) are kept under it, and so are
-the plan running now, the plan counts, whether plans others left are to be recovered, and how this compactor
-made its recent plans.
+the plans launched and running now (several run at once, each with its deadline and heartbeat), the plan counts,
+whether plans others left are to be recovered, and how this compactor made its recent plans.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from compactor_svc.waits import BucketKey
 
@@ -27,12 +28,22 @@ class PlanOrigin:
 
 @dataclass
 class RunningPlan:
+    """A plan running on Spark: its deadline (seconds after `started`) and its heartbeat (tasks finishing)."""
+
     table_id: str
     plan_id: str
     buckets: int
     full: bool
     started: float
     keys: tuple[BucketKey, ...]
+    deadline_s: float | None = None
+    tasks_done: int = 0
+    tasks_active: int = 0
+    tasks_total: int = 0
+    last_beat: float = field(default=0.0)  # monotonic time of the last progress (the start before any)
+
+    def __post_init__(self) -> None:
+        self.last_beat = self.last_beat or self.started
 
 
 class CompactorState:
@@ -40,7 +51,8 @@ class CompactorState:
 
     def __init__(self) -> None:
         self.lock = threading.Condition()
-        self.running: RunningPlan | None = None
+        self._running: dict[str, RunningPlan] = {}  # plan id -> the plan running now
+        self._launched: set[str] = set()  # plan ids handed to a plan slot and not ended yet (queued or running)
         self.completed = 0
         self.failed = 0
         self._recover = False
@@ -57,15 +69,67 @@ class CompactorState:
                 del self._origins[next(iter(self._origins))]
             return made
 
+    @property
+    def running(self) -> list[RunningPlan]:
+        """The plans running now, oldest first."""
+        with self.lock:
+            return sorted(self._running.values(), key=lambda r: r.started)
+
+    def launched(self, plan_id: str) -> bool:
+        """Record that a plan is handed to a plan slot; False when it already was (so it is not run twice)."""
+        with self.lock:
+            if plan_id in self._launched:
+                return False
+            self._launched.add(plan_id)
+            return True
+
+    def is_launched(self, plan_id: str) -> bool:
+        with self.lock:
+            return plan_id in self._launched
+
+    def launched_count(self) -> int:
+        with self.lock:
+            return len(self._launched)
+
     def plan_started(self, running: RunningPlan) -> None:
         with self.lock:
-            self.running = running
+            self._launched.add(running.plan_id)
+            self._running[running.plan_id] = running
 
-    def plan_ended(self) -> None:
-        """No plan runs any more: wakes the waited triggers to look at their buckets."""
+    def heartbeat(self, plan_id: str, done: int, active: int, total: int) -> int:
+        """A running plan's tasks progressed: how many more finished since the last beat."""
         with self.lock:
-            self.running = None
+            r = self._running.get(plan_id)
+            if r is None:
+                return 0
+            more = max(0, done - r.tasks_done)
+            if more or total != r.tasks_total:
+                r.last_beat = time.monotonic()
+            r.tasks_done, r.tasks_active, r.tasks_total = max(done, r.tasks_done), active, total
+            return more
+
+    def tasks_running(self) -> int:
+        """The Spark tasks of running plans that run now."""
+        with self.lock:
+            return sum(r.tasks_active for r in self._running.values())
+
+    def plan_ended(self, plan_id: str | None = None) -> None:
+        """A plan ended (or was never started): wakes the waited triggers to look at their buckets."""
+        with self.lock:
+            if plan_id is not None:
+                self._running.pop(plan_id, None)
+                self._launched.discard(plan_id)
             self.lock.notify_all()
+
+    def oldest_age(self) -> float:
+        """Seconds since the oldest running plan started (0: none runs)."""
+        with self.lock:
+            return max((time.monotonic() - r.started for r in self._running.values()), default=0.0)
+
+    def heartbeat_age(self) -> float:
+        """Seconds since a running plan last progressed, the longest of them (0: none runs)."""
+        with self.lock:
+            return max((time.monotonic() - r.last_beat for r in self._running.values()), default=0.0)
 
     def count_completed(self) -> None:
         with self.lock:

@@ -16,6 +16,7 @@ from lsmlake.metastore import MetaStore, open_store
 from tests.support.azure_server import azure_server
 from tests.support.s3_server import s3_server
 from tests.support.security import certs, tokens
+from tests.support.spark_cluster import spark_cluster  # noqa: F401 - a fixture pytest finds by its name
 
 __all__ = ["azure_server", "certs", "s3_server", "tokens"]  # fixtures: pytest finds them by their names here
 

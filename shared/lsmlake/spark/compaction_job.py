@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -35,10 +35,12 @@ from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import InvalidInputError, NotFoundError
 from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.data_file_writer import bucket_dir
+from lsmlake.fs.storage_settings import StorageSettings
 from lsmlake.mergetree.compact.rewriter import DATA_PREFIX, changelog_prefix
 from lsmlake.proto_gen.lsmlake.v1 import common_pb2
 from lsmlake.rpc.convert import changes_from_proto, changes_to_proto
 from lsmlake.spark.bucket_task import BucketTask, with_bucket_files
+from lsmlake.spark.workers import check_workers, is_local, package_zip
 from lsmlake.table.compact import run_planned, written_files
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.postpone import place_partition, postponed
@@ -50,6 +52,8 @@ if TYPE_CHECKING:
 DEFAULT_TASK_MAX_FAILURES = 3
 DEFAULT_TASK_ATTEMPTS = 3
 _RETRY_BACKOFF_S = 0.5
+DEFAULT_START_CHECK_S = 120.0
+PROGRESS_POLL_S = 1.0  # how often a running job's progress is looked at (its heartbeat, and its deadline)
 # Writers name data files `data-<uuid4>-0.parquet`: a prefix whose run-specific part holds a character
 # that is not hex or '-' can never match one of them, so deleting by such a prefix is safe.
 _UUID_CHARS = re.compile(r"[0-9a-f-]*")
@@ -72,6 +76,7 @@ class TaskOutcome:
     bytes_read: int
     bytes_written: int
     more: tuple[bytes, ...] = ()  # the changes of other buckets: placing postponed rows fills several
+    expired: bool = False  # the job passed its deadline and was cancelled
 
     def message(self) -> CommitMessage | None:
         """The file changes as a commit message for `commit_compaction` (the first bucket's: see `messages`)."""
@@ -222,26 +227,98 @@ def local_master_with_retries(master: str, max_failures: int) -> str:
     return f"local[{m.group(1)},{max_failures}]" if m else master
 
 
+@dataclass(frozen=True)
+class JobProgress:
+    """The tasks of a running job: finished (successfully or not), running now, and in all."""
+
+    done: int
+    active: int
+    total: int
+
+
+class _Watch:
+    """Watches one running job: reports its progress as it changes and cancels it at its deadline."""
+
+    def __init__(self, compactor: SparkCompactor, group: str, deadline_s: float | None,
+                 on_progress: Callable[[JobProgress], None] | None) -> None:
+        self.compactor = compactor
+        self.group = group
+        self.deadline_s = deadline_s
+        self.on_progress = on_progress
+        self.expired = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last: JobProgress | None = None
+
+    def start(self) -> None:
+        if self.deadline_s is None and self.on_progress is None:
+            return
+        self._thread = threading.Thread(target=self._watch, name=f"watch-{self.group}", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        until = None if self.deadline_s is None else time.monotonic() + self.deadline_s
+        while True:
+            wait = PROGRESS_POLL_S if until is None else min(PROGRESS_POLL_S, max(0.0, until - time.monotonic()))
+            if self._stop.wait(wait):
+                return
+            self._report()
+            if until is not None and time.monotonic() >= until:
+                # again at every poll until the job ends: a cancel that came just before the job was submitted
+                # would otherwise cancel nothing
+                self.expired = True
+                self.compactor.cancel(self.group)
+
+    def _report(self) -> None:
+        if self.on_progress is None:
+            return
+        try:
+            now = self.compactor.progress(self.group)
+        except Exception:  # noqa: BLE001 - a heartbeat missed is not the job's failure
+            return
+        if now != self._last:
+            self._last = now
+            self.on_progress(now)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+            self._thread = None
+            self._report()  # the last word: how the job ended
+
+
 class SparkCompactor:
     """Runs bucket tasks as one Spark job per call, on one long-lived SparkSession.
 
-    One caller at a time: `run` holds a lock for the whole job, so the service may call it from
-    several threads. Only one SparkCompactor should be started per process (Spark allows one
-    active SparkContext).
+    Several callers may run jobs at once (one per thread; Spark schedules them side by side), each with its own
+    deadline: a job still running at its deadline is cancelled (its job group) and its outputs deleted, so a lost
+    worker or a hung task never holds the caller longer. Only one SparkCompactor should be started per process
+    (Spark allows one active SparkContext).
+
+    On a cluster master (`spark://...`, `k8s://...`, `yarn`) lsmlake ships itself with the jobs and checks at start
+    that the workers' Python can run them (`lsmlake.spark.workers`); the executors get the warehouse's storage
+    settings as environment variables (`spark.executorEnv.AWS_*`) unless the conf sets them.
     """
 
     def __init__(self, master: str = "local[*]", app_name: str = "lsmlake-compactor",
-                 conf: dict[str, str] | None = None, *, task_attempts: int = DEFAULT_TASK_ATTEMPTS) -> None:
+                 conf: dict[str, str] | None = None, *, task_attempts: int = DEFAULT_TASK_ATTEMPTS,
+                 warehouse: str | None = None, start_check_timeout_s: float = DEFAULT_START_CHECK_S) -> None:
         """`conf` overrides the defaults below; `task_attempts` bounds the in-task retries of one bucket.
 
         In local mode Spark does not retry a failed task unless the master says so (`local[N,F]`), so
         `local`, `local[N]` and `local[*]` become `local[...,F]` with F = `spark.task.maxFailures`.
+        The Python of the workers is `spark.pyspark.python` from `conf`, else `PYSPARK_PYTHON`, else this
+        process's interpreter. `warehouse`: whose storage settings the executors get.
+        `start_check_timeout_s`: how long the start check on a cluster waits for an executor.
         """
         user = dict(conf or {})
         max_failures = int(user.get("spark.task.maxFailures", DEFAULT_TASK_MAX_FAILURES))
         self.master = local_master_with_retries(master, max_failures)
         self.app_name = app_name
         self.task_attempts = task_attempts
+        self.start_check_timeout_s = start_check_timeout_s
+        python = user.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or sys.executable
         self.conf = {
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
@@ -249,18 +326,29 @@ class SparkCompactor:
             # a retried attempt deletes its predecessor's files by prefix: never run two at once
             "spark.speculation": "false",
             "spark.python.worker.reuse": "true",
-            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.python": python,
             "spark.pyspark.driver.python": sys.executable,
             # the JVM only schedules; merges run in Python workers
             "spark.driver.memory": "512m",
             "spark.executor.memory": "512m",
             "spark.sql.shuffle.partitions": "4",
+            # jobs of several plans run at once: share the executors instead of queueing behind the first
+            "spark.scheduler.mode": "FAIR",
         }
+        if warehouse is not None:
+            for k, v in StorageSettings.resolve(warehouse).env().items():
+                self.conf[f"spark.executorEnv.{k}"] = v
         self.conf.update(user)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # starting and stopping the session
+        self._jobs = threading.Condition()  # the job groups running now
+        self._running: set[str] = set()
         self._spark: SparkSession | None = None
-        self._last_group: str | None = None
         self._last_task_count: int | None = None
+
+    @property
+    def python(self) -> str:
+        """The interpreter the Python workers run."""
+        return self.conf["spark.pyspark.python"]
 
     def start(self) -> SparkSession:
         """The session, started on first use."""
@@ -271,51 +359,100 @@ class SparkCompactor:
         if self._spark is None:
             from pyspark.sql import SparkSession
 
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            # PySpark takes the workers' interpreter from the environment, not from spark.pyspark.python
+            os.environ["PYSPARK_PYTHON"] = self.python
             builder = SparkSession.builder.master(self.master).appName(self.app_name)
             for k, v in self.conf.items():
                 builder = builder.config(k, v)
-            self._spark = builder.getOrCreate()
+            spark = builder.getOrCreate()
+            if not is_local(self.master):
+                try:
+                    spark.sparkContext.addPyFile(package_zip())
+                    check_workers(spark.sparkContext, self.start_check_timeout_s)
+                except BaseException:
+                    spark.stop()
+                    raise
+            self._spark = spark
         return self._spark
 
-    def run(self, warehouse: str, tasks: Sequence[BucketTask], job_group: str | None = None) -> list[TaskOutcome]:
+    def run(self, warehouse: str, tasks: Sequence[BucketTask], job_group: str | None = None,
+            deadline_s: float | None = None,
+            on_progress: Callable[[JobProgress], None] | None = None) -> list[TaskOutcome]:
         """Run the tasks as one Spark job, one task per bucket; outcomes in the order of `tasks`.
 
         A bucket that fails is reported in its outcome; the others still succeed. Only when Spark
-        aborts the job (a task kept crashing its worker) do all outcomes carry the error, after every
-        task's files were deleted. Tasks get the files of their buckets here, on the driver; a task whose
-        bucket cannot be read fails with that error without running. Each outcome has its task as given.
+        aborts the job (a task kept crashing its worker) or the job passes `deadline_s` (then it is cancelled) do
+        all outcomes carry the error (with `expired` set for the deadline), after every task's files were deleted.
+        Tasks get the files of their buckets here, on the driver; a task whose bucket cannot be read fails with
+        that error without running. Each outcome has its task as given. `on_progress` hears the job's tasks
+        finishing (the plan's heartbeat), at most about once a second and at the end.
         """
         tasks = list(tasks)
         if not tasks:
             return []
         prepared = self._with_bucket_files(warehouse, tasks)
         ready = [t for t in prepared if isinstance(t, BucketTask)]
+        if not ready:
+            self._last_task_count = 0
+            return [o for o in prepared if isinstance(o, TaskOutcome)]
         with self._lock:
-            if not ready:
-                self._last_task_count = 0
-                return [o for o in prepared if isinstance(o, TaskOutcome)]
             sc = self._start().sparkContext
-            group = job_group or f"lsmlake-compact-{uuid.uuid4().hex}"
-            self._last_group = group
-            self._last_task_count = None
+        group = job_group or f"lsmlake-compact-{uuid.uuid4().hex}"
+        with self._jobs:
+            self._running.add(group)
+        watch = _Watch(self, group, deadline_s, on_progress)
+        start = time.perf_counter()
+        try:
+            # the job group is a property of this thread (PySpark pins each Python thread to a JVM thread)
             sc.setJobGroup(group, f"lsmlake compaction of {len(tasks)} buckets", interruptOnCancel=True)
+            watch.start()
             fn = functools.partial(run_with_retries, warehouse, attempts=self.task_attempts)
-            start = time.perf_counter()
-            try:
-                ran: list[TaskOutcome] = sc.parallelize(ready, numSlices=len(ready)).map(fn).collect()
-            except Exception as e:  # noqa: BLE001 - the job was aborted: no task's output may survive
+            ran: list[TaskOutcome] = sc.parallelize(ready, numSlices=len(ready)).map(fn).collect()
+        except Exception as e:  # noqa: BLE001 - the job was aborted or cancelled: no task's output may survive
+            watch.stop()
+            seconds = time.perf_counter() - start
+            if watch.expired:
+                error = f"deadline of {deadline_s:g} s passed: the Spark job was cancelled"
+            else:
                 error = f"spark job aborted: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                seconds = time.perf_counter() - start
-                for t in tasks:
-                    self._delete_outputs(warehouse, t)
-                ran = [TaskOutcome(t, None, error, 0, seconds, 0, 0) for t in ready]
-            finally:
-                self._last_task_count = self._count_tasks(group)
-            outcomes = iter(ran)
-            # the task as given, not as shipped: callers look their tasks up, and the files need not come back
-            return [replace(next(outcomes), task=t) if isinstance(p, BucketTask) else p
-                    for t, p in zip(tasks, prepared, strict=True)]
+            for t in tasks:
+                self._delete_outputs(warehouse, t)
+            ran = [TaskOutcome(t, None, error, 0, seconds, 0, 0, expired=watch.expired) for t in ready]
+        finally:
+            watch.stop()
+            sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            self._last_task_count = self._count_tasks(group)
+            with self._jobs:
+                self._running.discard(group)
+                self._jobs.notify_all()
+        outcomes = iter(ran)
+        # the task as given, not as shipped: callers look their tasks up, and the files need not come back
+        return [replace(next(outcomes), task=t) if isinstance(p, BucketTask) else p
+                for t, p in zip(tasks, prepared, strict=True)]
+
+    def progress(self, group: str) -> JobProgress:
+        """The tasks of a job group's jobs: finished, running and in all (from Spark's status tracker)."""
+        spark = self._spark
+        if spark is None:
+            return JobProgress(0, 0, 0)
+        tracker = spark.sparkContext.statusTracker()
+        done = active = total = 0
+        for job_id in tracker.getJobIdsForGroup(group):
+            job = tracker.getJobInfo(job_id)
+            if job is None:
+                continue
+            for stage_id in list(job.stageIds):
+                stage = tracker.getStageInfo(stage_id)
+                if stage is not None:
+                    done += stage.numCompletedTasks
+                    active += stage.numActiveTasks
+                    total += stage.numTasks
+        return JobProgress(done, active, total)
+
+    def cancel(self, group: str) -> None:
+        """Cancel the jobs of a group (their tasks are interrupted; `run` then reports the buckets failed)."""
+        if self._spark is not None:
+            self._spark.sparkContext.cancelJobGroup(group)
 
     def _with_bucket_files(self, warehouse: str, tasks: list[BucketTask]) -> list[BucketTask | TaskOutcome]:
         """Each task carrying its bucket's files, or the outcome of one whose bucket could not be read: the
@@ -356,37 +493,25 @@ class SparkCompactor:
         tracker = self._spark.sparkContext.statusTracker()
         # the tracker learns of jobs from Spark's listener bus, asynchronously: wait briefly for it
         deadline = time.monotonic() + 2.0
-        job_ids = tracker.getJobIdsForGroup(group)
-        while not job_ids and time.monotonic() < deadline:
+        while not tracker.getJobIdsForGroup(group) and time.monotonic() < deadline:
             time.sleep(0.05)
-            job_ids = tracker.getJobIdsForGroup(group)
-        total = 0
-        for job_id in job_ids:
-            job = tracker.getJobInfo(job_id)
-            if job is None:
-                continue
-            for stage_id in list(job.stageIds):
-                stage = tracker.getStageInfo(stage_id)
-                total += stage.numTasks if stage is not None else 0
-        return total
+        return self.progress(group).total
 
     def last_job_task_count(self) -> int | None:
         """How many Spark tasks the last `run` scheduled (None before the first run)."""
         return self._last_task_count
 
     def stop(self, timeout: float | None = None) -> None:
-        """Stop the session once the running job is done; after `timeout` seconds, cancel the job first."""
-        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
-            spark, group = self._spark, self._last_group
-            if spark is not None and group is not None:
-                spark.sparkContext.cancelJobGroup(group)
-            self._lock.acquire()
-        try:
+        """Stop the session once the running jobs are done; after `timeout` seconds, cancel them first."""
+        with self._jobs:
+            if not self._jobs.wait_for(lambda: not self._running, timeout):
+                for group in list(self._running):
+                    self.cancel(group)
+                self._jobs.wait_for(lambda: not self._running)
+        with self._lock:
             if self._spark is not None:
                 self._spark.stop()
                 self._spark = None
-        finally:
-            self._lock.release()
 
     def __enter__(self) -> SparkCompactor:
         self.start()
