@@ -47,6 +47,13 @@ def test_a_token_carries_the_warehouse_settings_under_every_engines_keys() -> No
     assert "s3.session.token" not in o
 
 
+def test_each_token_handed_out_is_logged_without_its_secrets(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO", logger="lsmlake.catalog.data_tokens"):
+        _vendor(grants=_grants(("etl", ["db.*"]))).token("db.t", "s3://lake/wh/db.db/t", ETL)
+    assert [r.getMessage().split(", valid until")[0] for r in caplog.records] == ["data token of db.t for etl"]
+    assert "SECRET" not in caplog.text and "AKID" not in caplog.text
+
+
 def test_a_session_token_is_given_under_paimon_rust_and_javas_key_too() -> None:
     settings = StorageSettings(access_key_id="A", secret_access_key="S", session_token="SESSION")
     vendor = DataTokenVendor(DataTokenMode.OPEN, StaticCredentials(settings), "s3", checks_tokens=False)
