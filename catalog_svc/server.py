@@ -19,7 +19,14 @@ from catalog_svc.rest_api import RestCatalogApi
 from catalog_svc.servicer import CatalogService
 from lsmlake.auth.sessions import SessionStore
 from lsmlake.catalog.commit.catalog_commits import AFTER_COMMIT, AFTER_SNAPSHOT
-from lsmlake.catalog.data_tokens import DEFAULT_LIFETIME_S, DataTokenMode, DataTokenVendor, Grants, check_lifetime
+from lsmlake.catalog.data_tokens import (
+    DEFAULT_LIFETIME_S,
+    DataTokenMode,
+    DataTokenVendor,
+    Grants,
+    GrantsFile,
+    check_lifetime,
+)
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.catalog.operations import KEEP_WRITES_MS, CatalogOperations
 from lsmlake.errors import InvalidInputError
@@ -290,7 +297,7 @@ class CatalogServer(ServiceProcess[Settings]):
     def _data_tokens(self) -> DataTokenVendor:
         s = self.settings
         mode = DataTokenMode.parse(s.data_tokens)
-        grants = Grants.load(s.data_token_grants) if s.data_token_grants else None
+        grants = GrantsFile(s.data_token_grants) if s.data_token_grants else None
         checks = s.security.auth_tokens is not None
         vendor = DataTokenVendor.for_warehouse(s.warehouse, mode, checks, grants, s.data_token_lifetime_s)
         if vendor.vends:

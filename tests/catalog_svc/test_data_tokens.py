@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,7 @@ from tests.support.s3_server import ACCESS_KEY, SECRET_KEY, S3Server
 
 TOKEN_PATH = "/v1/databases/db/tables/t/token"
 READER = "reader-token-0123456789"
+RELOAD_WITHIN_S = 30.0  # a bound on the wait for the catalog to see a changed grants file (it looks once a second)
 
 
 def _args(*extra: str) -> list[str]:
@@ -138,3 +140,12 @@ def test_granted_with_tokens_needs_a_token_and_a_grant(s3_server: S3Server, tmp_
         assert "bi has no data token grant on table db.t" in body["message"]
         answer = call(port, "GET", TOKEN_PATH, token=READER)
         assert answer.status == 200 and answer.json()["token"]["fs.s3.accessKeyId"] == ACCESS_KEY
+
+        # etl's grant taken away while the catalog runs: its next request is refused, without a restart
+        grants.write_text(json.dumps({"grants": [{"principal": "bi", "tables": ["db.t"]}]}))
+        deadline = time.monotonic() + RELOAD_WITHIN_S
+        while (status := call(port, "GET", TOKEN_PATH, token=READER).status) == 200:
+            assert time.monotonic() < deadline, f"etl still gets the token {RELOAD_WITHIN_S} s after its grant went"
+            time.sleep(0.2)
+        assert status == 403
+        assert call(port, "GET", TOKEN_PATH, token="bi-token-0123456789").status == 200

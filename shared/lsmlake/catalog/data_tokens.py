@@ -24,6 +24,8 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import os
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,6 +46,7 @@ MIN_LIFETIME_S = CLIENT_REFRESH_MARGIN_S + 300
 DEFAULT_LIFETIME_S = 3 * 3_600
 MAX_GRANTS = 10_000
 MAX_PATTERN_CHARS = 512
+_RECHECK_S = 1.0  # how often the grants file's stamp is looked at
 _OBJECT_STORES = ("s3", "s3a")
 
 _log = logging.getLogger(__name__)
@@ -140,6 +143,10 @@ class Grants:
             out[name] = out.get(name, ()) + tuple(tables)
         return Grants(out)
 
+    def current(self) -> Grants:
+        """These grants (a `GrantsFile` answers its file's latest)."""
+        return self
+
     @staticmethod
     def load(path: str) -> Grants:
         try:
@@ -148,6 +155,43 @@ class Grants:
         except OSError as e:
             raise InvalidInputError(f"cannot read the data token grants {path}: {e.strerror or e}") from None
         return Grants.parse(text, path)
+
+
+class GrantsFile:
+    """The grants of a file that may change while the catalog runs, read again when it does (its stamp is looked at
+    at most once a second), so a grant is added or taken away without a restart. A changed file that does not parse
+    is refused with an error in the log and the previous grants stay in force."""
+
+    def __init__(self, path: str, clock: Any = time.monotonic) -> None:
+        self.path = path
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stamp = self._read_stamp()
+        self._grants = Grants.load(path)  # a file that cannot be used stops the start
+        self._checked = clock()
+
+    def _read_stamp(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size
+
+    def current(self) -> Grants:
+        now = self._clock()
+        with self._lock:
+            if now - self._checked >= _RECHECK_S:
+                self._checked = now
+                stamp = self._read_stamp()
+                if stamp != self._stamp:
+                    self._stamp = stamp
+                    try:
+                        self._grants = Grants.load(self.path)
+                        _log.info("reloaded the data token grants of %d principal(s) from %s",
+                                  len(self._grants.patterns), self.path)
+                    except InvalidInputError as e:
+                        _log.error("data token grants not reloaded, the previous ones stay in force: %s", e)
+            return self._grants
 
 
 class DataTokenVendor:
@@ -159,7 +203,7 @@ class DataTokenVendor:
     """
 
     def __init__(self, mode: DataTokenMode, source: CredentialSource, scheme: str, checks_tokens: bool,
-                 grants: Grants | None = None) -> None:
+                 grants: Grants | GrantsFile | None = None) -> None:
         self.mode = mode
         self.source = source
         self.scheme = scheme
@@ -167,7 +211,8 @@ class DataTokenVendor:
         self.grants = grants or Grants()
 
     @staticmethod
-    def for_warehouse(warehouse: str, mode: DataTokenMode, checks_tokens: bool, grants: Grants | None = None,
+    def for_warehouse(warehouse: str, mode: DataTokenMode, checks_tokens: bool,
+                      grants: Grants | GrantsFile | None = None,
                       lifetime_s: float = DEFAULT_LIFETIME_S,
                       environ: Mapping[str, str] | None = None) -> DataTokenVendor:
         """The vendor of the catalog's own settings for `warehouse` (its environment < the URI's parameters)."""
@@ -187,7 +232,7 @@ class DataTokenVendor:
         if self.mode is DataTokenMode.OFF or not self.object_store:
             return False
         # with no grant at all, engines that bring their own settings keep working without being told to ask
-        return self.mode is DataTokenMode.OPEN or self.checks_tokens and bool(self.grants.patterns)
+        return self.mode is DataTokenMode.OPEN or self.checks_tokens and bool(self.grants.current().patterns)
 
     def config_defaults(self) -> dict[str, str]:
         """The config endpoint's defaults: `data-token.enabled` when tokens are vended (an engine's own option
@@ -207,7 +252,7 @@ class DataTokenVendor:
                 raise PermissionDeniedError("this catalog checks no tokens, so it hands storage credentials to "
                                             "nobody (--data-tokens granted); give it a token file and grants, or "
                                             "use --data-tokens open on a machine nobody else reaches")
-            if not self.grants.allows(principal.name, table_id):
+            if not self.grants.current().allows(principal.name, table_id):
                 raise PermissionDeniedError(f"{principal.name} has no data token grant on table {table_id}: add it "
                                             "to the catalog's --data-token-grants file")
         settings, expires_at_ms = self.source.credentials(table_id, location)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from lsmlake.catalog.data_tokens import (
     DataTokenMode,
     DataTokenVendor,
     Grants,
+    GrantsFile,
     StaticCredentials,
     check_lifetime,
 )
@@ -30,7 +32,8 @@ def _grants(*entries: tuple[str, list[str]]) -> Grants:
     return Grants.parse(json.dumps({"grants": [{"principal": p, "tables": t} for p, t in entries]}))
 
 
-def _vendor(mode: DataTokenMode = DataTokenMode.GRANTED, checks: bool = True, grants: Grants | None = None,
+def _vendor(mode: DataTokenMode = DataTokenMode.GRANTED, checks: bool = True,
+            grants: Grants | GrantsFile | None = None,
             warehouse: str = WAREHOUSE) -> DataTokenVendor:
     return DataTokenVendor.for_warehouse(warehouse, mode, checks, grants, environ=NO_ENV)
 
@@ -131,3 +134,30 @@ def test_a_lifetime_shorter_than_the_clients_refresh_margin_is_refused() -> None
             check_lifetime(bad)
     with pytest.raises(InvalidInputError, match="not one of off, granted, open"):
         DataTokenMode.parse("sometimes")
+
+
+def test_a_changed_grants_file_is_read_again_and_a_broken_one_leaves_the_grants_in_force(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "grants.json"
+    path.write_text(json.dumps({"grants": [{"principal": "etl", "tables": ["db.*"]}]}))
+    now = [100.0]
+    grants = GrantsFile(str(path), clock=lambda: now[0])
+    vendor = _vendor(grants=grants)
+    assert vendor.token("db.t", "", ETL).options
+    path.write_text(json.dumps({"grants": [{"principal": "bi", "tables": ["db.t"]}]}))  # etl's grant taken away
+    now[0] += 0.5
+    assert vendor.token("db.t", "", ETL).options  # the file is looked at once a second at most
+    now[0] += 0.5
+    with pytest.raises(PermissionDeniedError, match="etl has no data token grant"):
+        vendor.token("db.t", "", ETL)
+    assert vendor.token("db.t", "", Principal("bi", Role.READER)).options
+    path.write_text('{"grants": [{"principal": "bi", "tables": ["nodatabase"]}]}')
+    now[0] += 1.0
+    with caplog.at_level("ERROR", logger="lsmlake.catalog.data_tokens"):
+        assert vendor.token("db.t", "", Principal("bi", Role.READER)).options
+    assert "previous ones stay in force" in caplog.text and "names no database" in caplog.text
+
+
+def test_a_grants_file_that_cannot_be_read_stops_the_start(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="cannot read the data token grants"):
+        GrantsFile(str(tmp_path / "missing.json"))
