@@ -68,7 +68,13 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "postgresql-created": {"catalog": {"replicas": 2, "metastore": {"type": "postgresql", "postgresql": {
         "url": "postgresql://lsmlake:pw@postgres:5432/lake?schema=lsmlake"}}}},
     "s3-credentials-secret": S3_SECRET,
-    "s3-credentials-created": {"warehouse": {"s3": {"credentials": {"accessKeyId": "AKIA", "secretAccessKey": "s"}}}},
+    "s3-credentials-created": {"warehouse": {"s3": {"credentials": {
+        "accessKeyId": "AKIA-CHART-CREATED", "secretAccessKey": "secret-of-the-chart-created-secret"}}}},
+    "s3-all-settings": _merge(SPARK_K8S, S3_SECRET, {"warehouse": {"s3": {
+        "pathStyle": True, "credentials": {"sessionTokenKey": "token"}}}}),
+    "s3-workload-identity": _merge(SPARK_K8S, {
+        "warehouse": {"s3": {"region": "eu-west-1", "pathStyle": "false"}},
+        "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/lake"}}}),
     "spark-on-kubernetes": _merge(SPARK_K8S, S3_SECRET),
     "hpa-off": {"writer": {"autoscaling": {"enabled": False}, "replicas": 3,
                            "ingest": ["shop.orders:debezium", "shop.clicks"]}},
@@ -683,6 +689,90 @@ def test_s3_keys_reach_every_pod_from_the_secret(value_set: str) -> None:
         if value_set != "s3-credentials-created":
             assert env["AWS_DEFAULT_REGION"]["value"] == "eu-west-1"
             assert env["AWS_ENDPOINT_URL"]["value"] == "http://minio.storage:9000"
+
+
+# what a pod's process reads the settings from (`StorageSettings.from_env`), and who may carry a secret
+SECRET_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+def _all_containers(objects: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, _, spec in pod_specs(objects):
+        for c in [*spec.get("initContainers", []), *spec["containers"]]:
+            yield f"{name}/{c['name']}", c
+
+
+def test_storage_settings_reach_every_service_and_executor_as_aws_variables() -> None:
+    from lsmlake.fs import StorageSettings
+
+    objects = render("s3-all-settings")
+    containers = dict(_all_containers(objects))
+    assert {n.split("/")[0] for n in containers} == {f"{RELEASE}-lsmlake-{c}" for c in
+                                                     ("catalog", "writer", "compactor")} | {"spark-executor"}
+    for name, c in containers.items():
+        env = env_of(c)
+        # what the process makes of its environment: the library's own reading of it
+        assert StorageSettings.from_env(container_env(c)) == StorageSettings(
+            "http://minio.storage:9000", "eu-west-1", "from-a-secret", "from-a-secret", "from-a-secret", True), name
+        refs = {v: env[v]["valueFrom"]["secretKeyRef"] for v in SECRET_VARS}
+        assert refs == {"AWS_ACCESS_KEY_ID": {"name": "lake-s3", "key": "id"},
+                        "AWS_SECRET_ACCESS_KEY": {"name": "lake-s3", "key": "key"},
+                        "AWS_SESSION_TOKEN": {"name": "lake-s3", "key": "token"}}, name
+    assert not of_kind(objects, "Secret"), "an existing Secret is referenced, never copied"
+
+
+def test_workload_identity_gives_no_keys_and_annotates_the_account() -> None:
+    from lsmlake.fs import StorageSettings
+
+    objects = render("s3-workload-identity")
+    for name, c in _all_containers(objects):
+        env = env_of(c)
+        assert not set(SECRET_VARS) & set(env), name
+        settings = StorageSettings.from_env(container_env(c))
+        assert settings == StorageSettings(region="eu-west-1", path_style=False), name
+        assert not settings.has_credentials()  # the AWS default chain: the web identity of the account
+    accounts = {a["metadata"]["name"]: a for a in of_kind(objects, "ServiceAccount")}
+    for a in accounts.values():
+        assert a["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == "arn:aws:iam::123456789012:role/lake"
+    executor_account = spark_conf(_container(objects, "compactor"))[
+        "spark.kubernetes.authenticate.executor.serviceAccountName"]
+    assert executor_account in accounts
+
+
+@pytest.mark.parametrize("value_set", VALUE_SET_NAMES)
+def test_no_secret_value_is_inlined(value_set: str) -> None:
+    """Keys reach a container only through `secretKeyRef`; values of a chart-made Secret appear only in it."""
+    objects = render(value_set)
+    for name, c in _all_containers(objects):
+        for var in SECRET_VARS:
+            entry = env_of(c).get(var)
+            if entry is not None:
+                assert "value" not in entry and "secretKeyRef" in entry["valueFrom"], f"{name}: {var}"
+        assert not any("@" in a.split("?", 1)[0] and "s3://" in a for a in c.get("args", [])), name
+    created = VALUE_SETS[value_set].get("warehouse", {}).get("s3", {}).get("credentials", {})
+    for secret_value in (created.get("accessKeyId"), created.get("secretAccessKey")):
+        if secret_value:
+            holders = [o["metadata"]["name"] for o in objects if secret_value in json.dumps(o)]
+            assert holders == [f"{RELEASE}-lsmlake-s3"], holders
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"warehouse": {"s3": {"pathStyle": "maybe"}}}, "warehouse.s3.pathStyle = maybe"),
+    ({"warehouse": {"uri": "s3://AKIA:secret@bucket/wh"}}, "warehouse.uri holds credentials"),
+    ({"warehouse": {"s3": {"credentials": {"accessKeyId": "a", "secretAccessKey": "b", "sessionTokenKey": "t"}}}},
+     "sessionTokenKey needs existingSecret"),
+])
+def test_storage_values_that_cannot_work_are_refused(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm.HelmRenderError, match=re.escape(message)):
+        _chart().render(values=values, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_a_warehouse_uri_with_a_query_but_no_credentials_is_kept() -> None:
+    objects = _chart().render(values={"warehouse": {"uri": "s3://bucket/wh?region=eu-west-1"}}, name=RELEASE,
+                              namespace=NAMESPACE)
+    docs = [d for path, text in objects.items() if not path.endswith("NOTES.txt")
+            for d in yaml.safe_load_all(text) if d]
+    c = _container(docs, "writer")
+    assert flag(c, "--warehouse") == "s3://bucket/wh?region=eu-west-1"
 
 
 def test_spark_on_kubernetes() -> None:

@@ -87,28 +87,49 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
   value: {{ .Values.logging.format | quote }}
 - name: LSMLAKE_LOG_LEVEL
   value: {{ .Values.logging.level | quote }}
-{{- with .Values.warehouse.s3.region }}
+{{ include "lsmlake.storageEnv" . }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The object-store settings of `warehouse.s3` as the standard AWS variables (docs/storage.md): what lsmlake,
+pyarrow and obstore read. Keys come only from a Secret; without one the AWS default credential chain applies. */}}
+{{- define "lsmlake.storageEnv" -}}
+{{- $s3 := .Values.warehouse.s3 -}}
+{{- with $s3.region }}
+- name: AWS_REGION
+  value: {{ . | quote }}
 - name: AWS_DEFAULT_REGION
   value: {{ . | quote }}
 {{- end }}
-{{- with .Values.warehouse.s3.endpoint }}
+{{- with $s3.endpoint }}
 - name: AWS_ENDPOINT_URL
   value: {{ . | quote }}
+{{- end }}
+{{- $style := toString $s3.pathStyle }}
+{{- if $style }}
+- name: LSMLAKE_S3_PATH_STYLE
+  value: {{ $style | quote }}
 {{- end }}
 {{- with include "lsmlake.s3SecretName" . }}
 - name: AWS_ACCESS_KEY_ID
   valueFrom:
     secretKeyRef:
       name: {{ . }}
-      key: {{ $.Values.warehouse.s3.credentials.accessKeyIdKey }}
+      key: {{ $s3.credentials.accessKeyIdKey }}
 - name: AWS_SECRET_ACCESS_KEY
   valueFrom:
     secretKeyRef:
       name: {{ . }}
-      key: {{ $.Values.warehouse.s3.credentials.secretAccessKeyKey }}
+      key: {{ $s3.credentials.secretAccessKeyKey }}
+{{- with $s3.credentials.sessionTokenKey }}
+- name: AWS_SESSION_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "lsmlake.s3SecretName" $ }}
+      key: {{ . }}
 {{- end }}
-{{- with .Values.extraEnv }}
-{{ toYaml . }}
 {{- end }}
 {{- end -}}
 
@@ -258,6 +279,17 @@ affinity:
 {{- end -}}
 {{- if not .Values.warehouse.uri -}}
 {{- fail "warehouse.uri is required" -}}
+{{- end -}}
+{{- if not (has (toString .Values.warehouse.s3.pathStyle) (list "" "true" "false")) -}}
+{{- fail (printf "warehouse.s3.pathStyle = %v: use true, false or leave it empty" .Values.warehouse.s3.pathStyle) -}}
+{{- end -}}
+{{- $u := .Values.warehouse.uri -}}
+{{- if and (contains "://" $u) (contains "@" (regexReplaceAll "[/?#].*$" (regexReplaceAll "^[a-z0-9+.-]+://" $u "") "")) -}}
+{{- fail "warehouse.uri holds credentials (user info): they would be in every pod's arguments; put them in a Secret and name it in warehouse.s3.credentials.existingSecret" -}}
+{{- end -}}
+{{- $c3 := .Values.warehouse.s3.credentials -}}
+{{- if and $c3.sessionTokenKey (not $c3.existingSecret) -}}
+{{- fail "warehouse.s3.credentials.sessionTokenKey needs existingSecret (a session token expires: it is rotated in a Secret, not set as a value)" -}}
 {{- end -}}
 {{- if not .Values.kafka.bootstrap -}}
 {{- fail "kafka.bootstrap is required (the compactors and --ingest need it)" -}}
