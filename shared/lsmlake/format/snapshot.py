@@ -118,9 +118,11 @@ class SnapshotManager:
             return None
 
     def latest_id(self) -> int | None:
-        """The newest snapshot id; LATEST is trusted only when no newer snapshot file exists."""
+        """The newest snapshot id; LATEST is trusted when no newer snapshot file exists (as Paimon trusts it: the
+        hint is written after its snapshot, and the latest snapshot is never expired). Two requests on an object
+        store."""
         hint = self._hint("LATEST")
-        if hint is not None and self.io.file_exists(self.path(hint)) and not self.io.file_exists(self.path(hint + 1)):
+        if hint is not None and not self.io.file_exists(self.path(hint + 1)):
             return hint
         ids = self.ids()
         return ids[-1] if ids else None

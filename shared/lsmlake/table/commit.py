@@ -52,6 +52,9 @@ class CommitResult:
 
     snapshot_id: int
     already_committed: bool = False
+    #: when the snapshot was made, as it records it (None for one found already made): known to the committer, so
+    #: nobody needs to read the snapshot back for it
+    time_millis: int | None = None
 
 
 class FileStoreCommit:
@@ -195,7 +198,7 @@ class FileStoreCommit:
             self.manifests.sync_dir()  # every manifest the snapshot names is durable before it is published
             published = self._publish(snap)
             if published:
-                return CommitResult(snap.id)
+                return CommitResult(snap.id, time_millis=snap.time_millis)
             self._delete(written[kept:])  # lost the race: these were never referenced
             del written[kept:]
         raise CommitRetryExhaustedError(
@@ -272,11 +275,11 @@ class FileStoreCommit:
         """
         if latest is None or identifier == BATCH_COMMIT_IDENTIFIER:
             return None
-        earliest = self.snapshots.earliest_id() or 1
-        for sid in range(latest.id, earliest - 1, -1):
+        # snapshot ids have no gaps: the walk ends at the first expired one, without looking up the earliest
+        for sid in range(latest.id, 0, -1):
             try:
-                s = self.snapshots.snapshot(sid)
-            except NotFoundError:  # expired while we walked
+                s = latest if sid == latest.id else self.snapshots.snapshot(sid)
+            except NotFoundError:  # expired (before or while we walked)
                 break
             if s.commit_user != self.commit_user:
                 continue
