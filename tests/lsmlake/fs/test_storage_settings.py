@@ -159,3 +159,37 @@ def test_open_path_reports_credential_free_uris_and_takes_settings() -> None:
     assert fio.uri(f"{path}/db.db/t") == "s3://bucket/wh/db.db/t"
     assert isinstance(fio.fs, pafs.S3FileSystem)
     assert fio.fs.region == "r1"  # the URI's own region over the given settings
+
+
+# Paimon's Java S3 file system hands every `s3.X` option to Hadoop's S3A as `fs.s3a.X`, then copies a few dashed
+# keys to their dotted names (access-key, secret-key, path-style-access): what S3A then reads is what counts
+_PAIMON_MIRRORED = {"fs.s3a.access-key": "fs.s3a.access.key", "fs.s3a.secret-key": "fs.s3a.secret.key",
+                    "fs.s3a.path-style-access": "fs.s3a.path.style.access"}
+
+
+def _as_hadoop_sees_them(options: dict[str, str]) -> dict[str, str]:
+    hadoop = {"fs.s3a." + k[len("s3."):]: v for k, v in options.items() if k.startswith("s3.")}
+    for dashed, dotted in _PAIMON_MIRRORED.items():
+        if dashed in hadoop:
+            hadoop[dotted] = hadoop[dashed]
+    return hadoop
+
+
+def test_paimon_keys_reach_hadoop_s3a_for_endpoint_keys_and_path_style() -> None:
+    hadoop = _as_hadoop_sees_them(StorageSettings("http://h:1", None, "k", "s", None, True).paimon_options())
+    assert hadoop["fs.s3a.endpoint"] == "http://h:1"
+    assert (hadoop["fs.s3a.access.key"], hadoop["fs.s3a.secret.key"]) == ("k", "s")
+    assert hadoop["fs.s3a.path.style.access"] == "true"
+
+
+@pytest.mark.xfail(strict=True, reason="defect in lsmlake/fs/storage_settings.py, reported to its owner: Paimon's keys "
+                   "for the region and the session token are s3.endpoint.region and s3.session.token (Hadoop S3A's "
+                   "fs.s3a.endpoint.region, fs.s3a.session.token); s3.region and s3.session-token reach S3A as keys "
+                   "it does not read. Remove this mark with the fix.")
+def test_paimon_keys_reach_hadoop_s3a_for_region_and_session_token() -> None:
+    hadoop = _as_hadoop_sees_them(StorageSettings("http://h:1", "r1", "k", "s", "t", True).paimon_options())
+    assert hadoop.get("fs.s3a.endpoint.region") == "r1"
+    assert hadoop.get("fs.s3a.session.token") == "t"
+    # and what a Paimon user writes is understood on the way in
+    assert StorageSettings.from_options({"s3.endpoint.region": "r1", "s3.session.token": "t"}) == StorageSettings(
+        region="r1", session_token="t")
