@@ -4,7 +4,7 @@ Settings come, each overriding the one before, from:
 1. the standard AWS environment: `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`, `AWS_REGION` / `AWS_DEFAULT_REGION`,
    `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, and `LSMLAKE_S3_PATH_STYLE` (true/false);
 2. options, under Paimon's keys (`s3.endpoint`, `s3.region`, `s3.access-key`, `s3.secret-key`,
-   `s3.session-token`, `s3.path.style.access`) or pypaimon's (`fs.s3.endpoint`, `fs.s3.region`,
+   `s3.session-token` / `s3.session.token`, `s3.path.style.access`) or pypaimon's (`fs.s3.endpoint`, `fs.s3.region`,
    `fs.s3.accessKeyId`, `fs.s3.accessKeySecret`, `fs.s3.securityToken`, `fs.s3.path-style-access`): the `Client`'s
    and the Spark data source's `storage` options, the catalog's REST config;
 3. the warehouse URI itself, as pyarrow writes it: `s3://KEY:SECRET@bucket/prefix?endpoint_override=HOST:PORT&
@@ -34,7 +34,7 @@ _OPTION_KEYS: dict[str, tuple[str, ...]] = {
     "region": ("s3.region", "fs.s3.region"),
     "access_key_id": ("s3.access-key", "fs.s3.accessKeyId"),
     "secret_access_key": ("s3.secret-key", "fs.s3.accessKeySecret"),
-    "session_token": ("s3.session-token", "fs.s3.securityToken"),
+    "session_token": ("s3.session-token", "fs.s3.securityToken", "s3.session.token"),  # the last: paimon-rust's
     "path_style": ("s3.path.style.access", "fs.s3.path-style-access"),
 }
 
