@@ -6,7 +6,8 @@ in the local S3 server, given only its `s3://` URI and the standard AWS_* enviro
 same keys through gRPC to either replica and through Kafka, and compacts through the compactor (waited full
 compactions, and automatic ones the writes trigger); each step waits for its acknowledgement (the gRPC reply, the
 Kafka offsets recorded in a snapshot, the compactor's answer) before the next, so the model is the changes in step
-order. After every step the `Client`'s scan (planned by the catalog, read from S3) equals the model.
+order. After every step the `Client`'s scan (planned by the catalog, read from S3) equals the model; at the end
+lsmlake's library and pypaimon read the same rows from the bucket.
 """
 
 from __future__ import annotations
@@ -167,6 +168,8 @@ def test_last_acknowledged_change_wins_through_the_services_on_s3(
         table = wh.table(TABLE)
         lib = table.to_arrow()
         assert dict(zip(lib["k"].to_pylist(), lib["v"].to_pylist(), strict=True)) == script.model
+        theirs = wh.pypaimon_read(TABLE)
+        assert dict(zip(theirs["k"].to_pylist(), theirs["v"].to_pylist(), strict=True)) == script.model
         kinds = [s.commit_kind for s in table.snapshots.snapshots()]
         users = {s.commit_user for s in table.snapshots.snapshots() if s.commit_kind == "APPEND"}
         print(f"\n{len(script.model)} keys; {script.version} changes ({script.kafka_rows} through Kafka); "

@@ -13,11 +13,13 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+
 import tests.support.writer_procs as procs
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.catalog.reachability import referenced_files
 from lsmlake.table.file_store_table import FileStoreTable
-from tests.support.s3_server import S3Server
+from tests.support.s3_server import S3Server, pypaimon_options
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,15 @@ class S3Warehouse:
 
     def table(self, table_id: str) -> FileStoreTable:
         return self.catalog().get_table(table_id)
+
+    def pypaimon_read(self, table_id: str) -> pa.Table:
+        """The table's rows as pypaimon reads them from the bucket (its own S3 options, no lsmlake code)."""
+        from pypaimon import CatalogFactory
+
+        options = pypaimon_options(self.server.warehouse(self.prefix), self.server.endpoint)
+        rb = CatalogFactory.create(options).get_table(table_id).new_read_builder()
+        table: pa.Table = rb.new_read().to_arrow(rb.new_scan().plan().splits())
+        return table
 
     def data_files(self, table_id: str) -> set[str]:
         """The names of the data files in the table's bucket folders, as the store lists them now."""
