@@ -196,9 +196,19 @@ examples:
   lake up --warehouse wh --ingest shop.orders:debezium --no-compactor
   lake up --warehouse wh --rest-port 0         # the REST catalog on a free port
   lake up --warehouse wh --ui-port 9090        # the web console on port 9090
+  lake up --warehouse s3://bucket/wh           # on object storage; S3 settings from AWS_* or the URI
+  lake up --s3                                 # a local S3 server (moto) and s3://lake/warehouse in it
 
 The endpoints are printed and recorded in WAREHOUSE/.lake/cluster.json; `lake status` and
 `lake down` find them there. Logs go to WAREHOUSE/.lake/logs/.
+
+An object-store warehouse keeps that state, the logs and the catalog's SQLite metastore (unless
+--metastore names another) in a local state folder, ~/.lake/clusters/<bucket and prefix>
+(--state-dir or $LAKE_STATE_DIR to choose it); every `lake` command given the same warehouse
+URI (with or without its query string) finds the cluster and its S3 endpoint there. The services
+get the URI without credentials and the S3 settings (AWS environment < the URI's own) through
+their environment. `--s3` needs moto's server mode (pip install "moto[server]"); its objects live
+in memory and are gone once the cluster stops.
 
 The catalog also serves Paimon's REST catalog API at the printed `rest` URI (default
 http://127.0.0.1:8181, or a free port when 8181 is in use): Paimon engines use the cluster's

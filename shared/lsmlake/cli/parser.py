@@ -18,6 +18,7 @@ from lsmlake.cli.arguments import (
     rename_column,
     set_option,
 )
+from lsmlake.cli.cluster import ENV_STATE_DIR
 from lsmlake.cli.commands.cluster import cmd_down, cmd_status, cmd_up
 from lsmlake.cli.commands.compaction import cmd_compact, cmd_health, cmd_levels, cmd_rescale, cmd_timeline
 from lsmlake.cli.commands.read import cmd_changelog, cmd_expire, cmd_files, cmd_scan, cmd_snapshots
@@ -64,11 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
                             metavar="HOST:PORT", default=os.environ.get(env),
                             help=f"the {name} {'service' if name != 'kafka' else 'bootstrap'} (default: ${env}, "
                                  "else the cluster `lake up` runs on the warehouse)")
+    state_help = (f"the local folder of the cluster's state for an object-store warehouse (default: ${ENV_STATE_DIR}, "
+                  "else ~/.lake/clusters/<bucket and prefix>); a folder warehouse keeps it in <warehouse>/.lake")
+    parser.add_argument("--state-dir", metavar="DIR", default=None, help=state_help)
     ChannelSecurity.add_arguments(parser, os.environ, "", "LAKE_", "the services")
-    # Every command also accepts --warehouse after its name.
+    # Every command also accepts --warehouse and --state-dir after its name.
     common = _Parser(add_help=False, allow_abbrev=False)
     common.add_argument("--warehouse", metavar="DIR", default=argparse.SUPPRESS,
                         help=f"the warehouse folder or URI (default: ${ENV_WAREHOUSE})")
+    common.add_argument("--state-dir", metavar="DIR", default=argparse.SUPPRESS, help=state_help)
 
     def sub(group: Any, name: str, help_: str, epilog: str) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = group.add_parser(name, help=help_, description=help_, epilog=epilog,
@@ -233,6 +238,12 @@ def _other_commands(commands: Any, sub: Sub) -> None:
     p.add_argument("--commit-interval", type=float, default=1.0, help="writer group-commit interval, seconds")
     p.add_argument("--ingest", action="append", default=[], metavar="DB.TABLE[:FORMAT]",
                    help="consume lake.ingest.DB.TABLE (json or debezium) into the table (repeatable)")
+    p.add_argument("--s3", action="store_true",
+                   help="start a local S3 server (moto) and run on an s3:// warehouse in it (default: "
+                        "s3://lake/warehouse); its objects live in memory until the cluster stops")
+    p.add_argument("--metastore", metavar="URL", default=None,
+                   help="the catalog's metastore (sqlite:///PATH or postgresql://...); default: a SQLite file in "
+                        "the warehouse folder, or in the state folder for an object-store warehouse")
     p.set_defaults(func=cmd_up)
 
     p = sub(commands, "status", "show the cluster that `lake up` runs on this warehouse", "")

@@ -13,7 +13,7 @@ from typing import IO, Any
 from lsmlake.catalog.health import read_healths
 from lsmlake.cli.errors import CliError, UsageError
 from lsmlake.cli.output import JsonValues, cell, human_size, out, plural, print_records
-from lsmlake.cli.warehouse import open_backend, open_catalog
+from lsmlake.cli.warehouse import cluster_of, open_backend, open_catalog
 from lsmlake.format import options as opts
 from lsmlake.mergetree.levels import Levels, writers_stall
 from lsmlake.metastore import PLAN_STATES, now_ms, open_store
@@ -225,10 +225,14 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 
 def _metastore_url(args: argparse.Namespace, catalog: Any, required: bool = True) -> str | None:
-    """--metastore, $LSMLAKE_METASTORE, else the warehouse's SQLite file (None when it has none and not required)."""
+    """--metastore, $LSMLAKE_METASTORE, else the one of the cluster `lake up` runs on the warehouse, else the
+    warehouse's SQLite file (None when it has none and not required)."""
     url = args.metastore or os.environ.get("LSMLAKE_METASTORE")
     if url:
         return str(url)
+    state = cluster_of(args)
+    if state is not None and state.metastore:
+        return state.metastore
     if not catalog.io.local:
         if not required:
             return None
