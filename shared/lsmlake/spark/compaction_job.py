@@ -309,8 +309,10 @@ class SparkCompactor:
         In local mode Spark does not retry a failed task unless the master says so (`local[N,F]`), so
         `local`, `local[N]` and `local[*]` become `local[...,F]` with F = `spark.task.maxFailures`.
         The Python of the workers is `spark.pyspark.python` from `conf`, else `PYSPARK_PYTHON`, else this
-        process's interpreter. `warehouse`: whose storage settings the executors get.
+        process's interpreter.
         `start_check_timeout_s`: how long the start check on a cluster waits for an executor.
+        `warehouse`: on S3, the executors get its storage settings (this process's AWS environment, overridden by
+        the URI's parameters) unless `conf` sets them.
         """
         user = dict(conf or {})
         max_failures = int(user.get("spark.task.maxFailures", DEFAULT_TASK_MAX_FAILURES))
@@ -335,7 +337,7 @@ class SparkCompactor:
             # jobs of several plans run at once: share the executors instead of queueing behind the first
             "spark.scheduler.mode": "FAIR",
         }
-        if warehouse is not None:
+        if warehouse is not None and warehouse.startswith("s3://"):
             for k, v in StorageSettings.resolve(warehouse).env().items():
                 self.conf[f"spark.executorEnv.{k}"] = v
         self.conf.update(user)
@@ -367,8 +369,9 @@ class SparkCompactor:
             spark = builder.getOrCreate()
             if not is_local(self.master):
                 try:
-                    spark.sparkContext.addPyFile(package_zip())
-                    check_workers(spark.sparkContext, self.start_check_timeout_s)
+                    shipped = package_zip()
+                    spark.sparkContext.addPyFile(shipped)
+                    check_workers(spark.sparkContext, self.start_check_timeout_s, shipped)
                 except BaseException:
                     spark.stop()
                     raise

@@ -51,7 +51,7 @@ def _sources(root: str) -> list[tuple[str, str]]:
             if not name.endswith((".pyc", ".pyo")):
                 full = os.path.join(folder, name)
                 out.append((os.path.relpath(full, root).replace(os.sep, "/"), full))
-    return out
+    return sorted(out)  # by path, as a zip's names are sorted
 
 
 @functools.cache
@@ -65,27 +65,32 @@ def package_zip() -> str:
         return path
 
 
-def package_digest() -> str:
-    """A digest of the code of the lsmlake package imported here, whether from a folder or a shipped zip."""
+def package_digest(archive: str | None = None) -> str:
+    """A digest of the code of the lsmlake package imported here (from a folder or a shipped zip), or of the one
+    in `archive` (a zip of `package_zip`)."""
     h = hashlib.sha256()
-    root = _package_dir()
-    archive, sep, inner = root.partition(".zip" + os.sep)
-    if sep:  # imported from a zip that addPyFile put on sys.path
-        with zipfile.ZipFile(archive + ".zip") as z:
-            prefix = inner.replace(os.sep, "/") + "/"
-            for name in sorted(n for n in z.namelist() if n.startswith(prefix) and not n.endswith("/")
-                               and "__pycache__/" not in n and not n.endswith((".pyc", ".pyo"))):
-                h.update(name[len(prefix):].encode() + b"\0" + z.read(name) + b"\0")
-    else:
-        for rel, full in _sources(root):
-            with open(full, "rb") as f:
-                h.update(rel.encode() + b"\0" + f.read() + b"\0")
+    inner = "lsmlake"
+    if archive is None:
+        root = _package_dir()
+        head, sep, inner = root.partition(".zip" + os.sep)
+        if not sep:
+            for rel, full in _sources(root):
+                with open(full, "rb") as f:
+                    h.update(rel.encode() + b"\0" + f.read() + b"\0")
+            return h.hexdigest()[:16]
+        archive = head + ".zip"  # imported from a zip that addPyFile put on sys.path
+    with zipfile.ZipFile(archive) as z:
+        prefix = inner.replace(os.sep, "/") + "/"
+        for name in sorted(n for n in z.namelist() if n.startswith(prefix) and not n.endswith("/")
+                           and "__pycache__/" not in n and not n.endswith((".pyc", ".pyo"))):
+            h.update(name[len(prefix):].encode() + b"\0" + z.read(name) + b"\0")
     return h.hexdigest()[:16]
 
 
-def environment() -> dict[str, str]:
-    """What decides whether a task runs here as it would on the driver: Python, lsmlake's code, dependencies."""
-    out = {"python": f"{sys.version_info.major}.{sys.version_info.minor}", "lsmlake": package_digest()}
+def environment(shipped: str | None = None) -> dict[str, str]:
+    """What decides whether a task runs here as it would on the driver: Python, lsmlake's code (`shipped`: the code
+    in that zip instead of the imported one), dependencies."""
+    out = {"python": f"{sys.version_info.major}.{sys.version_info.minor}", "lsmlake": package_digest(shipped)}
     for dist in DEPENDENCIES:
         try:
             out[dist] = importlib.metadata.version(dist)
@@ -110,8 +115,9 @@ def differences(driver: dict[str, str], workers: list[tuple[str, str, dict[str, 
             for (what, got), hosts in sorted(seen.items())]
 
 
-def check_workers(sc: SparkContext, timeout_s: float) -> None:
-    """Run one task per default slot on the executors and compare their environment with this process's.
+def check_workers(sc: SparkContext, timeout_s: float, shipped: str | None = None) -> None:
+    """Run one task per default slot on the executors and compare their environment with this process's (with the
+    lsmlake code of the zip `shipped` with the jobs, when one is: the code the workers are to import).
 
     Raises InvalidInputError naming every difference, or ServiceUnavailableError when no executor ran the check
     within `timeout_s` (no worker registered, or none with the resources asked for).
@@ -138,7 +144,7 @@ def check_workers(sc: SparkContext, timeout_s: float) -> None:
     finally:
         timer.cancel()
         sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-    problems = differences(environment(), found)
+    problems = differences(environment(shipped), found)
     if problems:
         raise InvalidInputError("the Spark workers' Python differs from the compactor's: " + "; ".join(problems)
                                 + " (set spark.pyspark.python to an interpreter with the same versions)")
