@@ -201,6 +201,8 @@ def test_compactor_killed_mid_job_on_s3_loses_and_duplicates_nothing(
         referenced = wh.referenced(TABLE)
         assert not partial & files, f"outputs of the killed run left on S3: {sorted(partial & files)[:5]}"
         assert files <= referenced, f"files no snapshot uses: {sorted(files - referenced)[:5]}"
+        used = {n for n in referenced if n.startswith("data-")}
+        assert used <= files, f"files of retained snapshots missing on S3: {sorted(used - files)[:5]}"
         ours = {n for n in files if n.startswith(prefix)}
         assert ours, "the re-run's outputs are committed"
         table = wh.table(TABLE)
@@ -221,6 +223,11 @@ def test_compactor_killed_mid_job_on_s3_loses_and_duplicates_nothing(
               f"plan completed {recovered - serving:.0f} s later")
         assert (lost, doubled) == (0, 0), f"{lost} keys lost rows, {doubled} keys duplicated rows"
         assert read == expected
+        # orphan cleanup through the catalog on S3 finds nothing of ours to delete and keeps what is used
+        cstub.RemoveOrphanFiles(catalog_pb2.RemoveOrphanFilesRequest(table=IDENT, older_than_ms=1), timeout=120)
+        assert wh.data_files(TABLE) == files
+        again = client.scan(TABLE)
+        assert again.num_rows == len(expected) and again.sort_by("id").equals(got.sort_by("id"))
         for s in (writer, compactor):
             assert s.stop() == 0, s.tail()
     finally:
