@@ -126,3 +126,34 @@ def test_an_executor_opens_a_table_ref_with_the_drivers_settings(s3_server: S3Se
     ref = pickle.loads(pickle.dumps(TableRef("db.mor", location, t.schema.id, settings)))
     assert SECRET_KEY not in repr(ref)
     assert rows(ref.open().to_arrow()) == rows(t.to_arrow())
+
+
+def test_a_stream_reads_every_change_with_settings_only_as_options(spark, s3_server: S3Server, tmp_path) -> None:
+    import pyarrow.parquet as pq
+
+    assert _aws_vars(os.environ) == []
+    with_query = s3_server.warehouse()
+    plain = "s3://" + with_query.split("@", 1)[1].split("?", 1)[0]
+    cat = FileSystemCatalog(with_query)
+    cat.create_database("db")
+    t = cat.create_table("db.s", "id BIGINT NOT NULL, v STRING, dt STRING NOT NULL", partition_keys=["dt"],
+                         primary_keys=["dt", "id"], options={"bucket": "2"})
+    t.write_arrow(pa.table({"id": pa.array(range(20), pa.int64()), "v": [f"a{i}" for i in range(20)],
+                            "dt": ["p1"] * 20}))
+    t.write_arrow(pa.table({"id": pa.array([3, 4], pa.int64()), "v": ["b3", None], "dt": ["p1", "p1"],
+                            "_row_kind": ["+U", "-D"]}))
+    reader = (spark.readStream.format("lsmlake").option("warehouse", plain).option("row-kind", "true")
+              .option("snapshot", "0"))
+    for k, v in _options(s3_server).items():
+        reader = reader.option(k, v)
+    sink = str(tmp_path / "sink")
+    q = (reader.load("db.s").select("id", "v", "dt", "_row_kind").writeStream.format("parquet").option("path", sink)
+         .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    try:
+        assert q.awaitTermination(300), "the streaming query did not finish"
+    finally:
+        q.stop()
+    assert q.exception() is None
+    seen = sorted(((r["id"], r["v"], r["_row_kind"]) for r in pq.read_table(sink).to_pylist()), key=repr)
+    expected = sorted([(i, f"a{i}", "+I") for i in range(20)] + [(3, "b3", "+U"), (4, None, "-D")], key=repr)
+    assert seen == expected
