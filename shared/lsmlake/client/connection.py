@@ -27,7 +27,9 @@ __all__ = ["MAX_MESSAGE_BYTES", "STORAGE_OPTION_KEYS", "Connection", "storage_se
 R = TypeVar("R")
 
 #: the option keys of storage settings, Paimon's and pypaimon's (every field set, so every key is listed)
-STORAGE_OPTION_KEYS = frozenset(StorageSettings("e", "r", "k", "s", "t", True).paimon_options())
+STORAGE_OPTION_KEYS = frozenset(StorageSettings(
+    endpoint="e", region="r", access_key_id="k", secret_access_key="s", session_token="t", path_style=True,
+).paimon_options())
 
 
 def storage_settings(storage: StorageSettings | Mapping[str, str] | None) -> StorageSettings:
