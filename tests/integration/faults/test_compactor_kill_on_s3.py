@@ -28,7 +28,7 @@ import pytest
 
 from lsmlake import Client
 from lsmlake.kafka.broker import EmbeddedBroker
-from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
+from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2, compactor_pb2, compactor_pb2_grpc
 from tests.support import s3_cluster
 from tests.support.s3_server import S3Server
 
@@ -42,6 +42,7 @@ ROUNDS = 4
 ROWS = 30_000
 KEY_SPACE = 80_000
 WAIT_S = 240.0
+EVENT_PARTITIONS = 4  # of the compactor's event topic (compactor_svc.event_feed's default)
 
 
 @pytest.fixture(scope="module")
@@ -148,14 +149,15 @@ def test_compactor_killed_mid_job_on_s3_loses_and_duplicates_nothing(
             client.write(TABLE, _rows(ids, r), commit_now=True)
             model.acknowledged(ids, r)
 
+        status = compactor_pb2_grpc.CompactorServiceStub(compactor.channel)
         deadline = time.monotonic() + WAIT_S
-        while True:  # the compactor's Kafka group has assigned it the buckets
-            result = client.compact(TABLE, full=True, wait=False)
-            if result.buckets_queued == BUCKETS:
-                break
-            assert result.buckets_queued == 0, result
+        # the Kafka group has given the compactor every partition of the event topic: one trigger, one plan
+        request = compactor_pb2.CompactionStatusRequest()
+        while len(status.CompactionStatus(request, timeout=30).owned_partitions) < EVENT_PARTITIONS:
             assert time.monotonic() < deadline, f"the compactor never took the buckets: {compactor.tail()}"
-            time.sleep(0.5)
+            time.sleep(0.2)
+        result = client.compact(TABLE, full=True, wait=False)
+        assert result.buckets_queued == BUCKETS, result
 
         with Load(client, model, ROUNDS) as load:
             deadline = time.monotonic() + WAIT_S
