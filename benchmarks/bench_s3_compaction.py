@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pyarrow as pa
+
 sys.path.insert(0, str(Path(__file__).parent))
 import common  # noqa: E402
 from s3_local import LocalS3  # noqa: E402
@@ -31,7 +33,8 @@ ROUNDS = int(os.environ.get("ROUNDS", "3"))
 BUCKETS = 4
 
 
-def compaction_s(warehouse: str, data: list, s3: LocalS3 | None = None) -> tuple[float, int, int, dict[str, int]]:
+def compaction_s(warehouse: str, data: list[pa.Table],
+                 s3: LocalS3 | None = None) -> tuple[float, int, int, dict[str, int]]:
     """Seconds of one full compaction of the written data; (seconds, input files, output files, requests)."""
     cat = FileSystemCatalog(warehouse)
     cat.create_database("db", ignore_if_exists=True)

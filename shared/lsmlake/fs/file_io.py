@@ -27,11 +27,13 @@ process that commits again and again reads back none of what it wrote.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import errno
 import logging
 import os
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -47,6 +49,8 @@ _log = logging.getLogger(__name__)
 WHOLE_READ_MAX = 64 * 1024 * 1024
 #: the bytes of immutable metadata files an object-store FileIO keeps in memory (least recently used first out)
 IMMUTABLE_CACHE_BYTES = 64 * 1024 * 1024
+#: how many objects `prefetch` fetches at once
+PREFETCH_CONCURRENCY = 8
 
 # Publication without a conditional create (an in-process store, or a caller that serialises publications):
 # within one process this lock makes the check-and-move atomic.
@@ -87,6 +91,7 @@ class FileIO:
         self._immutable: collections.OrderedDict[str, bytes] = collections.OrderedDict()
         self._immutable_bytes = 0
         self._immutable_lock = threading.Lock()
+        self._prefetched: dict[str, bytes] = {}  # whole objects fetched ahead, each taken by one `open_input`
 
     @property
     def _store(self) -> ConditionalCreate | None:
@@ -184,6 +189,10 @@ class FileIO:
                 raise NotFoundError(f"file not found: {path}") from None
         store = self._store
         if store is not None:
+            with self._immutable_lock:
+                ahead = self._prefetched.pop(path, None)
+            if ahead is not None:
+                return pa.BufferReader(ahead)
             try:
                 data = store.get(path, limit=WHOLE_READ_MAX)
             except FileNotFoundError:
@@ -191,6 +200,39 @@ class FileIO:
             if data is not None:
                 return pa.BufferReader(data)
         return self.fs.open_input_file(path)
+
+    def prefetch(self, paths: Sequence[str]) -> None:
+        """Fetch the objects at `paths` concurrently, each for the one `open_input` of it that follows: a caller
+        about to read several files one after the other (a compaction's section) waits for one round trip, not
+        one per file. Only on an object store, and only objects of at most `WHOLE_READ_MAX` bytes; a file that
+        cannot be fetched now is left to `open_input`, which reports the problem."""
+        store = self._store
+        if store is None:
+            return
+        with self._immutable_lock:
+            paths = [p for p in paths if p not in self._prefetched]  # fetched ahead already
+        if len(paths) < 2:
+            return
+
+        def fetch(path: str) -> bytes | None:
+            try:
+                return store.get(path, limit=WHOLE_READ_MAX)
+            except OSError:
+                return None
+
+        with concurrent.futures.ThreadPoolExecutor(min(PREFETCH_CONCURRENCY, len(paths)),
+                                                   thread_name_prefix="lsmlake-prefetch") as pool:
+            fetched = list(pool.map(fetch, paths))
+        with self._immutable_lock:
+            for path, data in zip(paths, fetched, strict=True):
+                if data is not None:
+                    self._prefetched[path] = data
+
+    def forget_prefetched(self, paths: Sequence[str]) -> None:
+        """Drop what `prefetch` fetched and nobody opened (a read that failed half-way)."""
+        with self._immutable_lock:
+            for path in paths:
+                self._prefetched.pop(path, None)
 
     # -- writes --------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ turns them into a snapshot whose conflict check fails cleanly if an input file i
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -269,11 +270,37 @@ def compact_buckets(table: FileStore, full: bool = False,
         return None, []
     messages = []
     history = compaction_history(table, latest=snapshot if snapshot_id is None else None)
-    for split in table.new_scan(pred, snapshot, all_levels=True).plan():
-        msg = compact_split(table, split, full, history)
-        if msg is not None:
-            messages.append(msg)
+    splits = table.new_scan(pred, snapshot, all_levels=True).plan()
+    # A full compaction reads every bucket that holds more than one file. On an object store the next such
+    # bucket's files are fetched while this one merges, so the round trips overlap the work; at most two buckets'
+    # inputs are held at once.
+    ahead = [s for s in splits if len(s.files) > 1] if full and not table.io.local else []
+    fetching: concurrent.futures.Future[None] | None = None
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lsmlake-compact-fetch") as background:
+        for split in splits:
+            if fetching is not None:
+                fetching.result()
+                fetching = None
+            if split in ahead:
+                following = ahead[ahead.index(split) + 1:][:1]
+                if following:
+                    fetching = background.submit(table.io.prefetch, _input_paths(table, following[0]))
+            try:
+                msg = compact_split(table, split, full, history)
+            finally:
+                table.io.forget_prefetched(_input_paths(table, split))
+            if msg is not None:
+                messages.append(msg)
+        if fetching is not None:
+            fetching.result()
+    for split in ahead:  # fetched for a bucket that an error left unread
+        table.io.forget_prefetched(_input_paths(table, split))
     return snapshot.id, messages
+
+
+def _input_paths(table: FileStore, split: Split) -> list[str]:
+    directory = split_dir(table, split)
+    return [f.path_in(directory) for f in split.files]
 
 
 def written_files(table: FileStore, messages: Sequence[CommitMessage]) -> list[str]:

@@ -55,13 +55,19 @@ class MergeTreeCompactRewriter:
     def read_section(self, runs: Sequence[SortedRun], with_level: bool = False) -> pa.Table:
         """All rows of a section's files with their sequence numbers and kinds (and file level)."""
         tables = []
-        for r in runs:
-            for f in r.files:
-                t = read_data_file(self.io, f.path_in(self.bucket_dir), self.schema,
-                                   self.schema.field_names, [SEQUENCE_NUMBER, VALUE_KIND])
-                if with_level:
-                    t = t.append_column(_LEVEL, pa.array(np.full(t.num_rows, f.level, np.int32)))
-                tables.append(t)
+        # every file of the section is read whole: on an object store, fetch them all at once first
+        paths = [f.path_in(self.bucket_dir) for r in runs for f in r.files]
+        self.io.prefetch(paths)
+        try:
+            for r in runs:
+                for f in r.files:
+                    t = read_data_file(self.io, f.path_in(self.bucket_dir), self.schema,
+                                       self.schema.field_names, [SEQUENCE_NUMBER, VALUE_KIND])
+                    if with_level:
+                        t = t.append_column(_LEVEL, pa.array(np.full(t.num_rows, f.level, np.int32)))
+                    tables.append(t)
+        finally:
+            self.io.forget_prefetched(paths)
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
     def section_chunks(self, runs: Sequence[SortedRun], with_level: bool = False) -> Iterator[pa.Table]:
