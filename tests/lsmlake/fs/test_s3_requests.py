@@ -9,11 +9,13 @@ buckets). Each test also says what every request it allows is for, and fails wit
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 
 import pyarrow as pa
 import pytest
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.errors import NotFoundError
 from lsmlake.table.compact import compact_table
 from lsmlake.table.file_store_table import FileStoreTable
 from tests.support.s3_requests import S3Request, S3RequestLog, describe
@@ -144,3 +146,36 @@ def _what(r: S3Request) -> str:
     else:
         what = name or r.key
     return f"{r.kind} {what}"
+
+
+def test_whole_object_requests_are_one_each(s3_server: S3Server) -> None:
+    """The FileIO's own requests on an object store: one per write, read, file check and listing; an immutable
+    file written or read once is not read again; a prefetched file is not fetched again when opened."""
+    log = S3RequestLog(s3_server.log_path)
+    cat = FileSystemCatalog(s3_server.warehouse())
+    io, root = cat.io, cat.root
+    prefix = root.split("/", 1)[1] + "/"
+
+    def requests(action: Callable[[], object]) -> list[str]:
+        mark = log.mark()
+        action()
+        return [r.kind for r in log.since(mark, prefix)]
+
+    assert requests(lambda: io.write_bytes(f"{root}/a/b/file", b"x" * 10)) == ["PUT"]  # no folder markers
+    assert requests(lambda: io.read_bytes(f"{root}/a/b/file")) == ["GET"]
+    assert requests(lambda: io.file_exists(f"{root}/a/b/file")) == ["HEAD"]
+    assert requests(lambda: io.file_exists(f"{root}/a/b/none")) == ["HEAD 404"]
+    assert requests(lambda: io.list(f"{root}/absent")) == ["LIST"]
+    assert io.list(f"{root}/absent") == []
+    assert [i.name for i in io.list(f"{root}/a/b")] == ["file"]
+    assert requests(lambda: io.write_immutable(f"{root}/m/manifest-1", b"entries")) == ["PUT"]
+    assert requests(lambda: io.read_immutable(f"{root}/m/manifest-1")) == []
+    io.delete(f"{root}/m/manifest-1")
+    with pytest.raises(NotFoundError):
+        io.read_immutable(f"{root}/m/manifest-1")  # a deleted file is forgotten, not served from memory
+    paths = [f"{root}/p/{i}" for i in range(3)]
+    for i, p in enumerate(paths):
+        io.write_bytes(p, bytes([i]) * 100)
+    assert requests(lambda: io.prefetch(paths)) == ["GET"] * 3
+    assert requests(lambda: [io.open_input(p).read() for p in paths]) == []
+    assert [io.open_input(p).read() for p in paths] == [bytes([i]) * 100 for i in range(3)]  # fetched anew
