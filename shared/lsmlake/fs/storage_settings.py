@@ -31,7 +31,9 @@ from lsmlake.errors import InvalidInputError
 #: option keys, per field: Paimon's first (what Java engines and the docs use), then pypaimon's
 _OPTION_KEYS: dict[str, tuple[str, ...]] = {
     "endpoint": ("s3.endpoint", "fs.s3.endpoint"),
-    "region": ("s3.region", "fs.s3.region"),
+    # Paimon's Java file IO hands `s3.X` to Hadoop S3A as `fs.s3a.X`, and S3A reads the region at
+    # `fs.s3a.endpoint.region`; pypaimon and paimon-rust read `s3.region`
+    "region": ("s3.region", "fs.s3.region", "s3.endpoint.region"),
     "access_key_id": ("s3.access-key", "fs.s3.accessKeyId"),
     "secret_access_key": ("s3.secret-key", "fs.s3.accessKeySecret"),
     "session_token": ("s3.session-token", "fs.s3.securityToken", "s3.session.token"),  # the last: paimon-rust's

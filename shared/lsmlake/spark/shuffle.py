@@ -8,7 +8,7 @@ bucket column is dropped again. Each task then writes one set of level-0 files p
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -24,15 +24,16 @@ BUCKET_COLUMN = "__lsmlake_bucket"
 
 
 def by_bucket(df: DataFrame, table: str, *, catalog: str | None = None, warehouse: str | None = None,
-              num_partitions: int | None = None) -> DataFrame:
+              storage: Mapping[str, str] | None = None, num_partitions: int | None = None) -> DataFrame:
     """`df` repartitioned by the table's (partition keys, bucket); unchanged for tables without fixed buckets.
 
+    `storage`: S3 settings under Paimon's or pypaimon's keys, as the data source takes them (docs/storage.md).
     `num_partitions` defaults to the number of buckets for an unpartitioned table, else to
     `spark.sql.shuffle.partitions`.
     """
     from pyspark.sql.types import IntegerType, StructField, StructType
 
-    access = open_access({"catalog": catalog or "", "warehouse": warehouse or ""}, table)
+    access = open_access({"catalog": catalog or "", "warehouse": warehouse or ""}, table, storage)
     try:
         schema = access.table.schema
     finally:

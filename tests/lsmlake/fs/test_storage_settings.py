@@ -188,9 +188,6 @@ def test_paimon_keys_reach_hadoop_s3a_for_the_session_token() -> None:
     assert StorageSettings.from_options({"s3.session.token": "t"}) == StorageSettings(session_token="t")
 
 
-@pytest.mark.xfail(strict=True, reason="defect in lsmlake/fs/storage_settings.py, reported to its owner: Paimon's key "
-                   "for the region is s3.endpoint.region (Hadoop S3A's fs.s3a.endpoint.region); s3.region reaches S3A "
-                   "as fs.s3a.region, which it does not read. Remove this mark with the fix.")
 def test_paimon_keys_reach_hadoop_s3a_for_the_region() -> None:
     hadoop = _as_hadoop_sees_them(StorageSettings("http://h:1", "r1", "k", "s", None, True).paimon_options())
     assert hadoop.get("fs.s3a.endpoint.region") == "r1"
