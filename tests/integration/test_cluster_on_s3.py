@@ -33,6 +33,7 @@ pytestmark = pytest.mark.integration
 TABLE = "s3e.t"
 TOPIC = f"lake.ingest.{TABLE}"
 PARTITIONS = 4
+EVENT_PARTITIONS = 4  # of the compactor's event topic (compactor_svc.event_feed's default)
 KEYS = 16
 TIMEOUT_S = 120.0
 SEED = 20261127
@@ -125,10 +126,11 @@ class Script:
 
 
 def _wait_owned(compactor: s3_cluster.procs.Service) -> None:
-    """Until the compactor owns the event topic's partitions: a trigger before that finds the buckets elsewhere."""
+    """Until the compactor owns every partition of its event topic: a trigger before that finds buckets elsewhere."""
     stub = compactor_pb2_grpc.CompactorServiceStub(compactor.channel)
+    request = compactor_pb2.CompactionStatusRequest()
     deadline = time.monotonic() + TIMEOUT_S
-    while not stub.CompactionStatus(compactor_pb2.CompactionStatusRequest(), timeout=30).owned_partitions:
+    while len(stub.CompactionStatus(request, timeout=30).owned_partitions) < EVENT_PARTITIONS:
         assert time.monotonic() < deadline, f"the compactor owns no partition: {compactor.tail()}"
         time.sleep(0.2)
 
