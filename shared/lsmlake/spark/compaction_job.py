@@ -361,12 +361,20 @@ class SparkCompactor:
         if self._spark is None:
             from pyspark.sql import SparkSession
 
-            # PySpark takes the workers' interpreter from the environment, not from spark.pyspark.python
-            os.environ["PYSPARK_PYTHON"] = self.python
             builder = SparkSession.builder.master(self.master).appName(self.app_name)
             for k, v in self.conf.items():
                 builder = builder.config(k, v)
-            spark = builder.getOrCreate()
+            # PySpark takes the workers' interpreter from the environment when the context starts, not from
+            # spark.pyspark.python; the environment is put back after, so that child processes do not inherit it
+            previous = os.environ.get("PYSPARK_PYTHON")
+            os.environ["PYSPARK_PYTHON"] = self.python
+            try:
+                spark = builder.getOrCreate()
+            finally:
+                if previous is None:
+                    os.environ.pop("PYSPARK_PYTHON", None)
+                else:
+                    os.environ["PYSPARK_PYTHON"] = previous
             if not is_local(self.master):
                 try:
                     shipped = package_zip()

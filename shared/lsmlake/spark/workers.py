@@ -147,4 +147,5 @@ def check_workers(sc: SparkContext, timeout_s: float, shipped: str | None = None
     problems = differences(environment(shipped), found)
     if problems:
         raise InvalidInputError("the Spark workers' Python differs from the compactor's: " + "; ".join(problems)
-                                + " (set spark.pyspark.python to an interpreter with the same versions)")
+                                + f" (the workers run spark.pyspark.python = {sc.pythonExec}: set it to an "
+                                "interpreter with the same versions)")
