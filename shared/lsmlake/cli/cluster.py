@@ -191,6 +191,25 @@ def _serving(target: str, timeout_s: float = 1.0) -> bool:
     return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
+def _owns_partitions(target: str, timeout_s: float = 1.0) -> bool | None:
+    """Whether the compactor at `target` has been given event partitions by its consumer group (so it owns
+    buckets and compacts on request); None when it does not say (its status needs a token we lack)."""
+    import grpc
+
+    from lsmlake.proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
+    from lsmlake.rpc.security import ChannelSecurity
+
+    with ChannelSecurity.from_env(os.environ, "LAKE_").open_channel(target) as ch:
+        try:
+            reply = compactor_pb2_grpc.CompactorServiceStub(ch).CompactionStatus(
+                compactor_pb2.CompactionStatusRequest(), timeout=timeout_s)
+        except grpc.RpcError as e:
+            if e.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                return None
+            return False
+    return bool(reply.owned_partitions)
+
+
 def _free_port() -> int:
     import socket
 
@@ -319,6 +338,26 @@ class Cluster:
                                    f"see {self.log_dir / (name + '.log')}")
             time.sleep(0.2)  # polling interval, bounded by the deadline
 
+    def _wait_owning(self, target: str, deadline: float) -> None:
+        """Wait until the compactor owns event partitions: SERVING comes before its consumer group's first
+        rebalance, which gives it none, and until the next one every bucket counts as another replica's, so
+        `lake compact` right after `lake up` compacted nothing. With an external Kafka whose group has other
+        members this compactor may rightly own none: that is a warning, not a failed start."""
+        proc = dict(self._procs)["compactor"]
+        while True:
+            owns = _owns_partitions(target)
+            if owns is None or owns:
+                return
+            if proc.poll() is not None:
+                raise ClusterError(f"the compactor exited with code {proc.returncode} during start-up; see "
+                                   f"{self.log_dir / 'compactor.log'}")
+            if time.monotonic() > deadline:
+                sys.stderr.write(f"the compactor owns no event partition after {START_TIMEOUT_S:.0f} s (other "
+                                 "members of its Kafka consumer group own them?); compaction requests it gets "
+                                 "name those buckets as owned elsewhere\n")
+                return
+            time.sleep(0.2)  # polling interval, bounded by the deadline
+
     def start(self) -> ClusterState:
         try:
             existing = ClusterState.load(self.warehouse, self.state_dir)
@@ -383,6 +422,7 @@ class Cluster:
             self._wait_serving("writer", writer, deadline)
             if compactor is not None:
                 self._wait_serving("compactor", compactor, deadline)
+                self._wait_owning(compactor, deadline)
         except BaseException:
             self.stop()
             raise

@@ -101,3 +101,28 @@ def test_without_moto_the_local_s3_server_says_how_to_install_it(tmp_path: Path,
     with pytest.raises(LocalS3Error, match=r'pip install "moto\[server\]"'):
         LocalS3.start(str(tmp_path / "s3.log"))
     assert not (tmp_path / "s3.log").exists()
+
+
+def test_a_catalog_service_given_is_completed_by_the_cluster_recorded_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--catalog-service` naming the catalog of the cluster `lake up` runs on the warehouse gets that cluster's
+    writer and compactor; another catalog gets only the flags given."""
+    import argparse
+
+    from lsmlake.cli.warehouse import find_services
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("LAKE_STATE_DIR", raising=False)
+    ClusterState(warehouse="s3://b/w", pid=os.getpid(), kafka="127.0.0.1:1", catalog="127.0.0.1:2",
+                 writer="127.0.0.1:3", compactor="127.0.0.1:4", embedded_kafka=True, logs="logs",
+                 state_dir=default_state_dir("s3://b/w")).save()
+
+    def services(catalog: str | None, writer: str | None = None) -> tuple[str | None, ...] | None:
+        found = find_services(argparse.Namespace(warehouse="s3://b/w", catalog_target=catalog, writer_target=writer,
+                                                 compactor_target=None, kafka_target=None))
+        return None if found is None else (found.catalog, found.writer, found.compactor, found.kafka)
+
+    assert services(None) == ("127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4", "127.0.0.1:1")
+    assert services("127.0.0.1:2") == ("127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4", "127.0.0.1:1")
+    assert services("127.0.0.1:2", "127.0.0.1:9") == ("127.0.0.1:2", "127.0.0.1:9", "127.0.0.1:4", "127.0.0.1:1")
+    assert services("127.0.0.1:7") == ("127.0.0.1:7", None, None, None)
