@@ -116,9 +116,16 @@ class StorageSettings:
         return settings
 
     def overlay(self, other: StorageSettings) -> StorageSettings:
-        """These settings with every field `other` sets replaced by `other`'s."""
-        return replace(self, **{f.name: getattr(other, f.name) for f in fields(other)
-                                if getattr(other, f.name) is not None})
+        """These settings with every field `other` sets replaced by `other`'s.
+
+        The credentials are one unit: when `other` names an access key, its secret and session token come from
+        `other` too (None where it has none), since a key of one source with the token of another is refused by
+        the store (a static key pair given as options beside the environment's SSO session, say).
+        """
+        values = {f.name: getattr(other, f.name) for f in fields(other) if getattr(other, f.name) is not None}
+        if other.access_key_id is not None:
+            values.update(secret_access_key=other.secret_access_key, session_token=other.session_token)
+        return replace(self, **values)
 
     # -- uses ----------------------------------------------------------------------------------
 
@@ -142,7 +149,9 @@ class StorageSettings:
 
     def env(self) -> dict[str, str]:
         """The environment variables that give a process (a Spark executor, a service) these settings."""
-        out = {"AWS_ENDPOINT_URL": self.endpoint, "AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region,
+        # the S3-only endpoint variable: the general AWS_ENDPOINT_URL would also send STS calls (web identity,
+        # assumed roles) to the S3 endpoint
+        out = {"AWS_ENDPOINT_URL_S3": self.endpoint, "AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region,
                "AWS_ACCESS_KEY_ID": self.access_key_id, "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
                "AWS_SESSION_TOKEN": self.session_token,
                ENV_PATH_STYLE: None if self.path_style is None else str(self.path_style).lower()}

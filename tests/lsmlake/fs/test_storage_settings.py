@@ -193,3 +193,21 @@ def test_paimon_keys_reach_hadoop_s3a_for_the_region() -> None:
     assert hadoop.get("fs.s3a.endpoint.region") == "r1"
     # and what a Paimon user writes is understood on the way in
     assert StorageSettings.from_options({"s3.endpoint.region": "r1"}) == StorageSettings(region="r1")
+
+
+def test_credentials_are_taken_as_one_unit_from_the_source_that_names_a_key() -> None:
+    env = {"AWS_ACCESS_KEY_ID": "env-key", "AWS_SECRET_ACCESS_KEY": "env-secret", "AWS_SESSION_TOKEN": "env-token",
+           "AWS_REGION": "eu-west-1"}
+    s = StorageSettings.resolve("s3://b/wh", {"s3.access-key": "opt-key", "s3.secret-key": "opt-secret"}, env)
+    assert (s.access_key_id, s.secret_access_key, s.session_token) == ("opt-key", "opt-secret", None)
+    assert s.region == "eu-west-1"  # other fields still overlay one by one
+    assert "session_token" not in s.filesystem_options()
+    # a source that gives only a token keeps the key pair it completes
+    s = StorageSettings.from_env(env).overlay(StorageSettings(session_token="fresh"))
+    assert (s.access_key_id, s.session_token) == ("env-key", "fresh")
+
+
+def test_env_names_the_s3_endpoint_only() -> None:
+    env = StorageSettings(endpoint="http://127.0.0.1:9000").env()
+    assert env == {"AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9000"}
+    assert StorageSettings.from_env(env).endpoint == "http://127.0.0.1:9000"
