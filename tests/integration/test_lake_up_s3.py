@@ -162,6 +162,11 @@ def test_lake_up_s3_runs_the_cluster_on_a_local_s3_server(tmp_path: Path, monkey
             out, shape, history)
         assert {r["level"] for r in records} == {5}, shape
 
+        # the plan is in the catalog's metastore, which the state folder holds for an object-store warehouse
+        plans = [json.loads(line) for line in
+                 lake(capsys, "--warehouse", wh, "timeline", "shop.orders", "--format", "jsonl").splitlines()]
+        assert [p["state"] for p in plans if p["snapshot"] == 3] == ["COMPLETED"], plans
+
         # the files are in the server's bucket, under the warehouse's prefix
         s3 = pafs.S3FileSystem(access_key="any", secret_key="any", endpoint_override=state.s3_server,
                                region="us-east-1")

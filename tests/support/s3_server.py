@@ -4,7 +4,8 @@
 `S3Server.warehouse(name)` is a warehouse URI of a fresh prefix in that bucket, as `FileSystemCatalog` takes
 it (credentials and endpoint in pyarrow's URI parameters), and `S3Server.env()` the AWS_* variables for a
 client that reads them instead (this process's environment is left alone). When moto cannot start, the test fails with
-moto's own output (never skipped: the object-store tests are part of the suite).
+moto's own output (never skipped: the object-store tests are part of the suite). The server is started as
+`lake up --s3` starts it (`lsmlake.cli.local_s3`), with the same keys.
 """
 
 from __future__ import annotations
@@ -12,22 +13,20 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
-ACCESS_KEY = "lsmlake-test"
-SECRET_KEY = "lsmlake-test-secret"
-REGION = "us-east-1"
+from lsmlake.cli import local_s3
+from lsmlake.cli.local_s3 import ACCESS_KEY, REGION, SECRET_KEY, LocalS3, LocalS3Error
+
+__all__ = ["ACCESS_KEY", "BUCKET", "REGION", "SECRET_KEY", "S3Server", "aws_env", "create_bucket", "free_port",
+           "pypaimon_options", "s3_server", "start_moto", "stop_process"]
+
 BUCKET = "lake"
-_START_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -66,8 +65,7 @@ def free_port() -> int:
 
 def aws_env(endpoint: str) -> dict[str, str]:
     """The AWS_* variables that point an S3 client without URI parameters at the local server."""
-    return {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_DEFAULT_REGION": REGION,
-            "AWS_REGION": REGION, "AWS_ENDPOINT_URL": endpoint, "AWS_EC2_METADATA_DISABLED": "true"}
+    return local_s3.aws_env(endpoint)
 
 
 def start_moto(log_path: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -75,26 +73,11 @@ def start_moto(log_path: str) -> tuple[subprocess.Popen[bytes], str]:
 
     Raises RuntimeError with the tail of moto's log when it exits or does not answer in time.
     """
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, **aws_env(endpoint)})
-    deadline = time.monotonic() + _START_TIMEOUT_S
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"moto server exited with {proc.returncode}: {_tail(log_path)}")
-        try:
-            with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1):
-                return proc, endpoint
-        except (urllib.error.URLError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            stop_process(proc)
-            raise RuntimeError(f"moto server did not answer on {endpoint} within {_START_TIMEOUT_S:.0f} s: "
-                               f"{_tail(log_path)}")
-        time.sleep(0.1)
+    try:
+        server = LocalS3.start(log_path)
+    except LocalS3Error as e:
+        raise RuntimeError(str(e)) from e
+    return server.process, server.endpoint
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:
@@ -113,14 +96,6 @@ def create_bucket(endpoint: str, bucket: str) -> None:
     fs = pafs.S3FileSystem(access_key=ACCESS_KEY, secret_key=SECRET_KEY, region=REGION,
                            endpoint_override=endpoint, allow_bucket_creation=True)
     fs.create_dir(bucket)
-
-
-def _tail(path: str) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()[-2000:] or "(no output)"
-    except OSError as e:
-        return f"(no log: {e})"
 
 
 @pytest.fixture(scope="session")

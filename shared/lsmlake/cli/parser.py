@@ -265,7 +265,8 @@ def _other_commands(commands: Any, sub: Sub) -> None:
     p = sub(commands, "timeline", "list the compaction plans of a table and their states", h.TIMELINE_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
     p.add_argument("--metastore", metavar="URL", default=None,
-                   help="the catalog's metadata store (default: $LSMLAKE_METASTORE, else the warehouse's SQLite file)")
+                   help="the catalog's metadata store (default: $LSMLAKE_METASTORE, else that of the cluster `lake up` "
+                        "runs on the warehouse, else the warehouse's SQLite file)")
     p.add_argument("--state", action="append", default=None, metavar="STATE", type=str.upper,
                    help="only plans in this state (repeatable)")
     p.add_argument("--format", choices=("table", "jsonl"), default="table", help="default: table")
