@@ -7,10 +7,12 @@
     lake --warehouse DIR files DB.TABLE
     lake --warehouse DIR compact DB.TABLE [--full] [--partition KEY=VALUE ...]
     lake --warehouse DIR levels DB.TABLE [--snapshot N] [--format table|jsonl]
+    lake up --warehouse DIR|s3://BUCKET/PREFIX | lake up --s3
 
-Errors go to stderr as `lake: error: <message>`; the exit code is 2 for bad usage and 1 for any
-other error. The parser is in `parser`, the commands in `commands`, what they change goes through a
-`backend` (the warehouse folder, or the services of a cluster). CSV and JSON input go through the
+DIR may be an object-store URI throughout. Errors go to stderr as `lake: error: <message>`; the exit code is 2
+for bad usage and 1 for any other error. The parser is in `parser`, the commands in `commands`, what they
+change goes through a `backend` (the warehouse directly, or the services of a cluster: with a catalog service,
+every change goes through the services or is refused with the reason). CSV and JSON input go through the
 conversion the writer service and Kafka ingestion use (`lsmlake.ingest`); output is in `output`.
 """
 

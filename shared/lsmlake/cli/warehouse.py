@@ -32,7 +32,10 @@ def state_dir_arg(args: argparse.Namespace) -> str | None:
 def require_warehouse(args: argparse.Namespace) -> str:
     warehouse = warehouse_of(args) or ""
     if not warehouse.strip():
-        raise UsageError(f"no warehouse: pass --warehouse DIR or URI, or set ${ENV_WAREHOUSE}")
+        catalog = getattr(args, "catalog_target", None)
+        why = (f" (the catalog service {catalog} is given, but this command reads the warehouse's files itself, "
+               "which the services do not serve)") if catalog else ""
+        raise UsageError(f"no warehouse: pass --warehouse DIR or URI, or set ${ENV_WAREHOUSE}{why}")
     return warehouse
 
 

@@ -126,3 +126,11 @@ def test_a_catalog_service_given_is_completed_by_the_cluster_recorded_for_it(
     assert services("127.0.0.1:2") == ("127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4", "127.0.0.1:1")
     assert services("127.0.0.1:2", "127.0.0.1:9") == ("127.0.0.1:2", "127.0.0.1:9", "127.0.0.1:4", "127.0.0.1:1")
     assert services("127.0.0.1:7") == ("127.0.0.1:7", None, None, None)
+
+
+def test_a_read_with_only_a_catalog_service_says_why_it_needs_the_warehouse(capsys: pytest.CaptureFixture[str],
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LAKE_WAREHOUSE", raising=False)
+    assert cli.main(["--catalog-service", "127.0.0.1:1", "scan", "db.t"]) == 2
+    err = capsys.readouterr().err
+    assert "no warehouse: pass --warehouse" in err and "the catalog service 127.0.0.1:1 is given" in err, err
