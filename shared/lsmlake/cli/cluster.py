@@ -327,6 +327,23 @@ class Cluster:
             for suffix in ("", "-wal", "-shm", "-journal"):
                 Path(db + suffix).unlink(missing_ok=True)
 
+    def _check_bucket(self) -> None:
+        """ClusterError naming the problem when the warehouse's bucket is missing or cannot be reached, before any
+        service is started (a service would only fail with it in its log, or retry until the start-up deadline)."""
+        import pyarrow.fs as pafs
+
+        from lsmlake.fs import open_path
+
+        bucket = urllib.parse.urlsplit(self.warehouse).hostname or ""
+        where = f"{self.key} ({self.storage!r})"
+        try:
+            io, _ = open_path(self.warehouse, storage=self.storage)
+            info = io.fs.get_file_info(bucket)
+        except OSError as e:
+            raise ClusterError(f"cannot reach the warehouse {where}: {e}") from e
+        if info.type == pafs.FileType.NotFound:
+            raise ClusterError(f"the warehouse's bucket {bucket!r} does not exist ({where}): create it first")
+
     def _wait_serving(self, name: str, target: str, deadline: float) -> None:
         proc = dict(self._procs)[name]
         while not _serving(target):
@@ -386,6 +403,8 @@ class Cluster:
         try:
             if self.local_s3:
                 self._start_local_s3()
+            elif self.remote and self.warehouse.startswith(("s3://", "s3a://")):
+                self._check_bucket()
             kafka = self.kafka
             if kafka is None:
                 from lsmlake.kafka.broker import EmbeddedBroker

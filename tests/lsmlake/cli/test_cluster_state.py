@@ -11,6 +11,8 @@ import pytest
 
 from lsmlake.cli import main as cli
 from lsmlake.cli.cluster import (
+    Cluster,
+    ClusterError,
     ClusterState,
     default_state_dir,
     find_endpoints,
@@ -22,6 +24,7 @@ from lsmlake.cli.local_s3 import LocalS3, LocalS3Error
 from lsmlake.cli.warehouse import settings_uri
 from lsmlake.errors import InvalidInputError
 from lsmlake.fs.storage_settings import StorageSettings
+from tests.support.s3_server import SECRET_KEY, S3Server, free_port
 
 SECRET = "s3cr3t/+="
 URI = f"s3://AKIA:{SECRET.replace('/', '%2F').replace('+', '%2B').replace('=', '%3D')}@bucket/some/prefix/" \
@@ -134,3 +137,17 @@ def test_a_read_with_only_a_catalog_service_says_why_it_needs_the_warehouse(caps
     assert cli.main(["--catalog-service", "127.0.0.1:1", "scan", "db.t"]) == 2
     err = capsys.readouterr().err
     assert "no warehouse: pass --warehouse" in err and "the catalog service 127.0.0.1:1 is given" in err, err
+
+
+def test_lake_up_on_a_missing_bucket_says_so_before_starting_anything(
+        s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The S3 settings come from the environment here; the error names the bucket and shows no secret."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    cluster = Cluster("s3://no-such-bucket/wh", ports={n: free_port() for n in ("catalog", "writer", "compactor")},
+                      compactor=False, rest_port=None, ui_port=None)
+    with pytest.raises(ClusterError, match="bucket 'no-such-bucket' does not exist") as e:
+        cluster.start()
+    assert SECRET_KEY not in str(e.value) and s3_server.endpoint in str(e.value)
+    assert cluster._procs == [] and not ClusterState.path(cluster.state_dir).exists()
