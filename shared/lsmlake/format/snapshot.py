@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +94,19 @@ class Snapshot:
                 "commit_identifier": self.commit_identifier, "properties": self.properties or {}}
 
 
+_lookups_lock = threading.Lock()
+_lookups_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _lookups() -> concurrent.futures.ThreadPoolExecutor:
+    """A few threads for the object-store requests `SnapshotManager.latest` sends side by side."""
+    global _lookups_pool
+    with _lookups_lock:
+        if _lookups_pool is None:
+            _lookups_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsmlake-snapshot-lookup")
+        return _lookups_pool
+
+
 class SnapshotManager:
     """Finds, reads and publishes the snapshots of one table."""
 
@@ -134,6 +149,12 @@ class SnapshotManager:
         ids = self.ids()
         return ids[0] if ids else None
 
+    def _snapshot_or_none(self, snapshot_id: int) -> Snapshot | None:
+        try:
+            return self.snapshot(snapshot_id)
+        except NotFoundError:
+            return None
+
     def snapshot(self, snapshot_id: int) -> Snapshot:
         try:
             return Snapshot.from_json(self.io.read_bytes(self.path(snapshot_id)))
@@ -144,11 +165,17 @@ class SnapshotManager:
         """The newest snapshot: the one LATEST names, read (which shows that it exists), once no snapshot after it
         exists (one existence check); else found by listing. Three requests on an object store, not seven."""
         hint = self._hint("LATEST")
-        if hint is not None and not self.io.file_exists(self.path(hint + 1)):
-            try:
-                return self.snapshot(hint)
-            except NotFoundError:
-                pass  # expired under a stale hint (or never published): list
+        if hint is not None:
+            if self.io.local:
+                newer = self.io.file_exists(self.path(hint + 1))
+                found = None if newer else self._snapshot_or_none(hint)
+            else:  # two round trips at once: the look past the hint and the read of the hinted snapshot
+                looking = _lookups().submit(self.io.file_exists, self.path(hint + 1))
+                found = self._snapshot_or_none(hint)
+                newer = looking.result()
+            if not newer and found is not None:
+                return found
+            # a newer snapshot than the hint, or the hinted one gone (never published, or expired): list
         sid = self.latest_id()
         return self.snapshot(sid) if sid is not None else None
 
