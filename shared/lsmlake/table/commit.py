@@ -20,6 +20,8 @@ it wrote: nothing was applied and the caller may retry the same messages once th
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -41,6 +43,18 @@ from lsmlake.table.write import CommitMessage
 
 # Merge the base manifests into fresh ones once a list holds this many small manifests.
 _MANIFEST_ENTRIES_PER_FILE = 100_000
+_uploads_lock = threading.Lock()
+_uploads_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _uploads() -> concurrent.futures.ThreadPoolExecutor:
+    """A few threads for the metadata uploads a commit sends side by side on an object store."""
+    global _uploads_pool
+    with _uploads_lock:
+        if _uploads_pool is None:
+            _uploads_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsmlake-commit-upload")
+        return _uploads_pool
+
 _KEEP: set[bytes] = set()  # marker: an OVERWRITE commit that replaces no partition
 #: a check of the latest snapshot before a commit is published on it (see `FileStoreCommit.commit`)
 Validation = Callable[[Snapshot | None], None]
@@ -174,11 +188,7 @@ class FileStoreCommit:
             kept = len(written)  # what this attempt writes from here on is dropped if it loses the race
             index_manifest = self._index_after(latest, index_changes, changes, entries, live,
                                                (overwrite_partitions if overwrite else frozenset()), written)
-            base_metas = self._base_manifests(latest, written)
-            base_name, base_size = self.manifests.write_list(base_metas)
-            written.append(base_name)
-            delta_name, delta_size = self.manifests.write_list([delta_meta])
-            written.append(delta_name)
+            (base_name, base_size), (delta_name, delta_size) = self._write_lists(latest, delta_meta, written)
             delta_rows = sum(e.file.row_count if e.kind == ADD else -e.file.row_count for e in entries)
             snap = Snapshot(
                 id=(latest.id + 1) if latest else 1, schema_id=self.schema_id,
@@ -203,6 +213,34 @@ class FileStoreCommit:
             del written[kept:]
         raise CommitRetryExhaustedError(
             f"commit of {len(changes)} file change(s) lost the snapshot race {self.max_retries + 1} times")
+
+    def _write_lists(self, latest: Snapshot | None, delta_meta: ManifestFileMeta,
+                     written: list[str]) -> tuple[tuple[str, int], tuple[str, int]]:
+        """Write the base manifest list (and the manifests it merges) and the delta list; the (name, size) of each.
+
+        The two lists do not depend on each other: on an object store the delta list is uploaded while the base
+        is built and uploaded, one round trip fewer per commit. `written` gets the base list's name, then the
+        delta list's (whatever fails, every name written is in it, for the caller's cleanup).
+        """
+        if self.manifests.io.local:
+            base = self.manifests.write_list(self._base_manifests(latest, written))
+            written.append(base[0])
+            delta = self.manifests.write_list([delta_meta])
+            written.append(delta[0])
+            return base, delta
+        delta_job = _uploads().submit(self.manifests.write_list, [delta_meta])
+        try:
+            base = self.manifests.write_list(self._base_manifests(latest, written))
+            written.append(base[0])
+        except BaseException:
+            try:
+                written.append(delta_job.result()[0])
+            except Exception:  # noqa: S110 - the base list's failure is the one reported
+                pass
+            raise
+        delta = delta_job.result()
+        written.append(delta[0])
+        return base, delta
 
     def _index_after(self, latest: Snapshot | None, index_changes: tuple[list[IndexEntry], list[IndexEntry]],
                      changes: list[ManifestEntry], entries: list[ManifestEntry],
