@@ -138,6 +138,20 @@ class FileIO:
             return found
         return int(self.fs.get_file_info(path).size)
 
+    def size_or_none(self, path: str) -> int | None:
+        """The size of the file at `path`, None when there is none: one HEAD on an object store, where `exists`
+        and then `size` are two."""
+        if self.local:
+            try:
+                return os.path.getsize(path) if os.path.isfile(path) else None
+            except FileNotFoundError:
+                return None
+        store = self._store
+        if store is not None:
+            return store.size(path)
+        info = self.fs.get_file_info(path)
+        return int(info.size) if info.type == pafs.FileType.File else None
+
     def list(self, path: str, recursive: bool = False) -> list[FileInfo]:
         """Entries of a directory; an absent directory lists as empty."""
         if self.local and not os.path.isdir(path):

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import NotFoundError
+from lsmlake.fs import open_path
 from lsmlake.table.compact import compact_table
 from lsmlake.table.file_store_table import FileStoreTable
 from tests.support.s3_requests import S3Request, S3RequestLog, describe
@@ -165,6 +167,8 @@ def test_whole_object_requests_are_one_each(s3_server: S3Server) -> None:
     assert requests(lambda: io.read_bytes(f"{root}/a/b/file")) == ["GET"]
     assert requests(lambda: io.file_exists(f"{root}/a/b/file")) == ["HEAD"]
     assert requests(lambda: io.file_exists(f"{root}/a/b/none")) == ["HEAD 404"]
+    assert requests(lambda: io.size_or_none(f"{root}/a/b/file")) == ["HEAD"]
+    assert io.size_or_none(f"{root}/a/b/file") == 10 and io.size_or_none(f"{root}/a/b/none") is None
     assert requests(lambda: io.list(f"{root}/absent")) == ["LIST"]
     assert io.list(f"{root}/absent") == []
     assert [i.name for i in io.list(f"{root}/a/b")] == ["file"]
@@ -179,3 +183,11 @@ def test_whole_object_requests_are_one_each(s3_server: S3Server) -> None:
     assert requests(lambda: io.prefetch(paths)) == ["GET"] * 3
     assert requests(lambda: [io.open_input(p).read() for p in paths]) == []
     assert [io.open_input(p).read() for p in paths] == [bytes([i]) * 100 for i in range(3)]  # fetched anew
+
+
+def test_size_or_none_on_a_local_disk(tmp_path: Path) -> None:
+    io, root = open_path(str(tmp_path))
+    io.write_bytes(f"{root}/f", b"abc")
+    assert io.size_or_none(f"{root}/f") == 3
+    assert io.size_or_none(f"{root}/none") is None
+    assert io.size_or_none(root) is None  # a folder is no file
