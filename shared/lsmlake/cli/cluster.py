@@ -302,6 +302,9 @@ class Cluster:
             env.update(self.storage.env())
             if self._s3 is not None:
                 env["AWS_EC2_METADATA_DISABLED"] = "true"
+            # engines through the REST catalog get the warehouse's S3 settings from it: on one machine every caller
+            # who may read a table may have them (the environment can say otherwise)
+            env.setdefault("LSMLAKE_DATA_TOKENS", "open")
         return env
 
     def _recorded_storage(self) -> dict[str, Any] | None:
