@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import hashlib
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -36,6 +38,18 @@ from lsmlake.table.sequence_numbers import RestoredSequences, SequenceAllocator
 from lsmlake.table.write import CommitMessage, TableWrite
 
 _log = logging.getLogger(__name__)
+_ahead_lock = threading.Lock()
+_ahead_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _ahead() -> concurrent.futures.ThreadPoolExecutor:
+    """Threads for a lookup sent ahead of the work that needs it (its own pool: the lookup itself sends requests
+    side by side on `format.snapshot`'s, and a task never waits on a task of its own pool)."""
+    global _ahead_pool
+    with _ahead_lock:
+        if _ahead_pool is None:
+            _ahead_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsmlake-lookup-ahead")
+        return _ahead_pool
 
 
 def table_identity(fio: FileIO, schemas: SchemaManager) -> str:
@@ -120,12 +134,18 @@ class FileStore:
         `assigner`, a dynamic-bucket table's keys are assigned by commits straight to the table
         (see `dynamic_bucket`).
         """
+        latest: concurrent.futures.Future[Snapshot | None] | None = None
+        if sequences is None and not self.io.local:
+            # on an object store the latest snapshot is looked up while the schema check is under way
+            latest = _ahead().submit(self.snapshots.latest)
         self.refresh_schema()
         features.check(self.schema, self.identifier, for_write=True)
         if assigner is None and is_dynamic(self.schema):
             assigner = self.index_committing_assigner()
-        return TableWrite(self.io, self.path, self.schema, sequences or RestoredSequences(self.max_sequence_restorer()),
-                          assigner=assigner)
+        if sequences is None:
+            restore = self.max_sequence_restorer() if latest is None else self._restorer_of(latest.result())
+            sequences = RestoredSequences(restore)
+        return TableWrite(self.io, self.path, self.schema, sequences, assigner=assigner)
 
     def index_committing_assigner(self, commit_user: str | None = None) -> CommittingAssigner:
         """The bucket assigner of a dynamic-bucket table whose assignments commit straight to the table."""
@@ -135,7 +155,9 @@ class FileStore:
 
     def max_sequence_restorer(self) -> Callable[[bytes, int], int]:
         """The largest sequence number of a bucket in the latest snapshot (-1 when empty), read on the first call."""
-        latest = self.snapshots.latest()
+        return self._restorer_of(self.snapshots.latest())
+
+    def _restorer_of(self, latest: Snapshot | None) -> Callable[[bytes, int], int]:
         max_seq: dict[tuple[bytes, int], int] | None = None
 
         def restore(partition: bytes, bucket: int) -> int:
