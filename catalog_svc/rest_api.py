@@ -8,7 +8,8 @@ The roles are those of gRPC: reading needs `reader`, committing `writer` (an OVE
 COMPACT `admin`, a change of the HASH index `service`, as under gRPC), definitions and deletions `admin`;
 a commit user without a principal's namespace belongs to the first principal that commits under it.
 Storage credentials go to engines through the table token endpoint, per table, as `lsmlake.catalog.data_tokens`
-decides (the config's defaults only switch `data-token.enabled` on): docs/security.md.
+decides (the config's defaults only switch `data-token.enabled` on, for a caller that can get a token):
+docs/security.md.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class RestCatalogApi:
         # one catalog serves one warehouse: any `warehouse` name selects it; no prefix, so paths are /v1/...
         if not r.query.get("warehouse"):
             raise InvalidInputError("the warehouse query parameter is required (any name: this catalog serves one)")
-        defaults = self.data_tokens.config_defaults() if self.data_tokens is not None else {}
+        defaults = self.data_tokens.config_defaults(r.principal) if self.data_tokens is not None else {}
         return Response({"defaults": defaults, "overrides": {}})
 
     def list_databases(self, r: Request) -> Response:

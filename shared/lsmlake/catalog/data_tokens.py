@@ -8,6 +8,9 @@ config defaults only switch it on. The token's options are the catalog's own S3 
 the keys every engine reads (`StorageSettings.paimon_options`, plus Paimon Java's and paimon-rust's
 `s3.session.token`).
 
+The config defaults switch tokens on only for a caller that can get one (`open`, or a principal with a grant), so
+an engine of a principal without a grant that brings its own storage settings never asks and keeps working.
+
 Modes (`catalog-svc --data-tokens`):
 - `off`: no token; the token endpoint answers 501 and engines bring their own storage settings;
 - `granted` (the default): a caller authenticated by the token file with a grant for the table
@@ -24,6 +27,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -44,6 +48,9 @@ SESSION_TOKEN_KEYS = ("s3.session.token",)
 CLIENT_REFRESH_MARGIN_S = 3_600
 MIN_LIFETIME_S = CLIENT_REFRESH_MARGIN_S + 300
 DEFAULT_LIFETIME_S = 3 * 3_600
+#: a static key pair is re-announced at least weekly; beyond that an expiry says nothing useful, and a far one
+#: overflows the milliseconds Paimon Java reads as a long
+MAX_LIFETIME_S = 7 * 24 * 3_600
 MAX_GRANTS = 10_000
 MAX_PATTERN_CHARS = 512
 _RECHECK_S = 1.0  # how often the grants file's stamp is looked at
@@ -70,7 +77,7 @@ class DataTokenMode(enum.Enum):
 class DataToken:
     """What the token endpoint answers: file-IO options and when they stop being valid (ms since the epoch)."""
 
-    options: dict[str, str]
+    options: dict[str, str] = field(repr=False)  # they hold the secret key: never in a log line or traceback
     expires_at_ms: int
 
     def to_json(self) -> dict[str, Any]:
@@ -100,6 +107,8 @@ def check_lifetime(seconds: float) -> float:
         raise InvalidInputError(f"data token lifetime {seconds} s is too short: Paimon's clients ask again for a "
                                 f"token with less than {CLIENT_REFRESH_MARGIN_S} s left, so give at least "
                                 f"{MIN_LIFETIME_S} s")
+    if not math.isfinite(seconds) or seconds > MAX_LIFETIME_S:
+        raise InvalidInputError(f"data token lifetime {seconds} s is too long: at most {MAX_LIFETIME_S} s (7 days)")
     return seconds
 
 
@@ -160,7 +169,9 @@ class Grants:
 class GrantsFile:
     """The grants of a file that may change while the catalog runs, read again when it does (its stamp is looked at
     at most once a second), so a grant is added or taken away without a restart. A changed file that does not parse
-    is refused with an error in the log and the previous grants stay in force."""
+    (or cannot be read) is refused with an error in the log and the previous grants stay in force, since a file
+    half written or emptied by mistake is no revocation; a file that is gone means no grants (a warning in the log),
+    so deleting it revokes every grant."""
 
     def __init__(self, path: str, clock: Any = time.monotonic) -> None:
         self.path = path
@@ -170,12 +181,16 @@ class GrantsFile:
         self._grants = Grants.load(path)  # a file that cannot be used stops the start
         self._checked = clock()
 
-    def _read_stamp(self) -> tuple[int, int] | None:
+    def _read_stamp(self) -> tuple[int, ...] | None:
         try:
             st = os.stat(self.path)
-        except OSError:
+        except FileNotFoundError:
             return None
-        return st.st_mtime_ns, st.st_size
+        except OSError:
+            return (-1,)  # there but not readable: a change that does not parse, and seen again once it is fixed
+        # the inode and ctime too: a file replaced by one of the same size with its mtime carried over (cp -p,
+        # rsync, a coarse clock) has the old (mtime, size)
+        return st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns
 
     def current(self) -> Grants:
         now = self._clock()
@@ -185,6 +200,11 @@ class GrantsFile:
                 stamp = self._read_stamp()
                 if stamp != self._stamp:
                     self._stamp = stamp
+                    if stamp is None:
+                        self._grants = Grants()
+                        _log.warning("the data token grants file %s is gone: no principal has a grant until it is "
+                                     "back", self.path)
+                        return self._grants
                     try:
                         self._grants = Grants.load(self.path)
                         _log.info("reloaded the data token grants of %d principal(s) from %s",
@@ -234,10 +254,17 @@ class DataTokenVendor:
         # with no grant at all, engines that bring their own settings keep working without being told to ask
         return self.mode is DataTokenMode.OPEN or self.checks_tokens and bool(self.grants.current().patterns)
 
-    def config_defaults(self) -> dict[str, str]:
-        """The config endpoint's defaults: `data-token.enabled` when tokens are vended (an engine's own option
-        still wins, so an engine with storage settings of its own can turn it off)."""
-        return {DATA_TOKEN_ENABLED: "true"} if self.vends else {}
+    def config_defaults(self, principal: Principal | None) -> dict[str, str]:
+        """The config endpoint's defaults for `principal` (None: the catalog checks no tokens): `data-token.enabled`
+        when it can get a token, in `open` mode or with a grant on some table. A principal without a grant is
+        not told to ask, so its engines keep using storage settings of their own instead of failing on a refusal.
+        (An engine's own option still wins.)"""
+        if not self.vends:
+            return {}
+        if self.mode is DataTokenMode.GRANTED and (
+                principal is None or not self.grants.current().patterns.get(principal.name)):
+            return {}
+        return {DATA_TOKEN_ENABLED: "true"}
 
     def token(self, table_id: str, location: str, principal: Principal | None) -> DataToken:
         """The data token of a table for `principal` (None: the catalog checks no tokens).
