@@ -179,7 +179,7 @@ class Settings(ServiceSettings):
         p.add_argument("--data-token-lifetime", type=float,
                        default=float(env.get("LSMLAKE_DATA_TOKEN_LIFETIME", str(DEFAULT_LIFETIME_S))),
                        help="seconds until a data token of the catalog's static keys says it expires (default: 3 "
-                            "hours; Paimon's clients ask again with less than an hour left)")
+                            "hours, at most 7 days; Paimon's clients ask again with less than an hour left)")
         p.add_argument("--fault", default=env.get("LSMLAKE_CATALOG_FAULT") or None, choices=[f for f in FAULTS if f],
                        help="testing only: crash at this point of the first commit")
         add_service_arguments(p, env, port_env="LSMLAKE_CATALOG_PORT", host_env="LSMLAKE_CATALOG_HOST",
@@ -210,6 +210,9 @@ class Settings(ServiceSettings):
                     f"1 second, got {a.outbox_retention} and {a.outbox_undelivered_retention}")
         try:
             check_lifetime(a.data_token_lifetime)
+        except InvalidInputError as e:
+            p.error(f"--data-token-lifetime: {e}")
+        try:
             if a.data_token_grants is not None:
                 Grants.load(a.data_token_grants)  # a grants file that does not parse stops the start, naming the entry
         except InvalidInputError as e:

@@ -40,7 +40,10 @@ def test_flags_default_to_granted_and_read_the_environment() -> None:
 
 @pytest.mark.parametrize(("extra", "problem"), [
     (("--data-tokens", "always"), "invalid choice: 'always'"),
-    (("--data-token-lifetime", "600"), "data token lifetime 600.0 s is too short"),
+    (("--data-token-lifetime", "600"), "--data-token-lifetime: data token lifetime 600.0 s is too short"),
+    # old code started with these, then failed every token request (inf) or answered an expiry past 2^63 ms
+    (("--data-token-lifetime", "inf"), "--data-token-lifetime: data token lifetime inf s is too long"),
+    (("--data-token-lifetime", "1e20"), "--data-token-lifetime: data token lifetime 1e+20 s is too long"),
     (("--data-token-grants", "/nonexistent/grants.json"), "cannot read the data token grants /nonexistent/grants.json"),
 ])
 def test_bad_flags_stop_the_start_naming_the_problem(extra: tuple[str, ...], problem: str,
@@ -135,6 +138,8 @@ def test_granted_with_tokens_needs_a_token_and_a_grant(s3_server: S3Server, tmp_
                   data_token_grants=str(grants)) as port:
         check_error(call(port, "GET", "/v1/config?warehouse=lake"), 401, what="config without a token")
         assert _config(port, READER)["defaults"] == {"data-token.enabled": "true"}
+        # bi has no grant: its engines are not told to ask (they bring their own storage settings)
+        assert _config(port, "bi-token-0123456789")["defaults"] == {}
         check_error(call(port, "GET", TOKEN_PATH), 401, what="token without a token")
         body = check_error(call(port, "GET", TOKEN_PATH, token="bi-token-0123456789"), 403, what="no grant")
         assert "bi has no data token grant on table db.t" in body["message"]
@@ -149,3 +154,5 @@ def test_granted_with_tokens_needs_a_token_and_a_grant(s3_server: S3Server, tmp_
             time.sleep(0.2)
         assert status == 403
         assert call(port, "GET", TOKEN_PATH, token="bi-token-0123456789").status == 200
+        assert _config(port, "bi-token-0123456789")["defaults"] == {"data-token.enabled": "true"}
+        assert _config(port, READER)["defaults"] == {}
