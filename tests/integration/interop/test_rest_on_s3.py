@@ -5,7 +5,8 @@ tokens granted per table) serves it over Paimon's REST API. pypaimon 2.1.0 and p
 processes whose environment holds no AWS_* variable and whose options hold no storage setting: whatever reaches
 S3 came from the catalog's config defaults (`data-token.enabled`) and the table's data token. pypaimon also
 commits rows through the catalog, which lsmlake reads back. A caller with a valid token and no grant on the
-table is refused the token, and so cannot open the table's files.
+table is refused the token, and so cannot open the table's files; it is not told to ask for one either, so its
+engine with storage settings of its own reads as it did before the catalog vended tokens.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from catalog_svc.server import CatalogServer, Settings
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.rpc.security import ServerSecurity
 from tests.support.paimon_rest import call, check_error
-from tests.support.s3_server import S3Server
+from tests.support.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("pypaimon", reason="pypaimon (the test extra) is not installed")
@@ -43,7 +44,7 @@ import json, sys
 import pyarrow as pa
 args = json.loads(sys.argv[1])
 options = {"metastore": "rest", "uri": args["uri"], "warehouse": "lake", "token.provider": "bear",
-           "token": args["token"]}
+           "token": args["token"], **args["options"]}
 try:
     if args["engine"] == "rust":
         from pypaimon_rust import datafusion
@@ -73,6 +74,7 @@ except Exception as e:
 class Served:
     rest_port: int
     warehouse: str
+    endpoint: str
 
     @property
     def uri(self) -> str:
@@ -85,9 +87,11 @@ def clean_env() -> dict[str, str]:
 
 
 def engine(served: Served, who: str, engine_name: str, table: str = "db.t",
-           write: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Run one engine action as principal `who` in a child process with a clean environment; its JSON answer."""
-    args = {"uri": served.uri, "token": TOKENS[who][1], "engine": engine_name, "table": table, "write": write}
+           write: list[dict[str, Any]] | None = None, options: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run one engine action as principal `who` in a child process with a clean environment; its JSON answer.
+    `options`: catalog options of the engine's own, over the catalog's URI and token."""
+    args = {"uri": served.uri, "token": TOKENS[who][1], "engine": engine_name, "table": table, "write": write,
+            "options": options or {}}
     done = subprocess.run([sys.executable, "-c", _ENGINE, json.dumps(args)], capture_output=True, text=True,
                           env=clean_env(), timeout=ENGINE_TIMEOUT_S, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -119,7 +123,7 @@ def served(s3_server: S3Server, tmp_path: Path) -> Iterator[Served]:
     server.start()
     try:
         assert server.rest_port is not None
-        yield Served(server.rest_port, warehouse)
+        yield Served(server.rest_port, warehouse, s3_server.endpoint)
     finally:
         server.stop()
 
@@ -156,8 +160,20 @@ def test_the_token_goes_to_a_caller_with_a_grant_only(served: Served) -> None:
     token = granted.json()
     assert token["token"]["s3.access-key"] and token["token"]["fs.s3.endpoint"].startswith("http://127.0.0.1:")
 
-    # an engine whose caller has no grant cannot open the table's files: it asks for the token and is refused
-    refused = engine(served, "outsider", "pypaimon")
+    # the catalog does not tell a caller without a grant to ask; one whose engine asks anyway is refused, and so
+    # cannot open the table's files
+    asks = {"data-token.enabled": "true"}
+    refused = engine(served, "outsider", "pypaimon", options=asks)
     assert "error" in refused and "no data token grant" in refused["error"], refused
-    refused_rust = engine(served, "outsider", "rust")
+    refused_rust = engine(served, "outsider", "rust", options=asks)
     assert "error" in refused_rust and "no data token grant" in refused_rust["error"], refused_rust
+
+
+def test_a_caller_without_a_grant_is_not_told_to_ask_and_reads_with_its_own_settings(served: Served) -> None:
+    """Old code told every caller to ask for tokens once anyone had a grant: this engine, with storage settings
+    of its own, then asked, was refused (403) and failed."""
+    config = call(served.rest_port, "GET", "/v1/config?warehouse=lake", token=TOKENS["outsider"][1])
+    assert config.status == 200 and config.json()["defaults"] == {}, config.text
+    own = {"fs.s3.endpoint": served.endpoint, "fs.s3.accessKeyId": ACCESS_KEY, "fs.s3.accessKeySecret": SECRET_KEY,
+           "fs.s3.region": REGION, "fs.s3.path-style-access": "true"}
+    assert engine(served, "outsider", "pypaimon", options=own) == {"rows": _rows(range(0, 50), "lsm")}
