@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lsmlake.catalog.filesystem import FileSystemCatalog, split_identifier
+from lsmlake.client.connection import storage_settings
 from lsmlake.errors import CommitStateUnknownError, InvalidInputError, NotFoundError
 from lsmlake.format.predicate import Predicate
 from lsmlake.format.schema import SchemaManager
@@ -113,9 +114,10 @@ class WarehouseAccess(TableAccess):
     """A table in a warehouse folder, committed to directly (no services)."""
 
     def __init__(self, warehouse: str, identifier: str, storage: Mapping[str, str] | None = None) -> None:
-        """`storage`: storage options (`s3.endpoint`, ...) over this process's AWS environment."""
+        """`storage`: storage options (`s3.endpoint`, ...) over this process's AWS environment; InvalidInputError
+        naming an unknown key, as the Client and the data source's options refuse it."""
         self.identifier = identifier
-        given = StorageSettings.from_options(storage or {})
+        given = storage_settings(storage or {})
         if is_s3(warehouse) and given != StorageSettings():
             # FileSystemCatalog opens a URI with the environment's settings only: it gets the filesystem opened
             # with the options instead, and the warehouse as a path in it
@@ -125,7 +127,7 @@ class WarehouseAccess(TableAccess):
             self.catalog = FileSystemCatalog(warehouse)
         self.table = self.catalog.get_table(identifier)
         self.location = table_location(warehouse, identifier, self.table.path)
-        self.storage = executor_storage(self.location, storage)
+        self.storage = executor_storage(self.location, warehouse, storage)
 
     def commit(self, messages: Sequence[CommitMessage], overwrite: bool) -> CommitResult:
         """One APPEND snapshot, or an OVERWRITE one replacing the partitions the messages touch; the file
@@ -164,7 +166,8 @@ class CatalogAccess(TableAccess):
             raise
         self.location = (table_location(warehouse, identifier, self.table.path) if warehouse is not None
                          else self.info.location)
-        self.storage = executor_storage(self.location, storage)
+        self.storage = executor_storage(self.location, warehouse if warehouse is not None else self.location,
+                                        storage)
 
     def latest_snapshot_id(self) -> int | None:
         s = self.client.latest_snapshot(self.identifier)
@@ -204,23 +207,32 @@ class CatalogAccess(TableAccess):
 
 def table_location(warehouse: str, identifier: str, local_path: str) -> str:
     """The table folder as executors can open it: the local path, or the URI under an object-store warehouse
-    (the table's path goes before the URI's query string, which keeps its settings)."""
+    (the table's path goes before the URI's query string).
+
+    An S3 location drops the warehouse URI's user info and query: they may hold the secret key and a session
+    token, and the location shows in repr(TableRef) and in messages; what they say reaches the executors in
+    `TableRef.storage` (`executor_storage` reads them from the warehouse URI)."""
     if "://" not in warehouse:
         return local_path
     db, name = split_identifier(identifier)
-    return join_uri(warehouse, f"{db}.db", name)
+    joined = join_uri(warehouse, f"{db}.db", name)
+    if not is_s3(joined):
+        return joined
+    split = urllib.parse.urlsplit(joined)
+    return urllib.parse.urlunsplit((split.scheme, split.netloc.rpartition("@")[2], split.path, "", ""))
 
 
 def is_s3(uri: str) -> bool:
     return uri.startswith(("s3://", "s3a://"))
 
 
-def executor_storage(location: str, storage: Mapping[str, str] | None) -> StorageSettings | None:
+def executor_storage(location: str, source: str, storage: Mapping[str, str] | None) -> StorageSettings | None:
     """The settings executors open `location` with: this driver's environment, overridden by the job's storage
-    options, overridden by the URI's own parameters (as the driver opened it); None when `location` is not S3."""
+    options, overridden by the parameters of `source`, the URI the driver opened (the warehouse's, whose
+    credentials `location` leaves out); None when `location` is not S3."""
     if not is_s3(location):
         return None
-    return StorageSettings.resolve(location, storage or {})
+    return StorageSettings.resolve(source, storage or {})
 
 
 def shown_uri(uri: str) -> str:

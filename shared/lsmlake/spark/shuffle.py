@@ -27,7 +27,8 @@ def by_bucket(df: DataFrame, table: str, *, catalog: str | None = None, warehous
               storage: Mapping[str, str] | None = None, num_partitions: int | None = None) -> DataFrame:
     """`df` repartitioned by the table's (partition keys, bucket); unchanged for tables without fixed buckets.
 
-    `storage`: S3 settings under Paimon's or pypaimon's keys, as the data source takes them (docs/storage.md).
+    `storage`: S3 settings under Paimon's or pypaimon's keys, as the data source takes them (docs/storage.md); an
+    unknown key is refused with InvalidInputError naming it, as the data source's options refuse it.
     `num_partitions` defaults to the number of buckets for an unpartitioned table, else to
     `spark.sql.shuffle.partitions`.
     """

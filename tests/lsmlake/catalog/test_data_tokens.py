@@ -207,9 +207,9 @@ def test_deleting_the_grants_file_revokes_every_grant_and_a_new_file_is_read(
     assert vendor.token("db.t", "", ETL).options and vendor.config_defaults(ETL)
     path.unlink()
     now[0] += 1.0
-    with caplog.at_level("WARNING", logger="lsmlake.catalog.data_tokens"):
-        with pytest.raises(PermissionDeniedError, match="etl has no data token grant"):
-            vendor.token("db.t", "", ETL)
+    with (caplog.at_level("WARNING", logger="lsmlake.catalog.data_tokens"),
+          pytest.raises(PermissionDeniedError, match="etl has no data token grant")):
+        vendor.token("db.t", "", ETL)
     assert vendor.config_defaults(ETL) == {}
     assert [r.levelname for r in caplog.records] == ["WARNING"] and "is gone: no principal has a grant" in caplog.text
     _grant_file(path, "etl")  # put back: in force again

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
-from lsmlake.errors import InvalidInputError
-from lsmlake.spark.access import TableRef, table_location
+from lsmlake.errors import InvalidInputError, NotFoundError
+from lsmlake.spark.access import TableRef, WarehouseAccess, table_location
 from lsmlake.spark.read_options import ReadOptions
 from tests.support.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 from tests.support.spark_tables import COLUMNS, batch, merge_on_read, rows, spark_rows
@@ -40,12 +40,52 @@ def _pypaimon_options(server: S3Server) -> dict[str, str]:
             "fs.s3.accessKeySecret": SECRET_KEY, "fs.s3.region": REGION, "fs.s3.path-style-access": "true"}
 
 
-def test_table_location_goes_before_the_query_string() -> None:
-    """Old code appended the table to the whole URI: `...?endpoint_override=h:9000/db.db/t`."""
-    wh = "s3://k:s@lake/wh?endpoint_override=127.0.0.1:9000&region=r"
-    assert table_location(wh, "db.t", "lake/wh/db.db/t") == "s3://k:s@lake/wh/db.db/t?endpoint_override=127.0.0.1:9000&region=r"
-    assert table_location("s3://lake/wh/", "db.t", "lake/wh/db.db/t") == "s3://lake/wh/db.db/t"
+def test_table_location_is_the_table_folder_without_the_uris_credentials_or_query() -> None:
+    """Old code appended the table to the whole URI (`...?endpoint_override=h:9000/db.db/t`), and then kept the
+    URI's user info (the secret key) in the location, which shows in repr(TableRef) and in messages. The settings
+    in the URI reach the executors in `TableRef.storage`."""
+    wh = "s3://k:TOPSECRET@lake/wh?endpoint_override=127.0.0.1:9000&region=r&session_token=TOKEN"
+    assert table_location(wh, "db.t", "lake/wh/db.db/t") == "s3://lake/wh/db.db/t"
+    assert table_location("s3a://lake/wh/", "db.t", "lake/wh/db.db/t") == "s3a://lake/wh/db.db/t"
     assert table_location("/data/wh", "db.t", "/data/wh/db.db/t") == "/data/wh/db.db/t"
+
+
+def test_a_warehouse_uri_with_credentials_keeps_them_out_of_the_ref_and_its_executors_still_read(
+        s3_server: S3Server) -> None:
+    import pickle
+
+    assert _aws_vars(os.environ) == []  # whatever reaches the store came from the URI
+    wh = s3_server.warehouse()
+    assert SECRET_KEY in wh
+    cat = FileSystemCatalog(wh)
+    cat.create_database("db")
+    t = merge_on_read(cat)
+    access = WarehouseAccess(wh, "db.mor")
+    ref = access.ref()
+    assert ref.location == f"s3://{t.path}"
+    assert SECRET_KEY not in repr(ref) and ACCESS_KEY not in ref.location
+    assert rows(pickle.loads(pickle.dumps(ref)).open().to_arrow()) == rows(t.to_arrow())
+    with pytest.raises(NotFoundError) as missing:  # a message about the table shows no secret either
+        TableRef("db.mor", ref.location, 99, ref.storage).open()
+    assert "schema 99 not found" in str(missing.value) and SECRET_KEY not in str(missing.value)
+
+
+def test_unknown_storage_options_are_refused_by_the_warehouse_path_and_by_bucket(spark, s3_server: S3Server) -> None:
+    """Old code ignored a misspelt key here (the Client and the data source's options refuse it): the table was
+    opened with other settings than the job meant."""
+    from lsmlake.spark.shuffle import by_bucket
+
+    wh = s3_server.warehouse()
+    cat = FileSystemCatalog(wh)
+    cat.create_database("db")
+    cat.create_table("db.k", "id BIGINT NOT NULL", primary_keys=["id"], options={"bucket": "2"})
+    typo = {**_options(s3_server), "s3.acess-key": ACCESS_KEY}
+    with pytest.raises(InvalidInputError, match=r"unknown storage option\(s\) \['s3.acess-key'\]"):
+        WarehouseAccess(wh, "db.k", typo)
+    df = spark.createDataFrame(pa.table({"id": pa.array([1, 2], pa.int64())}).to_pandas())
+    with pytest.raises(InvalidInputError, match=r"unknown storage option\(s\) \['s3.acess-key'\]"):
+        by_bucket(df, "db.k", warehouse=wh, storage=typo)
+    assert by_bucket(df, "db.k", warehouse=wh, storage=_options(s3_server)).count() == 2
 
 
 def test_storage_options_are_accepted_under_both_key_sets_and_kept_out_of_repr() -> None:
