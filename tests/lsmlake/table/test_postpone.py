@@ -176,7 +176,9 @@ def test_random_writes_placements_and_rescales_match_the_model(steps: list[tuple
                 messages = rescale(table, arg)
                 if messages:
                     table.new_commit().commit(messages, kind=OVERWRITE)
-                    count = arg
+                    # a partition's bucket count lives only in its files, as in Paimon: rescaling an empty one
+                    # leaves no count, and the next placement picks one afresh
+                    count = arg if visible else None
             got = {r["id"]: r["v"] for r in lake.get_table("db.t").to_arrow().to_pylist()}
             assert got == visible
             counts = {s.total_buckets for s in lake.get_table("db.t").plan()}
