@@ -131,7 +131,8 @@ class CatalogCommits:
             # also when lsmlake found the snapshot already published (a crash before the record): record it now
             self.store.commits.record_commit(tid, me.user, number, kind, result.snapshot_id)
             self.store.commits.record_writes(tid, writes, result.snapshot_id)
-            commit_time = table.snapshots.snapshot(result.snapshot_id).time_millis
+            commit_time = (result.time_millis if result.time_millis is not None  # a GET spared
+                           else table.snapshots.snapshot(result.snapshot_id).time_millis)
             record_events(self.store, self.encode_events, SnapshotEvent(
                 tid, result.snapshot_id, kind, commit_time, request.changes,
                 str(plan.plan_id) if plan is not None else ""))

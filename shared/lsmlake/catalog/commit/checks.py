@@ -73,7 +73,7 @@ def _check_file(f: DataFileMeta, where: str, max_level: int, max_schema: int) ->
 
 def _check_written(table: FileStoreTable, path: str, size: int, where: str) -> None:
     try:
-        found = table.io.size(path) if table.io.exists(path) else None
+        found = table.io.size_or_none(path)  # one HEAD on an object store
     except (OSError, NotFoundError):
         found = None
     if found is None:
