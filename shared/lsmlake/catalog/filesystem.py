@@ -17,7 +17,7 @@ from lsmlake.catalog.commit.checks import check_changes
 from lsmlake.errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from lsmlake.format.schema import SchemaManager
 from lsmlake.format.types import DataField, parse_schema_fields
-from lsmlake.fs import open_path
+from lsmlake.fs import StorageSettings, open_path
 from lsmlake.table.commit import CommitResult
 from lsmlake.table.definition import define_table
 from lsmlake.table.file_store_table import FileStoreTable
@@ -50,10 +50,11 @@ class FileSystemCatalog:
     """Databases and tables of one warehouse (a local folder or an object-store URI)."""
 
     def __init__(self, warehouse: str, filesystem: pafs.FileSystem | None = None,
-                 publications_serialized: bool = False) -> None:
+                 publications_serialized: bool = False, storage: StorageSettings | None = None) -> None:
         """`publications_serialized`: the caller serialises commits across processes (the catalog service's commit
-        lock), so an object store without conditional create is a warning, not an error (`lsmlake.fs.FileIO`)."""
-        self.io, self.root = open_path(warehouse, filesystem, publications_serialized)
+        lock), so an object store without conditional create is a warning, not an error (`lsmlake.fs.FileIO`).
+        `storage`: S3 settings over this process's environment (`lsmlake.fs.storage_settings`)."""
+        self.io, self.root = open_path(warehouse, filesystem, publications_serialized, storage=storage)
         self.warehouse = warehouse
 
     def database_path(self, db: str) -> str:

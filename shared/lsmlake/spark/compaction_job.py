@@ -123,7 +123,7 @@ def delete_outputs(table: FileStoreTable, task: BucketTask) -> int:
     return deleted
 
 
-def run_bucket_task(warehouse: str, task: BucketTask) -> TaskOutcome:
+def run_bucket_task(warehouse: str, task: BucketTask, storage: StorageSettings | None = None) -> TaskOutcome:
     """One attempt at one bucket's unit, in a Spark Python worker; raises on failure.
 
     Opens the table, runs the unit on the bucket's files the task carries (it reads no manifest) and
@@ -138,7 +138,7 @@ def run_bucket_task(warehouse: str, task: BucketTask) -> TaskOutcome:
     """
     check_prefix(task.file_prefix)
     start = time.perf_counter()
-    table = FileSystemCatalog(warehouse).get_table(task.table_id)
+    table = FileSystemCatalog(warehouse, storage=storage).get_table(task.table_id)
     msgs: list[CommitMessage] = []
     try:
         if task.bucket == POSTPONE_BUCKET:
@@ -190,7 +190,8 @@ def _transient(e: BaseException) -> bool:
     return isinstance(e, OSError) and not isinstance(e, (FileNotFoundError, PermissionError))
 
 
-def run_with_retries(warehouse: str, task: BucketTask, attempts: int = DEFAULT_TASK_ATTEMPTS) -> TaskOutcome:
+def run_with_retries(warehouse: str, task: BucketTask, attempts: int = DEFAULT_TASK_ATTEMPTS,
+                     storage: StorageSettings | None = None) -> TaskOutcome:
     """Run a bucket task, retrying transient errors in the task; a final failure becomes the outcome's error.
 
     Never raises for an `Exception`: the caller's other buckets must not fail with this one.
@@ -202,14 +203,14 @@ def run_with_retries(warehouse: str, task: BucketTask, attempts: int = DEFAULT_T
     if ctx is not None and ctx.attemptNumber() > 0:
         # Spark retries after a crash that left no chance to clean up
         try:
-            delete_outputs(FileSystemCatalog(warehouse).get_table(task.table_id), task)
+            delete_outputs(FileSystemCatalog(warehouse, storage=storage).get_table(task.table_id), task)
         except Exception:  # noqa: BLE001 - the attempt below reports the real problem
             pass
     attempt = 0
     while True:
         attempt += 1
         try:
-            out = run_bucket_task(warehouse, task)
+            out = run_bucket_task(warehouse, task, storage)
             return TaskOutcome(task, out.changes, None, attempt, time.perf_counter() - start, out.bytes_read,
                                out.bytes_written, out.more)
         except Exception as e:  # noqa: BLE001 - reported in the outcome
@@ -298,7 +299,8 @@ class SparkCompactor:
 
     On a cluster master (`spark://...`, `k8s://...`, `yarn`) lsmlake ships itself with the jobs and checks at start
     that the workers' Python can run them (`lsmlake.spark.workers`); the executors get the warehouse's storage
-    settings as environment variables (`spark.executorEnv.AWS_*`) unless the conf sets them.
+    settings this process resolved (its AWS environment, overridden by the URI's parameters) with their tasks,
+    never in the Spark conf (which the JVM's command line shows).
     """
 
     def __init__(self, master: str = "local[*]", app_name: str = "lsmlake-compactor",
@@ -311,8 +313,8 @@ class SparkCompactor:
         The Python of the workers is `spark.pyspark.python` from `conf`, else `PYSPARK_PYTHON`, else this
         process's interpreter.
         `start_check_timeout_s`: how long the start check on a cluster waits for an executor.
-        `warehouse`: on S3, the executors get its storage settings (this process's AWS environment, overridden by
-        the URI's parameters) unless `conf` sets them.
+        `warehouse`: unused since the storage settings travel with each job's tasks (`executor_storage`); kept
+        for callers that name it.
         """
         user = dict(conf or {})
         max_failures = int(user.get("spark.task.maxFailures", DEFAULT_TASK_MAX_FAILURES))
@@ -337,9 +339,8 @@ class SparkCompactor:
             # jobs of several plans run at once: share the executors instead of queueing behind the first
             "spark.scheduler.mode": "FAIR",
         }
-        if warehouse is not None and warehouse.startswith("s3://"):
-            for k, v in StorageSettings.resolve(warehouse).env().items():
-                self.conf[f"spark.executorEnv.{k}"] = v
+        # no storage setting goes into the conf: PySpark starts the JVM with every entry on its command line, which
+        # `ps` shows to every local user; the settings travel with the tasks (`executor_storage`)
         self.conf.update(user)
         self._lock = threading.Lock()  # starting and stopping the session
         self._jobs = threading.Condition()  # the job groups running now
@@ -417,7 +418,8 @@ class SparkCompactor:
             # the job group is a property of this thread (PySpark pins each Python thread to a JVM thread)
             sc.setJobGroup(group, f"lsmlake compaction of {len(tasks)} buckets", interruptOnCancel=True)
             watch.start()
-            fn = functools.partial(run_with_retries, warehouse, attempts=self.task_attempts)
+            fn = functools.partial(run_with_retries, warehouse, attempts=self.task_attempts,
+                                   storage=self.executor_storage(warehouse))
             ran: list[TaskOutcome] = sc.parallelize(ready, numSlices=len(ready)).map(fn).collect()
         except Exception as e:  # noqa: BLE001 - the job was aborted or cancelled: no task's output may survive
             watch.stop()
@@ -490,6 +492,14 @@ class SparkCompactor:
                         break
                 time.sleep(_RETRY_BACKOFF_S * attempt)
         return out
+
+    @staticmethod
+    def executor_storage(warehouse: str) -> StorageSettings | None:
+        """The S3 settings the executors open `warehouse` with: this process's, so that workers need none of their
+        own (None for a warehouse that is not on S3: a local path or another store's URI is opened as it is)."""
+        if not warehouse.startswith(("s3://", "s3a://")):
+            return None
+        return StorageSettings.resolve(warehouse)
 
     @staticmethod
     def _delete_outputs(warehouse: str, task: BucketTask) -> None:

@@ -83,18 +83,24 @@ def test_spark_pyspark_python_in_the_conf_wins(monkeypatch) -> None:
     assert SparkCompactor("spark://h:7077").python == sys.executable
 
 
-def test_executors_get_the_warehouses_storage_settings_unless_the_conf_sets_them(monkeypatch) -> None:
-    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION",
-              "AWS_SESSION_TOKEN"):
+def test_no_storage_secret_goes_into_the_spark_conf_and_executors_get_the_drivers_settings(monkeypatch) -> None:
+    """PySpark starts its JVM with every conf entry on the command line (`ps` shows it): the warehouse's credentials
+    travel with the tasks instead, as the settings the driver resolved."""
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION",
+              "AWS_DEFAULT_REGION", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("AWS_REGION", "eu-west-3")
-    wh = "s3://key:secret@lake/wh?endpoint_override=http://127.0.0.1:9000"
-    conf = SparkCompactor("spark://h:7077", warehouse=wh,
-                          conf={"spark.executorEnv.AWS_REGION": "us-east-2"}).conf
-    env = {k.removeprefix("spark.executorEnv."): v for k, v in conf.items() if k.startswith("spark.executorEnv.")}
-    assert env["AWS_ACCESS_KEY_ID"] == "key" and env["AWS_SECRET_ACCESS_KEY"] == "secret"
-    assert env["AWS_ENDPOINT_URL"].endswith("127.0.0.1:9000")
-    assert env["AWS_REGION"] == "us-east-2"  # the user's conf
-    assert env["AWS_DEFAULT_REGION"] == "eu-west-3"  # from this process's environment
-    assert not [k for k in SparkCompactor("spark://h:7077", warehouse="/data/wh").conf
-                if k.startswith("spark.executorEnv.")]
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "env-token-secret")
+    wh = "s3://lake/wh?endpoint_override=127.0.0.1:9000&scheme=http"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "env-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+    compactor = SparkCompactor("spark://h:7077", warehouse=wh)
+    shown = " ".join(f"{k}={v}" for k, v in compactor.conf.items())
+    assert "env-secret" not in shown and "env-token-secret" not in shown
+    settings = compactor.executor_storage(wh)
+    assert settings is not None
+    assert (settings.access_key_id, settings.secret_access_key, settings.session_token) == \
+        ("env-key", "env-secret", "env-token-secret")
+    assert settings.endpoint == "http://127.0.0.1:9000" and settings.region == "eu-west-3"
+    assert "env-secret" not in repr(settings)
+    assert compactor.executor_storage("/data/wh") is None

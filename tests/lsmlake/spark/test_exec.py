@@ -208,7 +208,7 @@ def test_transient_errors_are_retried_in_the_task(tmp_path, monkeypatch) -> None
     task = BucketTask("db.t", 1, b"", 0, ("f",), 5, True, task_prefix("r"))
     done = TaskOutcome(task, b"x", None, 1, 0.0, 1, 2)
 
-    def flaky(warehouse: str, t: BucketTask) -> TaskOutcome:
+    def flaky(warehouse: str, t: BucketTask, storage: object = None) -> TaskOutcome:
         calls.append(t)
         if len(calls) < 3:
             raise OSError("connection reset")
