@@ -123,13 +123,12 @@ def _union(definitions: Iterable[ExtraFields]) -> ExtraFields:
     return tuple(sorted(by_name.items()))
 
 
-def _write_avro(fio: FileIO, path: str, schema: Any, records: Iterable[dict[str, Any]], codec: str) -> int:
-    """Write an Avro file (content synced on a local disk); its directory is left to `ManifestStore.sync_dir`."""
+def _encode_avro(schema: Any, records: Iterable[dict[str, Any]], codec: str) -> bytes:
+    """An Avro file's bytes (written by `ManifestStore.upload`, content synced on a local disk; the directory is
+    left to `ManifestStore.sync_dir`)."""
     buf = io.BytesIO()
     fastavro.writer(buf, schema, records, codec=CODECS.get(codec, codec))
-    data = buf.getvalue()
-    fio.write_immutable(path, data, sync_dir=False)  # a uuid names it: kept for the next commit's read
-    return len(data)
+    return buf.getvalue()
 
 
 def _read_avro(fio: FileIO, path: str) -> tuple[list[dict[str, Any]], Any]:
@@ -183,10 +182,22 @@ class ManifestStore:
 
     def write_manifest(self, entries: Sequence[ManifestEntry], schema_id: int) -> ManifestFileMeta:
         """Write one manifest file of these entries and describe it for a manifest list."""
+        meta, data = self.encode_manifest(entries, schema_id)
+        self.upload(meta.file_name, data)
+        return meta
+
+    def upload(self, name: str, data: bytes) -> None:
+        """Write an encoded manifest or manifest list (`encode_manifest`, `encode_list`) under its name."""
+        self.io.write_immutable(self.path(name), data, sync_dir=False)  # a uuid names it: kept for the next read
+
+    def encode_manifest(self, entries: Sequence[ManifestEntry], schema_id: int) -> tuple[ManifestFileMeta, bytes]:
+        """The bytes of a manifest of these entries, and its description for a manifest list, before it is written
+        (so that a list naming it can be written beside it)."""
         name = f"manifest-{uuid.uuid4()}-0"
         schema = manifest_entry_schema(_union(e.extra_fields for e in entries),
                                        _union(e.file.extra_fields for e in entries))
-        size = _write_avro(self.io, self.path(name), schema, (e.to_avro() for e in entries), self.codec)
+        data = _encode_avro(schema, (e.to_avro() for e in entries), self.codec)
+        size = len(data)
         buckets = [e.bucket for e in entries]
         levels = [e.file.level for e in entries]
         min_row_id, max_row_id = _row_id_range(entries)
@@ -198,7 +209,7 @@ class ManifestStore:
             schema_id=max((e.file.schema_id for e in entries), default=schema_id),
             min_bucket=min(buckets, default=None), max_bucket=max(buckets, default=None),
             min_level=min(levels, default=None), max_level=max(levels, default=None),
-            min_row_id=min_row_id, max_row_id=max_row_id)
+            min_row_id=min_row_id, max_row_id=max_row_id), data
 
     def read_manifest(self, name: str) -> list[ManifestEntry]:
         records, schema = _read_avro(self.io, self.path(name))
@@ -208,10 +219,15 @@ class ManifestStore:
 
     def write_list(self, metas: Sequence[ManifestFileMeta]) -> tuple[str, int]:
         """Write a manifest list; returns its name and size."""
+        name, data = self.encode_list(metas)
+        self.upload(name, data)
+        return name, len(data)
+
+    def encode_list(self, metas: Sequence[ManifestFileMeta]) -> tuple[str, bytes]:
+        """The name and bytes of a manifest list of `metas`, before it is written."""
         name = f"manifest-list-{uuid.uuid4()}-0"
         schema = manifest_file_meta_schema(_union(m.extra_fields for m in metas))
-        size = _write_avro(self.io, self.path(name), schema, (m.to_avro() for m in metas), self.codec)
-        return name, size
+        return name, _encode_avro(schema, (m.to_avro() for m in metas), self.codec)
 
     def read_list(self, name: str) -> list[ManifestFileMeta]:
         records, schema = _read_avro(self.io, self.path(name))

@@ -113,6 +113,10 @@ class SnapshotManager:
     def __init__(self, io: FileIO, table_path: str) -> None:
         self.io = io
         self.dir = f"{table_path}/snapshot"
+        # on an object store: the newest snapshot this manager read or published, with its entity tag, so that the
+        # next `latest` checks it (two HEADs at once) instead of reading the hint and the snapshot again
+        self._known: tuple[Snapshot, str] | None = None
+        self._known_lock = threading.Lock()
 
     def path(self, snapshot_id: int) -> str:
         return f"{self.dir}/snapshot-{snapshot_id}"
@@ -149,6 +153,23 @@ class SnapshotManager:
         ids = self.ids()
         return ids[0] if ids else None
 
+    def _remember(self, snap: Snapshot, tag: str | None) -> None:
+        if not tag:
+            return
+        with self._known_lock:
+            if self._known is None or self._known[0].id <= snap.id:
+                self._known = (snap, tag)
+
+    def _tagged_or_none(self, snapshot_id: int) -> Snapshot | None:
+        """The snapshot read from an object store, remembered with its entity tag; None when it does not exist."""
+        try:
+            data, tag = self.io.read_tagged(self.path(snapshot_id))
+        except NotFoundError:
+            return None
+        snap = Snapshot.from_json(data)
+        self._remember(snap, tag)
+        return snap
+
     def _snapshot_or_none(self, snapshot_id: int) -> Snapshot | None:
         try:
             return self.snapshot(snapshot_id)
@@ -164,6 +185,16 @@ class SnapshotManager:
     def latest(self) -> Snapshot | None:
         """The newest snapshot: the one LATEST names, read (which shows that it exists), once no snapshot after it
         exists (one existence check); else found by listing. Three requests on an object store, not seven."""
+        with self._known_lock:
+            known = self._known
+        if known is not None:
+            # the snapshot known, unchanged (same entity tag: not expired, nor the table dropped and made again),
+            # with none after it, is the latest: one round trip of two HEADs
+            snap, tag = known
+            looking = _lookups().submit(self.io.file_exists, self.path(snap.id + 1))
+            same = self.io.tag(self.path(snap.id)) == tag
+            if not looking.result() and same:
+                return snap
         hint = self._hint("LATEST")
         if hint is not None:
             if self.io.local:
@@ -171,7 +202,7 @@ class SnapshotManager:
                 found = None if newer else self._snapshot_or_none(hint)
             else:  # two round trips at once: the look past the hint and the read of the hinted snapshot
                 looking = _lookups().submit(self.io.file_exists, self.path(hint + 1))
-                found = self._snapshot_or_none(hint)
+                found = self._tagged_or_none(hint)
                 newer = looking.result()
             if not newer and found is not None:
                 return found
@@ -202,8 +233,12 @@ class SnapshotManager:
         On a local disk the snapshot's content is synced before it is linked into place and the
         directory after (`FileIO.write_if_absent`): a snapshot that was published survives a power cut.
         """
-        if not self.io.write_if_absent(self.path(snapshot.id), snapshot.to_json().encode()):
+        path, data = self.path(snapshot.id), snapshot.to_json().encode()
+        if not self.io.write_if_absent(path, data):
             return False
+        tag = self.io.created_tag(path)
+        if tag:  # remembered as a reader would read it back
+            self._remember(Snapshot.from_json(data), tag)
         self.write_hint("LATEST", snapshot.id)
         return True
 

@@ -79,22 +79,54 @@ class ConditionalCreate:
         success (the content of a snapshot is unique: it carries a fresh uuid). Raises StorageError naming the
         path on any other failure (then the object may or may not have been written: read it back to know).
         """
+        return self.create_tagged(path, data)[0]
+
+    def create_tagged(self, path: str, data: bytes) -> tuple[bool, str | None]:
+        """`create`, and the created object's entity tag (None when the store gave none or it was not created)."""
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
         store, key = self._locate(path)
         try:
-            obstore.put(store, key, data, mode="create", use_multipart=False)
-            return True
+            result = obstore.put(store, key, data, mode="create", use_multipart=False)
+            return True, result.get("e_tag")
         except (AlreadyExistsError, PreconditionError):
             pass
         except Exception as e:  # obstore's errors: network, permission, a store that cannot create conditionally
             raise _error("create", path, self.label, e) from e
         try:
-            found = bytes(obstore.get(store, key).bytes())
+            got = obstore.get(store, key)
+            found = bytes(got.bytes())
         except Exception as e:
             raise _error("read back", path, self.label, e) from e
-        return found == data
+        return (True, got.meta.get("e_tag")) if found == data else (False, None)
+
+    def get_tagged(self, path: str) -> tuple[bytes, str | None]:
+        """The whole object at `path` and its entity tag, in one GET; FileNotFoundError when there is none."""
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        store, key = self._locate(path)
+        try:
+            result = obstore.get(store, key)
+            return bytes(result.bytes()), result.meta.get("e_tag")
+        except (NotFoundError, FileNotFoundError):  # obstore raises either, by version
+            raise FileNotFoundError(path) from None
+        except Exception as e:
+            raise _os_error("read", path, self.label, e) from e
+
+    def tag(self, path: str) -> str | None:
+        """The entity tag of the object at `path` (one HEAD); '' when the store gives none, None when no object."""
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        store, key = self._locate(path)
+        try:
+            return str(obstore.head(store, key).get("e_tag") or "")
+        except (NotFoundError, FileNotFoundError):
+            return None
+        except Exception as e:
+            raise _os_error("inspect", path, self.label, e) from e
 
     def put(self, path: str, data: bytes) -> None:
         """Write `data` at `path`, replacing any object there: one PUT (a multipart upload past `SINGLE_PUT_MAX`)."""

@@ -55,6 +55,7 @@ PREFETCH_CONCURRENCY = 8
 # Publication without a conditional create (an in-process store, or a caller that serialises publications):
 # within one process this lock makes the check-and-move atomic.
 _CHECK_THEN_WRITE_LOCK = threading.Lock()
+_MAX_CREATED_TAGS = 256
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,8 @@ class FileIO:
         self.root = root
         self.publications_serialized = publications_serialized
         self._conditional_ok: bool | None = None  # the probe's verdict, once asked
+        self._created_tags: dict[str, str] = {}  # entity tags of objects just published, until asked for
+        self._created_lock = threading.Lock()
         self._immutable: collections.OrderedDict[str, bytes] = collections.OrderedDict()
         self._immutable_bytes = 0
         self._immutable_lock = threading.Lock()
@@ -430,7 +433,35 @@ class FileIO:
     def _create(self, path: str, data: bytes) -> bool:
         """One conditional create on the object store; False when the object exists."""
         assert self.conditional is not None
-        return self.conditional.create(path, data)
+        created, tag = self.conditional.create_tagged(path, data)
+        if created and tag:
+            with self._created_lock:
+                if len(self._created_tags) >= _MAX_CREATED_TAGS:  # tags nobody asked for: drop the oldest
+                    self._created_tags.pop(next(iter(self._created_tags)))
+                self._created_tags[path] = tag
+        return created
+
+    def created_tag(self, path: str) -> str | None:
+        """The entity tag of the object this FileIO just published at `path` (`write_if_absent`), once; None when
+        unknown (a local disk, a store that gives none, or asked before)."""
+        with self._created_lock:
+            return self._created_tags.pop(path, None)
+
+    def read_tagged(self, path: str) -> tuple[bytes, str | None]:
+        """`read_bytes`, and on an object store the object's entity tag (None elsewhere)."""
+        store = self._store
+        if store is None:
+            return self.read_bytes(path), None
+        try:
+            return store.get_tagged(path)
+        except FileNotFoundError:
+            raise NotFoundError(f"file not found: {path}") from None
+
+    def tag(self, path: str) -> str | None:
+        """The entity tag of the object at `path` (one HEAD on an object store); None when there is no object, or
+        on a local disk (which has none: callers there read the file instead)."""
+        store = self._store
+        return None if store is None else store.tag(path)
 
     def _rename(self, src: str, dst: str) -> None:
         if self.local:

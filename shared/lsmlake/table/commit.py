@@ -55,6 +55,19 @@ def _uploads() -> concurrent.futures.ThreadPoolExecutor:
             _uploads_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsmlake-commit-upload")
         return _uploads_pool
 
+_delta_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _delta_uploads() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads that upload a delta manifest beside its list (a pool of its own: `_write_delta` runs in one
+    of `_uploads`' threads, which must not wait on work queued behind it)."""
+    global _delta_pool
+    with _uploads_lock:
+        if _delta_pool is None:
+            _delta_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsmlake-commit-delta")
+        return _delta_pool
+
+
 _KEEP: set[bytes] = set()  # marker: an OVERWRITE commit that replaces no partition
 #: a check of the latest snapshot before a commit is published on it (see `FileStoreCommit.commit`)
 Validation = Callable[[Snapshot | None], None]
@@ -162,10 +175,32 @@ class FileStoreCommit:
             written.append(cl_meta.file_name)
             changelog_list = self.manifests.write_list([cl_meta])
             written.append(changelog_list[0])
+        delta_list: tuple[str, int] | None = None
+        early: concurrent.futures.Future[tuple[ManifestFileMeta, tuple[str, int]]] | None = None
+        early_names: list[str] = []
+        if not overwrite and not self.manifests.io.local:
+            # the delta manifest and delta list of a commit that replaces nothing name only its own changes,
+            # whatever snapshot it lands on: on an object store they are uploaded while the latest snapshot is
+            # looked up, two round trips fewer per commit
+            early = _uploads().submit(self._write_delta, changes, early_names)
         for _attempt in range(self.max_retries + 1):
-            latest = self.snapshots.latest()
-            done = self._find_committed(latest, identifier, kind)
+            try:
+                latest = self.snapshots.latest()
+                done = self._find_committed(latest, identifier, kind)
+            except BaseException:
+                if early is not None:
+                    concurrent.futures.wait([early])
+                    written.extend(early_names)  # the caller removes them when the commit definitely failed
+                raise
+            if early is not None:
+                concurrent.futures.wait([early])
+                written.extend(early_names)
+                delta_meta, delta_list = early.result()  # an upload's StorageError: nothing was published
+                early = None
             if done is not None:
+                if early_names:  # written for a commit that had been made before: never referenced
+                    self._delete(early_names)
+                    del written[-len(early_names):]
                 return CommitResult(done, already_committed=True)
             if validate is not None:
                 validate(latest)
@@ -188,7 +223,8 @@ class FileStoreCommit:
             kept = len(written)  # what this attempt writes from here on is dropped if it loses the race
             index_manifest = self._index_after(latest, index_changes, changes, entries, live,
                                                (overwrite_partitions if overwrite else frozenset()), written)
-            (base_name, base_size), (delta_name, delta_size) = self._write_lists(latest, delta_meta, written)
+            (base_name, base_size), (delta_name, delta_size) = self._write_lists(latest, delta_meta, written,
+                                                                                 delta_list)
             delta_rows = sum(e.file.row_count if e.kind == ADD else -e.file.row_count for e in entries)
             snap = Snapshot(
                 id=(latest.id + 1) if latest else 1, schema_id=self.schema_id,
@@ -214,14 +250,36 @@ class FileStoreCommit:
         raise CommitRetryExhaustedError(
             f"commit of {len(changes)} file change(s) lost the snapshot race {self.max_retries + 1} times")
 
-    def _write_lists(self, latest: Snapshot | None, delta_meta: ManifestFileMeta,
-                     written: list[str]) -> tuple[tuple[str, int], tuple[str, int]]:
+    def _write_delta(self, entries: list[ManifestEntry], names: list[str]) -> tuple[ManifestFileMeta,
+                                                                                      tuple[str, int]]:
+        """Write the delta manifest of `entries` and the delta list naming it, side by side (the list needs only the
+        manifest's description, known once it is encoded); both names are in `names` before either upload starts,
+        so that a failure leaves nothing unnamed."""
+        meta, manifest = self.manifests.encode_manifest(entries, self.schema_id)
+        list_name, listed = self.manifests.encode_list([meta])
+        names.extend([meta.file_name, list_name])
+        beside = _delta_uploads().submit(self.manifests.upload, meta.file_name, manifest)
+        try:
+            self.manifests.upload(list_name, listed)
+        finally:
+            concurrent.futures.wait([beside])
+        beside.result()
+        return meta, (list_name, len(listed))
+
+    def _write_lists(self, latest: Snapshot | None, delta_meta: ManifestFileMeta, written: list[str],
+                     delta: tuple[str, int] | None = None) -> tuple[tuple[str, int], tuple[str, int]]:
         """Write the base manifest list (and the manifests it merges) and the delta list; the (name, size) of each.
+
+        `delta`: the delta list, when it was written already (`_write_delta`); then only the base list is.
 
         The two lists do not depend on each other: on an object store the delta list is uploaded while the base
         is built and uploaded, one round trip fewer per commit. `written` gets the base list's name, then the
         delta list's (whatever fails, every name written is in it, for the caller's cleanup).
         """
+        if delta is not None:
+            base = self.manifests.write_list(self._base_manifests(latest, written))
+            written.append(base[0])
+            return base, delta
         if self.manifests.io.local:
             base = self.manifests.write_list(self._base_manifests(latest, written))
             written.append(base[0])
