@@ -41,7 +41,7 @@ def register(spark: SparkSession, check_timeout_s: float = 120.0) -> None:
     from lsmlake.spark.workers import check_workers, is_local, package_zip
 
     sc = spark.sparkContext
-    if not is_local(sc.master):
+    if not is_local(sc.master or "local"):
         shipped = package_zip()
         sc.addPyFile(shipped)
         check_workers(sc, check_timeout_s, shipped)
