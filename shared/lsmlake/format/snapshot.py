@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,6 +96,7 @@ class Snapshot:
                 "commit_identifier": self.commit_identifier, "properties": self.properties or {}}
 
 
+_log = logging.getLogger(__name__)
 _lookups_lock = threading.Lock()
 _lookups_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
@@ -105,6 +108,15 @@ def _lookups() -> concurrent.futures.ThreadPoolExecutor:
         if _lookups_pool is None:
             _lookups_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsmlake-snapshot-lookup")
         return _lookups_pool
+
+
+def _forget_lookups_in_child() -> None:
+    # a forked child has none of the parent's threads: a pool made before the fork would never run a task
+    global _lookups_pool, _lookups_lock
+    _lookups_pool, _lookups_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_lookups_in_child)
 
 
 class SnapshotManager:
@@ -141,10 +153,19 @@ class SnapshotManager:
         hint is written after its snapshot, and the latest snapshot is never expired). Two requests on an object
         store."""
         hint = self._hint("LATEST")
-        if hint is not None and not self.io.file_exists(self.path(hint + 1)):
+        if hint is not None and self._hint_holds(hint):
             return hint
         ids = self.ids()
         return ids[-1] if ids else None
+
+    def _hint_holds(self, hint: int) -> bool:
+        """Whether snapshot `hint` exists and no snapshot after it does (both looked at at once on an object store):
+        a hint can name a snapshot that is gone (a drop that raced the hint's write, a crashed rollback)."""
+        if self.io.local:
+            return self.io.file_exists(self.path(hint)) and not self.io.file_exists(self.path(hint + 1))
+        looking = _lookups().submit(self.io.file_exists, self.path(hint + 1))
+        exists = self.io.file_exists(self.path(hint))
+        return exists and not looking.result()
 
     def earliest_id(self) -> int | None:
         hint = self._hint("EARLIEST")
@@ -206,9 +227,10 @@ class SnapshotManager:
                 newer = looking.result()
             if not newer and found is not None:
                 return found
-            # a newer snapshot than the hint, or the hinted one gone (never published, or expired): list
-        sid = self.latest_id()
-        return self.snapshot(sid) if sid is not None else None
+            # a newer snapshot than the hint, or the hinted one gone (never published, expired, or its table
+            # dropped): list, whatever the hint says
+        ids = self.ids()
+        return self.snapshot(ids[-1]) if ids else None
 
     def snapshots(self) -> list[Snapshot]:
         out = []
@@ -236,14 +258,19 @@ class SnapshotManager:
         path, data = self.path(snapshot.id), snapshot.to_json().encode()
         if not self.io.write_if_absent(path, data):
             return False
-        tag = self.io.created_tag(path)
-        if tag:  # remembered as a reader would read it back
-            self._remember(Snapshot.from_json(data), tag)
+        # published: what follows only saves later requests, and must not turn the success into an error (the
+        # committer would remove the manifests the snapshot names)
+        try:
+            tag = self.io.created_tag(path)
+            if tag:  # remembered as a reader would read it back
+                self._remember(Snapshot.from_json(data), tag)
+        except Exception:  # noqa: BLE001 - the next `latest` reads the snapshot instead
+            _log.warning("cannot remember snapshot %d of %s", snapshot.id, self.dir, exc_info=True)
         self.write_hint("LATEST", snapshot.id)
         return True
 
     def write_hint(self, name: str, snapshot_id: int) -> None:
         try:
             self.io.overwrite_atomic(f"{self.dir}/{name}", str(snapshot_id).encode())
-        except OSError:
-            pass  # a hint is an optimisation; readers fall back to listing
+        except Exception:  # noqa: BLE001 - a hint is an optimisation; readers fall back to listing
+            pass

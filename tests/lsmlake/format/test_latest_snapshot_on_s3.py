@@ -67,3 +67,4 @@ def test_a_newer_snapshot_of_another_writer_is_found(s3_server: S3Server) -> Non
     FileSystemCatalog(wh).get_table("db.t").write_arrow(_rows(10))  # another writer
     got = t.snapshots.latest()
     assert got is not None and got.id == 2
+
