@@ -21,6 +21,7 @@ it wrote: nothing was applied and the caller may retry the same messages once th
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 import time
 import uuid
@@ -66,6 +67,15 @@ def _delta_uploads() -> concurrent.futures.ThreadPoolExecutor:
         if _delta_pool is None:
             _delta_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsmlake-commit-delta")
         return _delta_pool
+
+
+def _forget_pools_in_child() -> None:
+    # a forked child has none of the parent's threads: a pool made before the fork would never run a task
+    global _uploads_pool, _delta_pool, _uploads_lock
+    _uploads_pool, _delta_pool, _uploads_lock = None, None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pools_in_child)
 
 
 _KEEP: set[bytes] = set()  # marker: an OVERWRITE commit that replaces no partition
@@ -147,14 +157,19 @@ class FileStoreCommit:
         try:
             return self._attempts(changes, kind, identifier, properties, overwrite_partitions, changelog,
                                   index_changes, written, validate)
-        except CommitConflictError:
-            self._delete(written)
-            raise
+        except CommitStateUnknownError:
+            raise  # the snapshot may name what was written: nothing is removed
         except StorageError as e:  # raised only where nothing was published (see `_publish`)
             self._delete(written)
             # the same class (a store that cannot publish stays one), naming the commit
             raise type(e)(f"commit of {len(changes)} file change(s) to {self.snapshots.dir.rsplit('/', 1)[0]} "
                           f"was not applied: {e}") from e
+        except BaseException:
+            # a conflict, or a failure before publication (the look at the latest snapshot, a check): every
+            # outcome of publication other than success is raised as one of the two above, so nothing names
+            # what this commit wrote
+            self._delete(written)
+            raise
 
     def _delete(self, names: list[str]) -> None:
         for name in names:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import functools
 import hashlib
 import logging
@@ -50,6 +51,15 @@ def _ahead() -> concurrent.futures.ThreadPoolExecutor:
         if _ahead_pool is None:
             _ahead_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsmlake-lookup-ahead")
         return _ahead_pool
+
+
+def _forget_ahead_in_child() -> None:
+    # a forked child has none of the parent's threads: a pool made before the fork would never run a task
+    global _ahead_pool, _ahead_lock
+    _ahead_pool, _ahead_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_ahead_in_child)
 
 
 def table_identity(fio: FileIO, schemas: SchemaManager) -> str:
