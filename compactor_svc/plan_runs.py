@@ -126,10 +126,18 @@ class PlanRunner:
         finally:
             self.state.plan_ended(plan.plan_id)
 
-    def close(self) -> None:
-        """Wait for the plans running on plan threads to end (each ends by its deadline at the latest)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, grace_s: float = 120.0) -> None:
+        """Wait for the plans running on plan threads to end; after `grace_s` their Spark jobs are cancelled (their
+        plans rolled back and planned again later: a stop must not wait for a hung plan's deadline)."""
+        if self._pool is None:
+            return
+        deadline = time.monotonic() + grace_s
+        while self.state.launched_count() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if self.state.launched_count():
+            _log.warning("stopping: cancelling %d running plan(s) after %.0f s", self.state.launched_count(), grace_s)
+            self.spark.cancel_all()
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     def execute(self, table_id: str, plan: catalog_pb2.CompactionPlan, origin: PlanOrigin | None = None) -> None:
         """Start a plan, run it on Spark and commit it; `origin` None for a plan found on the timeline."""

@@ -136,10 +136,10 @@ class Scheduler:
         return self
 
     def stop(self, timeout_s: float = 120.0) -> None:
-        """Stop after the running plans (a Spark job is not interrupted: its plan would only be rolled back; each
-        ends by its deadline at the latest)."""
+        """Stop after the running plans (a Spark job is not interrupted at once: its plan would only be rolled back;
+        one still running after `timeout_s` is cancelled)."""
         self._loop.stop(timeout_s)
-        self.runner.close()
+        self.runner.close(timeout_s)
 
     def on_event(self, key: BucketKey, snapshot_id: int, compaction: bool) -> None:
         """A data-files or compaction-results event of an owned bucket."""
@@ -391,6 +391,13 @@ class Scheduler:
         so a bucket held by a background plan (or another replica's, or one nobody runs) must not keep
         the other buckets of a trigger from being compacted.
         """
+        # a bucket a plan of this compactor is running waits for it, whether or not its new files are held (two
+        # plans of one bucket would conflict, and plans run side by side now)
+        running = {k for r in self.state.running for k in r.keys}
+        for c in candidates:
+            if c.key in running:
+                self.buckets.redo([c.key], HELD_RETRY_S, "a plan of this compactor is compacting it")
+        candidates = [c for c in candidates if c.key not in running]
         if not candidates:
             return candidates
         try:
@@ -410,6 +417,8 @@ class Scheduler:
             run_by = f", run by {p.owner}" if p.owner else ""
             self.buckets.redo([c.key], HELD_RETRY_S, f"its files are in plan {p.plan_id} ({state}{run_by}), "
                                                      "which has to end first")
-            self.state.ask_recovery()  # a plan that nobody runs any more is adopted
+            if not self.state.is_launched(p.plan_id):
+                # a plan that nobody runs any more is adopted; one of this compactor's own runs, and ends by itself
+                self.state.ask_recovery()
         return free
 

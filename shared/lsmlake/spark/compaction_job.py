@@ -269,6 +269,7 @@ class _Watch:
                 # would otherwise cancel nothing
                 self.expired = True
                 self.compactor.cancel(self.group)
+                until = time.monotonic() + PROGRESS_POLL_S  # the next cancel a poll later, not at once
 
     def _report(self) -> None:
         if self.on_progress is None:
@@ -417,6 +418,9 @@ class SparkCompactor:
         try:
             # the job group is a property of this thread (PySpark pins each Python thread to a JVM thread)
             sc.setJobGroup(group, f"lsmlake compaction of {len(tasks)} buckets", interruptOnCancel=True)
+            # a pool of its own: jobs of one pool run first in, first out even under FAIR scheduling, while pools
+            # share the executors, so a big or stuck plan does not hold the others' tasks back
+            sc.setLocalProperty("spark.scheduler.pool", group)
             watch.start()
             fn = functools.partial(run_with_retries, warehouse, attempts=self.task_attempts,
                                    storage=self.executor_storage(warehouse))
@@ -434,6 +438,7 @@ class SparkCompactor:
         finally:
             watch.stop()
             sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
             self._last_task_count = self._count_tasks(group)
             with self._jobs:
                 self._running.discard(group)
@@ -461,6 +466,13 @@ class SparkCompactor:
                     active += stage.numActiveTasks
                     total += stage.numTasks
         return JobProgress(done, active, total)
+
+    def cancel_all(self) -> None:
+        """Cancel every job running now (at shutdown: `run` then reports their buckets failed)."""
+        with self._jobs:
+            groups = list(self._running)
+        for group in groups:
+            self.cancel(group)
 
     def cancel(self, group: str) -> None:
         """Cancel the jobs of a group (their tasks are interrupted; `run` then reports the buckets failed)."""
