@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any

@@ -5,10 +5,10 @@
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import functools
 import hashlib
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
