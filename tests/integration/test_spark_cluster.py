@@ -243,8 +243,13 @@ def test_a_worker_killed_mid_plan_blocks_no_other_table_and_the_plan_runs_again(
         reply = stub.TriggerCompaction(compactor_pb2.TriggerCompactionRequest(table=b, full=True, wait=True),
                                        timeout=WAIT_S)
         assert not reply.timed_out and len(reply.compacted) == 1, (reply, comp.tail())
-        # B committed while A's plan still runs: it was not held behind A
+        # B committed while A's plan still runs: it was not held behind A (B's plan thread leaves the running list
+        # just after its commit, which the wait above already saw)
+        until = time.monotonic() + 30
         running = stub.CompactionStatus(compactor_pb2.CompactionStatusRequest(), timeout=30).running
+        while len(running) > 1 and time.monotonic() < until:
+            time.sleep(0.2)
+            running = stub.CompactionStatus(compactor_pb2.CompactionStatusRequest(), timeout=30).running
         assert [r.plan_id for r in running] == [plan_a.plan_id], running
         assert running[0].table.table == "a" and running[0].running_ms < deadline_s * 1000
         assert _rows(str(warehouse), "b") == model_b and _compacted(str(warehouse), "b")

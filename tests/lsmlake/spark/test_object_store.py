@@ -15,17 +15,20 @@ from lsmlake.spark.read_options import ReadOptions
 from tests.support.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 from tests.support.spark_tables import COLUMNS, batch, merge_on_read, rows, spark_rows
 
+#: variables that give no store, endpoint or credential: which CAs to trust, and no instance-metadata lookup (a
+#: test server's setting, which the session's Spark JVM keeps from whichever test started it)
+_NOT_SETTINGS = ("AWS_CA_BUNDLE", "AWS_EC2_METADATA_DISABLED")
+
 
 def _aws_vars(environ: dict[str, str] | os._Environ[str]) -> list[str]:
-    # AWS_CA_BUNDLE only says which CAs to trust: it reaches no store
-    return sorted(k for k in environ if k.startswith("AWS_") and k != "AWS_CA_BUNDLE"
+    return sorted(k for k in environ if k.startswith("AWS_") and k not in _NOT_SETTINGS
                   or k == "LSMLAKE_S3_PATH_STYLE")
 
 
 def _executor_aws_vars(spark) -> list[str]:
     """The AWS_* variables the Python workers of the session see (they inherit the JVM's environment)."""
     found = spark.sparkContext.parallelize(range(2), 2).mapPartitions(
-        lambda _: [sorted(k for k in __import__("os").environ if k.startswith("AWS_") and k != "AWS_CA_BUNDLE")]
+        lambda _: [sorted(k for k in __import__("os").environ if k.startswith("AWS_") and k not in _NOT_SETTINGS)]
     ).collect()
     return sorted({k for part in found for k in part})
 
