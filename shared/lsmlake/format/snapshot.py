@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import logging
-import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from lsmlake.errors import CorruptMetadataError, NotFoundError
 from lsmlake.fs.file_io import FileIO
+from lsmlake.runtime.thread_pools import SharedPool
 
 APPEND = "APPEND"
 COMPACT = "COMPACT"
@@ -97,26 +96,8 @@ class Snapshot:
 
 
 _log = logging.getLogger(__name__)
-_lookups_lock = threading.Lock()
-_lookups_pool: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-def _lookups() -> concurrent.futures.ThreadPoolExecutor:
-    """A few threads for the object-store requests `SnapshotManager.latest` sends side by side."""
-    global _lookups_pool
-    with _lookups_lock:
-        if _lookups_pool is None:
-            _lookups_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsmlake-snapshot-lookup")
-        return _lookups_pool
-
-
-def _forget_lookups_in_child() -> None:
-    # a forked child has none of the parent's threads: a pool made before the fork would never run a task
-    global _lookups_pool, _lookups_lock
-    _lookups_pool, _lookups_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_lookups_in_child)
+#: the object-store requests `SnapshotManager.latest` sends side by side
+_LOOKUPS = SharedPool("lsmlake-snapshot-lookup", 4)
 
 
 class SnapshotManager:
@@ -163,7 +144,7 @@ class SnapshotManager:
         a hint can name a snapshot that is gone (a drop that raced the hint's write, a crashed rollback)."""
         if self.io.local:
             return self.io.file_exists(self.path(hint)) and not self.io.file_exists(self.path(hint + 1))
-        looking = _lookups().submit(self.io.file_exists, self.path(hint + 1))
+        looking = _LOOKUPS.get().submit(self.io.file_exists, self.path(hint + 1))
         exists = self.io.file_exists(self.path(hint))
         return exists and not looking.result()
 
@@ -212,7 +193,7 @@ class SnapshotManager:
             # the snapshot known, unchanged (same entity tag: not expired, nor the table dropped and made again),
             # with none after it, is the latest: one round trip of two HEADs
             snap, tag = known
-            looking = _lookups().submit(self.io.file_exists, self.path(snap.id + 1))
+            looking = _LOOKUPS.get().submit(self.io.file_exists, self.path(snap.id + 1))
             same = self.io.tag(self.path(snap.id)) == tag
             if not looking.result() and same:
                 return snap
@@ -222,7 +203,7 @@ class SnapshotManager:
                 newer = self.io.file_exists(self.path(hint + 1))
                 found = None if newer else self._snapshot_or_none(hint)
             else:  # two round trips at once: the look past the hint and the read of the hinted snapshot
-                looking = _lookups().submit(self.io.file_exists, self.path(hint + 1))
+                looking = _LOOKUPS.get().submit(self.io.file_exists, self.path(hint + 1))
                 found = self._tagged_or_none(hint)
                 newer = looking.result()
             if not newer and found is not None:

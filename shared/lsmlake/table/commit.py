@@ -21,8 +21,6 @@ it wrote: nothing was applied and the caller may retry the same messages once th
 from __future__ import annotations
 
 import concurrent.futures
-import os
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -39,43 +37,17 @@ from lsmlake.errors import (
 from lsmlake.format.index_manifest import DELETION_VECTORS, IndexEntry, IndexManifestStore
 from lsmlake.format.manifest import ADD, DELETE, ManifestEntry, ManifestFileMeta, ManifestStore, merge_entries
 from lsmlake.format.snapshot import APPEND, BATCH_COMMIT_IDENTIFIER, COMPACT, OVERWRITE, Snapshot, SnapshotManager
+from lsmlake.runtime.thread_pools import SharedPool
 from lsmlake.table.index_changes import IndexChange, apply_index_change
 from lsmlake.table.write import CommitMessage
 
 # Merge the base manifests into fresh ones once a list holds this many small manifests.
 _MANIFEST_ENTRIES_PER_FILE = 100_000
-_uploads_lock = threading.Lock()
-_uploads_pool: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-def _uploads() -> concurrent.futures.ThreadPoolExecutor:
-    """A few threads for the metadata uploads a commit sends side by side on an object store."""
-    global _uploads_pool
-    with _uploads_lock:
-        if _uploads_pool is None:
-            _uploads_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsmlake-commit-upload")
-        return _uploads_pool
-
-_delta_pool: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-def _delta_uploads() -> concurrent.futures.ThreadPoolExecutor:
-    """The threads that upload a delta manifest beside its list (a pool of its own: `_write_delta` runs in one
-    of `_uploads`' threads, which must not wait on work queued behind it)."""
-    global _delta_pool
-    with _uploads_lock:
-        if _delta_pool is None:
-            _delta_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsmlake-commit-delta")
-        return _delta_pool
-
-
-def _forget_pools_in_child() -> None:
-    # a forked child has none of the parent's threads: a pool made before the fork would never run a task
-    global _uploads_pool, _delta_pool, _uploads_lock
-    _uploads_pool, _delta_pool, _uploads_lock = None, None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pools_in_child)
+#: the metadata uploads a commit sends side by side on an object store
+_UPLOADS = SharedPool("lsmlake-commit-upload", 4)
+#: a delta manifest uploaded beside its list (a pool of its own: `_write_delta` runs on `_UPLOADS`, whose threads
+#: must not wait on work queued behind them)
+_DELTA_UPLOADS = SharedPool("lsmlake-commit-delta", 4)
 
 
 _KEEP: set[bytes] = set()  # marker: an OVERWRITE commit that replaces no partition
@@ -197,7 +169,7 @@ class FileStoreCommit:
             # the delta manifest and delta list of a commit that replaces nothing name only its own changes,
             # whatever snapshot it lands on: on an object store they are uploaded while the latest snapshot is
             # looked up, two round trips fewer per commit
-            early = _uploads().submit(self._write_delta, changes, early_names)
+            early = _UPLOADS.get().submit(self._write_delta, changes, early_names)
         for _attempt in range(self.max_retries + 1):
             try:
                 latest = self.snapshots.latest()
@@ -273,7 +245,7 @@ class FileStoreCommit:
         meta, manifest = self.manifests.encode_manifest(entries, self.schema_id)
         list_name, listed = self.manifests.encode_list([meta])
         names.extend([meta.file_name, list_name])
-        beside = _delta_uploads().submit(self.manifests.upload, meta.file_name, manifest)
+        beside = _DELTA_UPLOADS.get().submit(self.manifests.upload, meta.file_name, manifest)
         try:
             self.manifests.upload(list_name, listed)
         finally:
@@ -301,7 +273,7 @@ class FileStoreCommit:
             delta = self.manifests.write_list([delta_meta])
             written.append(delta[0])
             return base, delta
-        delta_job = _uploads().submit(self.manifests.write_list, [delta_meta])
+        delta_job = _UPLOADS.get().submit(self.manifests.write_list, [delta_meta])
         try:
             base = self.manifests.write_list(self._base_manifests(latest, written))
             written.append(base[0])

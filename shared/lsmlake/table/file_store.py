@@ -8,8 +8,6 @@ import concurrent.futures
 import functools
 import hashlib
 import logging
-import os
-import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -30,6 +28,7 @@ from lsmlake.format.predicate import Predicate
 from lsmlake.format.schema import SchemaHistory, SchemaManager, TableSchema
 from lsmlake.format.snapshot import APPEND, COMPACT, OVERWRITE, Snapshot, SnapshotManager
 from lsmlake.fs.file_io import FileIO
+from lsmlake.runtime.thread_pools import SharedPool
 from lsmlake.table import features
 from lsmlake.table.commit import CommitResult, FileStoreCommit, Validation
 from lsmlake.table.dynamic_bucket import BucketAssigner, CommittingAssigner, is_dynamic
@@ -39,27 +38,9 @@ from lsmlake.table.sequence_numbers import RestoredSequences, SequenceAllocator
 from lsmlake.table.write import CommitMessage, TableWrite
 
 _log = logging.getLogger(__name__)
-_ahead_lock = threading.Lock()
-_ahead_pool: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-def _ahead() -> concurrent.futures.ThreadPoolExecutor:
-    """Threads for a lookup sent ahead of the work that needs it (its own pool: the lookup itself sends requests
-    side by side on `format.snapshot`'s, and a task never waits on a task of its own pool)."""
-    global _ahead_pool
-    with _ahead_lock:
-        if _ahead_pool is None:
-            _ahead_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="lsmlake-lookup-ahead")
-        return _ahead_pool
-
-
-def _forget_ahead_in_child() -> None:
-    # a forked child has none of the parent's threads: a pool made before the fork would never run a task
-    global _ahead_pool, _ahead_lock
-    _ahead_pool, _ahead_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_ahead_in_child)
+#: a lookup sent ahead of the work that needs it (its own pool: the lookup itself sends requests side by side on
+#: `format.snapshot`'s, and a task never waits on a task of its own pool)
+_AHEAD = SharedPool("lsmlake-lookup-ahead", 4)
 
 
 def table_identity(fio: FileIO, schemas: SchemaManager) -> str:
@@ -147,7 +128,7 @@ class FileStore:
         latest: concurrent.futures.Future[Snapshot | None] | None = None
         if sequences is None and not self.io.local:
             # on an object store the latest snapshot is looked up while the schema check is under way
-            latest = _ahead().submit(self.snapshots.latest)
+            latest = _AHEAD.get().submit(self.snapshots.latest)
         self.refresh_schema()
         features.check(self.schema, self.identifier, for_write=True)
         if assigner is None and is_dynamic(self.schema):

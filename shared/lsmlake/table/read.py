@@ -9,7 +9,6 @@ keeps its values, a column added later reads as nulls.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 
@@ -26,33 +25,20 @@ from lsmlake.format.row_kind import without_retractions
 from lsmlake.format.schema import SEQUENCE_NUMBER, VALUE_KIND, SchemaHistory, SchemaManager, TableSchema
 from lsmlake.fs.file_io import FileIO
 from lsmlake.mergetree.merge.factory import merge_function_for
+from lsmlake.runtime.thread_pools import SharedPool
 from lsmlake.table.scan import Split
 
 DECODE_THREADS = max(2, os.cpu_count() or 2)
 FILES_AT_ONCE = 64  # data files of a split open (and decoding) at one time
 
-_pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
+_DECODE = SharedPool("lsmlake-decode", DECODE_THREADS)
 
 
 def decode_pool() -> Executor:
     """The process's decode pool, shared by every read: started on first use, so a read pays no
     thread start-up, and concurrent reads together decode on DECODE_THREADS threads. Its tasks never
     wait on it, so readers waiting on their tasks cannot starve it."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=DECODE_THREADS, thread_name_prefix="lsmlake-decode")
-        return _pool
-
-
-def _forget_pool_in_child() -> None:
-    # a forked child (Spark's Python workers are forked) has none of the parent's threads
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool_in_child)
+    return _DECODE.get()
 
 
 class TableRead:
