@@ -209,6 +209,27 @@ def test_a_body_on_a_get_is_not_taken_into_memory(cat: CatalogProcess, tokens: T
     assert rss.growth < 32, f"the catalog grew by {rss.growth:.0f} MiB for a body it should not read"
 
 
+def test_a_client_sending_its_body_slowly_before_reading_gets_the_answer(cat: CatalogProcess, tokens: Tokens) -> None:
+    """A plain client (urllib's way: the whole body first, then the answer) on a slow link: the catalog drops the
+    body it does not read for as long as bytes keep coming, rather than for a fixed time. Closing while the client
+    still sends resets the connection, and the reset destroys the answer the client has not read yet."""
+    chunk, chunks, pace_s = 64 << 10, 64, 4.0 / 64  # 4 MiB over about 4 s, longer than any fixed linger of old
+    s = connect(cat.rest_port, tls=cat.tls)
+    try:
+        s.sendall(_head("GET", "/v1/config?warehouse=lake", tokens.reader, chunk * chunks))
+        sent = 0
+        with suppress(OSError):  # the old server closed after 2 s: the client's sends failed with a reset
+            for _ in range(chunks):
+                s.sendall(b" " * chunk)
+                sent += chunk
+                time.sleep(pace_s)
+        status, raw = answer(s, 10.0)
+    finally:
+        s.close()
+    assert sent == chunk * chunks, f"the catalog cut the connection after {sent} of {chunk * chunks} body bytes"
+    assert status == 200, raw[:300]
+
+
 def test_a_head_sent_a_byte_at_a_time_is_cut_at_the_head_deadline(cat: CatalogProcess) -> None:
     s = connect(cat.rest_port, tls=cat.tls)
     started = time.monotonic()

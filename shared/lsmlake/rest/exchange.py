@@ -25,11 +25,14 @@ from lsmlake.rest.workers import Workers
 
 _log = logging.getLogger(__name__)
 
-# After an answer that leaves a body unread, its bytes are dropped (read, not kept) for up to LINGER_S and
-# LINGER_BYTES, so that a client still sending an honest body of up to the old 16 MiB limit reads its answer
-# rather than a reset. Dropping costs no memory and a few ms of the loop per MiB; beyond it, the reset.
-LINGER_S = 2.0
-LINGER_BYTES = 16 << 20
+# After an answer that leaves a body unread, its bytes are dropped (read, not kept) for as long as they keep
+# coming (a pause of LINGER_IDLE_S ends it), up to LINGER_MAX_S and LINGER_BYTES in all, so that a client still
+# sending an honest body of up to the old 16 MiB limit on a slow link reads its answer rather than a reset
+# (a plain client sends its whole body before it reads). A fixed linger of 2 s reset such clients. Dropping
+# costs no memory and a few ms of the loop per MiB; beyond the bounds, the reset.
+LINGER_IDLE_S = 2.0
+LINGER_MAX_S = 30.0
+LINGER_BYTES = 17 << 20  # the old limit, and TLS framing and what came with the head
 
 
 @dataclass(frozen=True)
@@ -255,9 +258,10 @@ class Exchange:
         await self._channel.close_write()
         dropped = 0
         try:
-            async with asyncio.timeout(LINGER_S):
+            async with asyncio.timeout(LINGER_MAX_S):
                 while dropped < LINGER_BYTES:
-                    n = await self._channel.discard()
+                    async with asyncio.timeout(LINGER_IDLE_S):
+                        n = await self._channel.discard()
                     if not n:
                         break
                     dropped += n
