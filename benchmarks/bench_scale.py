@@ -1,0 +1,239 @@
+"""Scale: one primary-key table grown to SCALE_FILES live files (100,000 by default) in 1,000 partitions of 8
+buckets, measured at 1k, 10k and SCALE_FILES files.
+
+The table lives in a filesystem warehouse served by a `catalog_svc` process (no Kafka, no compactor), as a
+deployment would run it. It grows by bulk commits, through the catalog: this process writes rows spread over
+GROW_PARTITIONS partitions x 8 buckets with lsmlake's table writer (one small level-0 file per bucket touched)
+and commits the files as one APPEND, so 100k files take about 100 commits rather than 100k. 'write-only' keeps
+every compaction off while it grows (no compactor runs, and the library's writes never compact then).
+
+At each size:
+  - commit p50/p99 of a one-file APPEND through the catalog (one row written into one bucket beforehand; only the
+    Commit call is timed), COMMITS of them;
+  - planning of a one-partition scan and of a full scan, by the catalog (PlanScan, what a client waits for) and
+    by the library in this process (`new_scan(...).plan()`), medians of PLANS;
+  - the catalog's memory (the catalog_svc process's RSS) and the writer's (this process's RSS, which holds the
+    table, its writer and its plans), both beside their RSS before the table had any file;
+  - one full compaction of one partition (a partition not compacted before: about 1/1000 of the files), by the
+    library (`compact_table(full=True, partition=...)`), committed straight into the warehouse.
+
+Printed: a table of the figures at each size, the growth ratios (top against 1k) beside their targets, and as the
+last line the JSON result: the commit p50 growth ratio, anchored on the commit p50 at 1k files.
+Targets: commit p50 at the top <= 1.5x the p50 at 1k (flat); one-partition planning <= 100 ms at 100k files,
+flat in the table's size.
+
+Growing 100,000 real files takes minutes on a 2-core machine (each file is a Parquet file written and committed);
+SCALE_FILES picks a smaller top (e.g. SCALE_FILES=20000 for a quick run). Sizes below the top that are not
+smaller than it are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).parent))
+import common  # noqa: E402
+
+from lsmlake.client.client import Client  # noqa: E402
+from lsmlake.format.predicate import Predicate  # noqa: E402
+from lsmlake.table.compact import compact_table  # noqa: E402
+from lsmlake.table.file_store_table import FileStoreTable  # noqa: E402
+
+TOP = int(os.environ.get("SCALE_FILES", "100000"))
+PARTITIONS = 1_000
+BUCKETS = 8
+GROW_PARTITIONS = int(os.environ.get("SCALE_GROW_PARTITIONS", "125"))  # partitions per bulk commit (x8 files)
+ROWS_PER_PARTITION = 64  # (7/8)^64: a bucket of a written partition is missed once in ~5,000
+COMMITS = int(os.environ.get("SCALE_COMMITS", "30"))
+PLANS = int(os.environ.get("SCALE_PLANS", "5"))
+IDENT = "db.scale"
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("p", pa.string(), nullable=False),
+                    pa.field("v", pa.int64())])
+OPTIONS = {"bucket": str(BUCKETS), "write-only": "true"}
+
+
+def _part(i: int) -> str:
+    return f"p{i:04d}"
+
+
+def rss_mib(pid: int | str = "self") -> float:
+    """The resident set of a process (Linux), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+class Grower:
+    """Adds small level-0 files to the table by bulk commits through the catalog."""
+
+    def __init__(self, client: Client, table: FileStoreTable) -> None:
+        self.client = client
+        self.table = table
+        self.user = f"scale-grow-{uuid.uuid4()}"
+        self.identifier = 0
+        self.next_partition = 0
+        self.rng = np.random.default_rng(11)
+        self.files = 0
+        self.commits = 0
+
+    def rows(self, partitions: list[int]) -> pa.Table:
+        n = len(partitions) * ROWS_PER_PARTITION
+        parts = pa.array(np.repeat([_part(p) for p in partitions], ROWS_PER_PARTITION))
+        return pa.table({"id": self.rng.integers(0, 1 << 40, n), "p": parts, "v": np.full(n, self.commits)},
+                        schema=SCHEMA)
+
+    def commit(self, data: pa.Table, user: str | None = None) -> tuple[int, float]:
+        """Write `data`, commit it through the catalog as one APPEND; (files added, seconds of the Commit call)."""
+        w = self.table.new_write()
+        try:
+            w.write(data)
+            messages = w.prepare_commit()
+        except BaseException:
+            w.abort()
+            raise
+        self.identifier += 1
+        t = time.perf_counter()
+        self.client.commit(IDENT, messages, commit_user=user or self.user, commit_identifier=self.identifier)
+        secs = time.perf_counter() - t
+        added = sum(len(m.new_files) for m in messages)
+        self.files += added
+        self.commits += 1
+        return added, secs
+
+    def grow_to(self, target: int) -> None:
+        while self.files < target:
+            per = max(1, min(GROW_PARTITIONS, -(-(target - self.files) // BUCKETS)))
+            parts = [(self.next_partition + i) % PARTITIONS for i in range(per)]
+            self.next_partition = (self.next_partition + per) % PARTITIONS
+            self.commit(self.rows(parts))
+
+
+def _median_secs(fn: Any, n: int) -> tuple[float, Any]:
+    times, out = [], None
+    for _ in range(n):
+        secs, out = common.timed(fn)
+        times.append(secs)
+    return statistics.median(times), out
+
+
+def measure(g: Grower, client: Client, catalog_pid: int, compact_partition: int) -> dict[str, float]:
+    table = g.table
+    files_before = sum(len(s.files) for s in table.plan())
+    # one-file APPENDs: one row into one bucket of partition 0; only the catalog's Commit call is timed
+    commit_secs = []
+    for i in range(COMMITS):
+        row = pa.table({"id": [i], "p": [_part(0)], "v": [-1]}, schema=SCHEMA)
+        added, secs = g.commit(row)
+        assert added == 1, added
+        commit_secs.append(secs)
+    commit_secs.sort()
+    p50 = statistics.median(commit_secs)
+    p99 = commit_secs[min(len(commit_secs) - 1, round(0.99 * (len(commit_secs) - 1)))]
+    one = Predicate.of({"p": _part(1)})  # bulk-written at every size; partition 0 takes the one-file commits
+    cat_one, splits = _median_secs(lambda: client.plan_splits(table, predicate=one), PLANS)
+    assert 0 < len(splits) <= BUCKETS, len(splits)
+    cat_full, splits = _median_secs(lambda: client.plan_splits(table), max(1, PLANS // 2 + 1))
+    cat_full_files = sum(len(s.files) for s in splits)
+    lib_one, splits = _median_secs(lambda: table.new_scan(one, all_levels=True).plan(), PLANS)
+    assert 0 < len(splits) <= BUCKETS, len(splits)
+    lib_full, splits = _median_secs(lambda: table.plan(), max(1, PLANS // 2 + 1))
+    lib_full_files = sum(len(s.files) for s in splits)
+    assert cat_full_files == lib_full_files == g.files, (cat_full_files, lib_full_files, g.files)
+    del splits
+    writer_rss = rss_mib()
+    catalog_rss = rss_mib(catalog_pid)
+    part = {"p": _part(compact_partition)}
+    in_part = sum(len(s.files) for s in table.new_scan(part, all_levels=True).plan())
+    compact_secs, res = common.timed(lambda: compact_table(table, full=True, partition=part))
+    out_part = sum(len(s.files) for s in table.new_scan(part, all_levels=True).plan())
+    assert res.snapshot_id is not None and out_part <= BUCKETS, (res, out_part)
+    g.files += out_part - in_part
+    return {"files": files_before, "commit_p50_ms": p50 * 1e3, "commit_p99_ms": p99 * 1e3,
+            "plan_one_catalog_ms": cat_one * 1e3, "plan_one_library_ms": lib_one * 1e3,
+            "plan_full_catalog_ms": cat_full * 1e3, "plan_full_library_ms": lib_full * 1e3,
+            "catalog_rss_mib": catalog_rss, "writer_rss_mib": writer_rss,
+            "compact_files": in_part, "compact_partition_s": compact_secs}
+
+
+COLUMNS = [("files", "live files", "{:.0f}"), ("commit_p50_ms", "commit p50 ms", "{:.1f}"),
+           ("commit_p99_ms", "commit p99 ms", "{:.1f}"), ("plan_one_catalog_ms", "plan 1 part, catalog ms", "{:.1f}"),
+           ("plan_one_library_ms", "plan 1 part, library ms", "{:.1f}"),
+           ("plan_full_catalog_ms", "plan full, catalog ms", "{:.0f}"),
+           ("plan_full_library_ms", "plan full, library ms", "{:.0f}"),
+           ("catalog_rss_mib", "catalog RSS MiB", "{:.0f}"),
+           ("writer_rss_mib", "writer RSS MiB", "{:.0f}"), ("compact_files", "compacted files", "{:.0f}"),
+           ("compact_partition_s", "compact 1 part s", "{:.2f}")]
+
+
+def main() -> None:
+    sizes = [s for s in (1_000, 10_000) if s < TOP] + [TOP]
+    root = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    procs: list[Any] = []
+    try:
+        wh = root / "wh"
+        wh.mkdir()
+        proc, port = common.start_service("catalog_svc", ["--warehouse", str(wh)], root / "catalog.log")
+        procs.append(proc)
+        with Client(f"127.0.0.1:{port}", warehouse=str(wh), timeout_s=600) as client:
+            client.create_database("db")
+            client.create_table(IDENT, SCHEMA, primary_keys=["id", "p"], partition_keys=["p"], options=OPTIONS)
+            table = client.open_table(IDENT)
+            g = Grower(client, table)
+            base = {"catalog_rss_mib": rss_mib(proc.pid), "writer_rss_mib": rss_mib()}
+            print(f"{'RSS before any file':24s} catalog {base['catalog_rss_mib']:.0f} MiB, "
+                  f"writer {base['writer_rss_mib']:.0f} MiB")
+            rows = []
+            t0 = time.perf_counter()
+            for n, size in enumerate(sizes):
+                grow_secs, _ = common.timed(lambda size=size: g.grow_to(size))
+                print(f"grown to {g.files} files in {g.commits} commits ({grow_secs:.0f} s)", flush=True)
+                rows.append(measure(g, client, proc.pid, 2 + n))
+                print("  " + ", ".join(f"{label} {fmt.format(rows[-1][k])}" for k, label, fmt in COLUMNS),
+                      flush=True)
+            print(f"total {time.perf_counter() - t0:.0f} s, {g.commits} commits")
+        print()
+        print(" | ".join(f"{label:>24s}" for _, label, _ in COLUMNS[:1]) + " | "
+              + " | ".join(f"{r['files']:>9.0f}" for r in rows))
+        for k, label, fmt in COLUMNS[1:]:
+            print(f"{label:>24s} | " + " | ".join(f"{fmt.format(r[k]):>9s}" for r in rows))
+        first, last = rows[0], rows[-1]
+        top = f"{last['files'] / 1e3:.0f}k"
+        print()
+        for k, target in [("commit_p99_ms", "flat"), ("plan_one_catalog_ms", "flat, <= 100 ms at 100k"),
+                          ("plan_one_library_ms", "flat, <= 100 ms at 100k"),
+                          ("plan_full_catalog_ms", "(grows with the files)"),
+                          ("plan_full_library_ms", "(grows with the files)"),
+                          ("compact_partition_s", "flat (a partition's files grow ~ the table)")]:
+            print(f"growth {k:24s} {top}/1k = {last[k] / first[k]:6.2f}x  ({first[k]:.1f} -> {last[k]:.1f}); "
+                  f"target {target}")
+        for k in ("catalog_rss_mib", "writer_rss_mib"):
+            grew = last[k] - base[k]
+            print(f"growth {k:24s} {top}/1k = {last[k] / first[k]:6.2f}x  ({first[k]:.0f} -> {last[k]:.0f} MiB; "
+                  f"{grew:.0f} MiB over the empty table, {grew * 1024 / max(1, last['files']):.1f} KiB/file)")
+        ratio = last["commit_p50_ms"] / first["commit_p50_ms"]
+        print(f"growth {'commit_p50_ms':24s} {top}/1k = {ratio:6.2f}x  ({first['commit_p50_ms']:.1f} -> "
+              f"{last['commit_p50_ms']:.1f}); target <= 1.5x")
+        # common.result's figure is a rate; here the figure is itself the ratio, and the anchor is in ms
+        print(json.dumps({"bench": "scale", "value": round(ratio, 2), "unit": "x", "anchor": "commit p50 at 1k files",
+                          "anchor_value": round(first["commit_p50_ms"], 2), "ratio": round(ratio, 2),
+                          "target": "<= 1.5x"}))
+    finally:
+        common.stop_services(procs)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
