@@ -1,12 +1,17 @@
-"""The values of `lake`'s options: parsed by argparse (`type=`), errors reported as usage errors."""
+"""The values of `lake`'s options: parsed by argparse (`type=`), errors reported as usage errors.
+
+The schema changes of `lake table alter` are made from the table layer, imported when such a flag is given, not
+when the parser is built.
+"""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lsmlake.table.schema_change import AddColumn, RemoveOption, RenameColumn, SetOption
+if TYPE_CHECKING:
+    from lsmlake.table.schema_change import AddColumn, RemoveOption, RenameColumn, SetOption
 
 
 def key_value(text: str) -> tuple[str, str]:
@@ -53,6 +58,8 @@ class ChangeAction(argparse.Action):
 
 
 def add_column(text: str) -> AddColumn:
+    from lsmlake.table.schema_change import AddColumn
+
     parts = text.strip().split(None, 1)
     if len(parts) != 2:
         raise argparse.ArgumentTypeError(f"expected 'NAME TYPE', got {text!r}")
@@ -60,6 +67,8 @@ def add_column(text: str) -> AddColumn:
 
 
 def rename_column(text: str) -> RenameColumn:
+    from lsmlake.table.schema_change import RenameColumn
+
     old, new = key_value(text)
     if not new:
         raise argparse.ArgumentTypeError(f"expected OLD=NEW, got {text!r}")
@@ -67,10 +76,14 @@ def rename_column(text: str) -> RenameColumn:
 
 
 def set_option(text: str) -> SetOption:
+    from lsmlake.table.schema_change import SetOption
+
     return SetOption(*key_value(text))
 
 
 def remove_option(text: str) -> RemoveOption:
+    from lsmlake.table.schema_change import RemoveOption
+
     if not text.strip():
         raise argparse.ArgumentTypeError("expected an option key")
     return RemoveOption(text.strip())

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import pyarrow as pa
+if TYPE_CHECKING:  # the interface names them; `lake table list` need not import them
+    import pyarrow as pa
 
-from lsmlake.format.types import DataField
-from lsmlake.table.file_store_table import FileStoreTable
-from lsmlake.table.schema_change import SchemaChange
+    from lsmlake.format.types import DataField
+    from lsmlake.table.file_store_table import FileStoreTable
+    from lsmlake.table.schema_change import SchemaChange
 
 
 @dataclass(frozen=True)

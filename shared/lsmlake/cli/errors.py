@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
-
-#: what Arrow raises for input it cannot read or convert: reported as errors, not as bugs
-ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+import sys
 
 
 class CliError(Exception):
@@ -14,3 +11,14 @@ class CliError(Exception):
 
 class UsageError(CliError):
     """Bad usage: exit code 2."""
+
+
+def arrow_errors() -> tuple[type[Exception], ...]:
+    """What Arrow raises for input it cannot read or convert: reported as errors, not as bugs.
+
+    None while pyarrow is not imported: then nothing can have raised one, and `lake --help` need not import it.
+    """
+    pa = sys.modules.get("pyarrow")
+    if pa is None:
+        return ()
+    return (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lsmlake.cli.errors import ARROW_ERRORS, CliError, UsageError
+from lsmlake.cli.errors import CliError, UsageError, arrow_errors
 from lsmlake.errors import InvalidInputError, LakeError
 from lsmlake.format.row_kind import ROW_KIND_COLUMN
 from lsmlake.format.schema import TableSchema
@@ -67,7 +67,7 @@ def read_rows(src: Source, name: str, fmt: str, schema: TableSchema, identifier:
     if fmt == "parquet":
         try:
             data = pq.read_table(_stream(src))
-        except (OSError, *ARROW_ERRORS) as e:
+        except (OSError,) + arrow_errors() as e:
             raise CliError(f"cannot read {name} as {fmt}: {e}") from None
         data = _normalize_row_kind(data, name)
         if data.num_rows == 0:
@@ -88,7 +88,7 @@ def read_rows(src: Source, name: str, fmt: str, schema: TableSchema, identifier:
             messages, places = json_messages(_raw_bytes(src), allow_array=fmt == "json")
     except InvalidInputError as e:
         raise CliError(f"{name}: {e}") from None
-    except (OSError, UnicodeDecodeError, *ARROW_ERRORS) as e:
+    except (OSError, UnicodeDecodeError) + arrow_errors() as e:
         raise CliError(f"cannot read {name} as {fmt}: {e}") from None
     result = decode_messages(schema, list(messages), "json", needs_retractions=False, table=identifier)
     if result.rejected:

@@ -24,7 +24,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from lsmlake.cli.errors import ARROW_ERRORS, CliError, UsageError
+from lsmlake.cli.errors import CliError, UsageError, arrow_errors
 from lsmlake.cli.parser import PROG, build_parser
 from lsmlake.errors import LakeError
 
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         what = f"{e.strerror or e}: {e.filename}" if e.filename else str(e)
         _report(what)
         return 1
-    except ARROW_ERRORS as e:
+    except arrow_errors() as e:
         _report(str(e))
         return 1
     except Exception as e:  # a bug: still no traceback unless asked for

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from lsmlake.cli.errors import ARROW_ERRORS, CliError
+from lsmlake.cli.errors import CliError, arrow_errors
 from lsmlake.format.types import AnyType, to_arrow_type
 
 
@@ -174,7 +174,7 @@ class JsonValues:
         for v, t in zip(values, self.arrow_types, strict=True):
             try:
                 converted.append(json_values(pa.array([v], type=t))[0])
-            except ARROW_ERRORS:
+            except arrow_errors():
                 converted.append(str(v))
         return converted
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from lsmlake.cli import help_text as h
@@ -19,17 +20,7 @@ from lsmlake.cli.arguments import (
     set_option,
 )
 from lsmlake.cli.cluster import ENV_STATE_DIR
-from lsmlake.cli.commands.cluster import cmd_down, cmd_status, cmd_up
-from lsmlake.cli.commands.compaction import cmd_compact, cmd_health, cmd_levels, cmd_rescale, cmd_timeline
-from lsmlake.cli.commands.read import cmd_changelog, cmd_expire, cmd_files, cmd_scan, cmd_snapshots
-from lsmlake.cli.commands.table import (
-    cmd_table_alter,
-    cmd_table_create,
-    cmd_table_describe,
-    cmd_table_drop,
-    cmd_table_list,
-)
-from lsmlake.cli.commands.write import cmd_delete, cmd_produce, cmd_write
+from lsmlake.cli.commands import Command
 from lsmlake.cli.warehouse import ENV_WAREHOUSE
 from lsmlake.rpc.security import ChannelSecurity
 
@@ -44,6 +35,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{PROG}: error: {message}\n")
 
 
+class _Version(argparse.Action):
+    """`--version`: prints the installed version, looked up only then (importlib.metadata is slow to import)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str = "show program's version number and exit") -> None:
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"{PROG} (lsmlake) {_version()}")
+        parser.exit()
+
+
 def _version() -> str:
     try:
         from importlib.metadata import version
@@ -56,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = _Parser(prog=PROG, description="Create, write and read tables in the Apache Paimon format.",
                      epilog=h.MAIN_EPILOG, formatter_class=fmt, allow_abbrev=False)
-    parser.add_argument("--version", action="version", version=f"{PROG} (lsmlake) {_version()}")
+    parser.add_argument("--version", action=_Version)
     parser.add_argument("--warehouse", metavar="DIR", default=None,
                         help=f"the warehouse folder or URI (default: ${ENV_WAREHOUSE})")
     for name, env in (("catalog", "LAKE_CATALOG"), ("writer", "LAKE_WRITER"), ("compactor", "LAKE_COMPACTOR"),
@@ -109,18 +113,18 @@ def _table_commands(commands: Any, sub: Sub, fmt: type[argparse.HelpFormatter]) 
                    help="a table option such as bucket=4 (repeatable)")
     p.add_argument("--comment", help="a table comment")
     p.add_argument("--if-not-exists", action="store_true", help="do nothing if the table exists")
-    p.set_defaults(func=cmd_table_create)
+    p.set_defaults(func=Command("table", "cmd_table_create"))
 
     p = sub(actions, "list", "list the tables of a database", h.LIST_EPILOG)
     p.add_argument("database", metavar="DB")
     p.add_argument("--format", choices=("text", "jsonl", "json"), default="text",
                    help="text: one name per line (default); jsonl: {\"table\": ...} per line; json: a list")
-    p.set_defaults(func=cmd_table_list)
+    p.set_defaults(func=Command("table", "cmd_table_list"))
 
     p = sub(actions, "describe", "show the columns, keys and options of a table", h.DESCRIBE_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
     p.add_argument("--format", choices=("table", "jsonl", "json"), default="table", help="default: table")
-    p.set_defaults(func=cmd_table_describe)
+    p.set_defaults(func=Command("table", "cmd_table_describe"))
 
     p = sub(actions, "alter", "add or rename columns, set or remove options", h.ALTER_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
@@ -132,12 +136,12 @@ def _table_commands(commands: Any, sub: Sub, fmt: type[argparse.HelpFormatter]) 
                    help="set a table option (repeatable)")
     p.add_argument("--remove", action=ChangeAction, type=remove_option, dest="changes", metavar="KEY",
                    help="remove a table option (repeatable)")
-    p.set_defaults(func=cmd_table_alter, changes=None)
+    p.set_defaults(func=Command("table", "cmd_table_alter"), changes=None)
 
     p = sub(actions, "drop", "delete a table and all its data", h.DROP_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
     p.add_argument("--if-exists", action="store_true", help="do nothing if the table does not exist")
-    p.set_defaults(func=cmd_table_drop)
+    p.set_defaults(func=Command("table", "cmd_table_drop"))
 
 
 def _other_commands(commands: Any, sub: Sub) -> None:
@@ -150,7 +154,7 @@ def _other_commands(commands: Any, sub: Sub) -> None:
     p.add_argument("--request-id", metavar="ID",
                    help="name this write (through the writer service): the same command run again after a "
                         "failure writes each part once (parts are ID/0, ID/1, ...)")
-    p.set_defaults(func=cmd_write)
+    p.set_defaults(func=Command("write", "cmd_write"))
 
     p = sub(commands, "scan", "read the rows of a table", h.SCAN_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
@@ -161,18 +165,18 @@ def _other_commands(commands: Any, sub: Sub) -> None:
     p.add_argument("--output", metavar="FILE", help="write to FILE instead of stdout (required for parquet)")
     p.add_argument("--columns", action="append", metavar="COLS", help="comma-separated columns to read")
     p.add_argument("--limit", type=non_negative, metavar="N", help="at most N rows")
-    p.set_defaults(func=cmd_scan)
+    p.set_defaults(func=Command("read", "cmd_scan"))
 
     p = sub(commands, "snapshots", "list the snapshots of a table", h.SNAPSHOTS_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
     p.add_argument("--format", choices=("jsonl", "table"), default="jsonl", help="default: jsonl")
-    p.set_defaults(func=cmd_snapshots)
+    p.set_defaults(func=Command("read", "cmd_snapshots"))
 
     p = sub(commands, "delete", "delete rows of an append table through deletion vectors", h.DELETE_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
     p.add_argument("--where", action="append", type=key_value, default=[], metavar="COLUMN=VALUE",
                    required=True, help="delete rows where COLUMN equals VALUE (repeatable: all must hold)")
-    p.set_defaults(func=cmd_delete)
+    p.set_defaults(func=Command("write", "cmd_delete"))
 
     p = sub(commands, "changelog", "print the changelog rows committed by a range of snapshots",
             h.CHANGELOG_EPILOG)
@@ -181,14 +185,14 @@ def _other_commands(commands: Any, sub: Sub) -> None:
                    help="first snapshot (default: 1, or the earliest retained one)")
     p.add_argument("--to-snapshot", type=non_negative, metavar="M", help="last snapshot (default: the latest)")
     p.add_argument("--format", choices=("jsonl", "csv", "table"), default="jsonl", help="default: jsonl")
-    p.set_defaults(func=cmd_changelog)
+    p.set_defaults(func=Command("read", "cmd_changelog"))
 
     p = sub(commands, "files", "list the live data files of a table", h.FILES_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
     p.add_argument("--snapshot", type=non_negative, metavar="N",
                    help="files of snapshot N (default: the latest)")
     p.add_argument("--format", choices=("jsonl", "table"), default="jsonl", help="default: jsonl")
-    p.set_defaults(func=cmd_files)
+    p.set_defaults(func=Command("read", "cmd_files"))
 
     p = sub(commands, "compact", "compact the data files of a table into one COMPACT snapshot",
             h.COMPACT_EPILOG)
@@ -197,7 +201,7 @@ def _other_commands(commands: Any, sub: Sub) -> None:
                    help="full compaction: every bucket into one sorted run on the highest level")
     p.add_argument("--partition", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                    help="compact only the partitions where column KEY equals VALUE (repeatable)")
-    p.set_defaults(func=cmd_compact)
+    p.set_defaults(func=Command("compaction", "cmd_compact"))
 
     p = sub(commands, "rescale", "change the bucket count of a postpone-bucket table's partitions",
             h.RESCALE_EPILOG)
@@ -205,14 +209,14 @@ def _other_commands(commands: Any, sub: Sub) -> None:
     p.add_argument("--buckets", type=positive, required=True, metavar="N", help="the new bucket count")
     p.add_argument("--partition", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                    help="rescale only the partitions where column KEY equals VALUE (repeatable)")
-    p.set_defaults(func=cmd_rescale)
+    p.set_defaults(func=Command("compaction", "cmd_rescale"))
 
     p = sub(commands, "produce", "send rows or change events to a table's Kafka ingest topic", h.PRODUCE_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
     p.add_argument("files", nargs="+", metavar="FILE", help="JSON lines: one message per line ('-' for stdin)")
     p.add_argument("--format", choices=("json", "debezium"), default="json",
                    help="what the lines are: plain JSON rows (default) or Debezium change events")
-    p.set_defaults(func=cmd_produce)
+    p.set_defaults(func=Command("write", "cmd_produce"))
 
     p = sub(commands, "expire", "expire old snapshots of a table (and the files only they use)", "")
     p.add_argument("table", metavar="DB.TABLE")
@@ -220,7 +224,7 @@ def _other_commands(commands: Any, sub: Sub) -> None:
     p.add_argument("--retain-min", type=non_negative, metavar="N", help="keep at least N snapshots")
     p.add_argument("--older-than-ms", type=non_negative, metavar="MS",
                    help="expire snapshots older than this (within the two limits)")
-    p.set_defaults(func=cmd_expire)
+    p.set_defaults(func=Command("read", "cmd_expire"))
 
     p = sub(commands, "up", "start the whole cluster on this machine (foreground; Ctrl-C stops it)", h.UP_EPILOG)
     p.add_argument("--kafka", metavar="HOST:PORT", help="use this Kafka instead of the embedded broker")
@@ -244,14 +248,14 @@ def _other_commands(commands: Any, sub: Sub) -> None:
     p.add_argument("--metastore", metavar="URL", default=None,
                    help="the catalog's metastore (sqlite:///PATH or postgresql://...); default: a SQLite file in "
                         "the warehouse folder, or in the state folder for an object-store warehouse")
-    p.set_defaults(func=cmd_up)
+    p.set_defaults(func=Command("cluster", "cmd_up"))
 
     p = sub(commands, "status", "show the cluster that `lake up` runs on this warehouse", "")
     p.add_argument("--format", choices=("table", "json"), default="table", help="default: table")
-    p.set_defaults(func=cmd_status)
+    p.set_defaults(func=Command("cluster", "cmd_status"))
 
     p = sub(commands, "down", "stop the cluster that `lake up` runs on this warehouse", "")
-    p.set_defaults(func=cmd_down)
+    p.set_defaults(func=Command("cluster", "cmd_down"))
 
     p = sub(commands, "health", "rank tables by compaction health: lag, sorted runs, plans", h.HEALTH_EPILOG)
     p.add_argument("table", metavar="DB.TABLE", nargs="?", help="one table (default: every table)")
@@ -260,7 +264,7 @@ def _other_commands(commands: Any, sub: Sub) -> None:
                    help="the catalog's metadata store, for the plans (default: $LSMLAKE_METASTORE, else the "
                         "warehouse's SQLite file if there is one)")
     p.add_argument("--format", choices=("table", "jsonl"), default="table", help="default: table")
-    p.set_defaults(func=cmd_health)
+    p.set_defaults(func=Command("compaction", "cmd_health"))
 
     p = sub(commands, "timeline", "list the compaction plans of a table and their states", h.TIMELINE_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
@@ -270,7 +274,7 @@ def _other_commands(commands: Any, sub: Sub) -> None:
     p.add_argument("--state", action="append", default=None, metavar="STATE", type=str.upper,
                    help="only plans in this state (repeatable)")
     p.add_argument("--format", choices=("table", "jsonl"), default="table", help="default: table")
-    p.set_defaults(func=cmd_timeline)
+    p.set_defaults(func=Command("compaction", "cmd_timeline"))
 
     p = sub(commands, "levels", "show the LSM levels and sorted runs of every bucket", h.LEVELS_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
@@ -278,4 +282,4 @@ def _other_commands(commands: Any, sub: Sub) -> None:
                    help="levels of snapshot N (default: the latest)")
     p.add_argument("--format", choices=("table", "jsonl"), default="table",
                    help="table: a text picture per bucket (default); jsonl: one object per file")
-    p.set_defaults(func=cmd_levels)
+    p.set_defaults(func=Command("compaction", "cmd_levels"))

@@ -1,20 +1,25 @@
 """What a command works on: the warehouse (`--warehouse` or $LAKE_WAREHOUSE: a folder or an object-store URI),
-and the cluster running on it, if any, which picks the backend changes go through."""
+and the cluster running on it, if any, which picks the backend changes go through.
+
+The catalog and the backends are imported when a command opens them (the remote backend loads the gRPC client):
+the parser names this module's settings without loading either.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import urllib.parse
+from typing import TYPE_CHECKING
 
-from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.cli.backend import Backend, Services
 from lsmlake.cli.cluster import ClusterState, find_endpoints, is_remote, warehouse_key
 from lsmlake.cli.errors import UsageError
-from lsmlake.cli.local_backend import LocalBackend
-from lsmlake.cli.remote_backend import RemoteBackend
 from lsmlake.fs.storage_settings import StorageSettings
 from lsmlake.rpc.security import ChannelSecurity
+
+if TYPE_CHECKING:
+    from lsmlake.catalog.filesystem import FileSystemCatalog
 
 ENV_WAREHOUSE = "LAKE_WAREHOUSE"
 
@@ -51,6 +56,8 @@ def open_catalog(args: argparse.Namespace) -> FileSystemCatalog:
     on it recorded (its endpoint, say, so that `--warehouse s3://bucket/prefix` is enough), overridden by the
     URI's own parameters.
     """
+    from lsmlake.catalog.filesystem import FileSystemCatalog
+
     warehouse = require_warehouse(args)
     if warehouse.startswith("~"):
         warehouse = os.path.expanduser(warehouse)
@@ -112,8 +119,12 @@ def find_services(args: argparse.Namespace) -> Services | None:
 
 def open_backend(args: argparse.Namespace) -> Backend:
     """Where changes go: the cluster's services when there is a cluster, else the warehouse directly."""
+    from lsmlake.cli.local_backend import LocalBackend
+
     local = LocalBackend(lambda: open_catalog(args))
     services = find_services(args)
     if services is None:
         return local
+    from lsmlake.cli.remote_backend import RemoteBackend
+
     return RemoteBackend(services, ChannelSecurity.from_args(args, ""), warehouse_of(args), local)

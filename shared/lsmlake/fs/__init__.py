@@ -4,6 +4,9 @@
 GCS or Azure store (`conditional_create`: how snapshots are published there), then hands the FileIO to the
 process's wrapper if one was set (`set_file_io_wrapper`), so that all storage access of a process can be
 instrumented in one place; without one the FileIO is used as made.
+
+Importing the package loads no pyarrow: `FileIO` and `ConditionalCreate` are imported on first use, so that
+`lsmlake.fs.storage_settings` is as light as it is (the `lake` command line names settings before it opens files).
 """
 
 from __future__ import annotations
@@ -11,17 +14,32 @@ from __future__ import annotations
 import os
 import urllib.parse
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-import pyarrow.fs as pafs
-
-from lsmlake.fs.conditional_create import ConditionalCreate
-from lsmlake.fs.file_io import FileIO
 from lsmlake.fs.storage_settings import StorageSettings
 
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+    from lsmlake.fs.file_io import FileIO
+
 #: what `set_file_io_wrapper` takes: a function from a new FileIO to the one to use instead
-FileIOWrapper = Callable[[FileIO], FileIO]
+FileIOWrapper = Callable[["FileIO"], "FileIO"]
 
 __all__ = ["FileIO", "FileIOWrapper", "StorageSettings", "open_path", "set_file_io_wrapper"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FileIO":
+        from lsmlake.fs.file_io import FileIO
+
+        return FileIO
+    if name == "ConditionalCreate":
+        from lsmlake.fs.conditional_create import ConditionalCreate
+
+        return ConditionalCreate
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _wrapper: FileIOWrapper | None = None
 
@@ -45,6 +63,11 @@ def open_path(uri: str, fs: pafs.FileSystem | None = None, publications_serializ
     `storage`: S3 settings from the caller's options; an `s3://` URI is opened with the environment's settings,
     overridden by these, overridden by the URI's own (`lsmlake.fs.storage_settings`).
     """
+    import pyarrow.fs as pafs
+
+    from lsmlake.fs.conditional_create import ConditionalCreate
+    from lsmlake.fs.file_io import FileIO
+
     scheme = ""
     if fs is not None:
         fs, path, local = fs, uri.rstrip("/"), isinstance(fs, pafs.LocalFileSystem)
