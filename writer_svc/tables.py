@@ -40,20 +40,28 @@ class ShutdownError(ServiceUnavailableError):
 
 
 class _Committer:
-    """The group-commit loop of one table; `ask()` asks for a commit now (once rows are buffered)."""
+    """The group-commit loop of one table; `ask()` asks for a commit of the rows buffered now."""
 
     def __init__(self, ingest: TableIngest, interval_s: float, commit_rows: int) -> None:
         self.ingest = ingest
         self.interval_s = interval_s
         self.commit_rows = commit_rows
-        self._asked = threading.Event()
-        self._idle = False  # the last step found nothing to commit
+        # The group an ask was for, by when its first row arrived. An ask belongs to the rows buffered when it
+        # was made: a later group is not committed early because of it, and no step in between can let go of
+        # it (a flag cleared after an idle step dropped the ask of the first write after a quiet moment, which
+        # then waited for the whole interval).
+        self._asked_for: float | None = None
+        self._asked_lock = threading.Lock()
         self._loop = BackgroundLoop(f"commit-{ingest.table_id}", self._step, LOOK_S, error_wait_s=0.0,
                                     on_error=self._failed, what=f"group commit of {ingest.table_id}",
                                     logger=_log).start()
 
     def ask(self) -> None:
-        self._asked.set()
+        since = self.ingest.pending_since()
+        if since is None:
+            return  # nothing buffered: what the ask was for is committed already
+        with self._asked_lock:
+            self._asked_for = since if self._asked_for is None else max(self._asked_for, since)
         self._loop.wake()
 
     def request_stop(self) -> None:
@@ -63,18 +71,14 @@ class _Committer:
         self._loop.stop(timeout_s)
 
     def _step(self) -> float:
-        if self._idle:
-            # an ask that came while nothing was buffered is let go: the group that starts now is committed
-            # when its interval or its size says so, or at the next ask
-            self._asked.clear()
         since = self.ingest.pending_since()
-        self._idle = since is None
         if since is None:
             return LOOK_S
+        with self._asked_lock:
+            asked = self._asked_for is not None and self._asked_for >= since
         due = since + self.interval_s
-        if not self._asked.is_set() and time.monotonic() < due and self.ingest.pending_rows() < self.commit_rows:
+        if not asked and time.monotonic() < due and self.ingest.pending_rows() < self.commit_rows:
             return min(due - time.monotonic(), LOOK_S)  # look again: asked, due, or still waiting
-        self._asked.clear()
         self.ingest.commit()
         return 0.0
 

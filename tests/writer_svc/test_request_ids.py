@@ -6,6 +6,7 @@ duplicate would show as a second copy of the rows."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,11 +18,15 @@ import pytest
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.client.client import Client
-from lsmlake.errors import InvalidInputError
+from lsmlake.errors import AlreadyExistsError, CommitRetryExhaustedError, InvalidInputError
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2, writer_pb2, writer_pb2_grpc
+from lsmlake.rpc.catalog_client import CatalogClient
+from lsmlake.rpc.errors import status_for
 from tests.support.local_server import Local, local_server
 from tests.writer_svc.test_writer_local import TIMEOUT_S, write_requests
+from writer_svc.metrics import WriterMetrics
 from writer_svc.server import Settings, WriterServer
+from writer_svc.table_ingest import TableIngest
 
 
 @contextmanager
@@ -102,38 +107,37 @@ def test_the_client_names_the_parts_of_a_split_write(tmp_path: Path) -> None:
 
 
 def test_a_resend_racing_its_first_attempt_through_another_writer_lands_once(tmp_path: Path) -> None:
+    """Two writers' groups both hold write x, uncommitted, when the first commits. The writers' ingestion of one
+    table each, on a real catalog server, without their group-commit threads: the test decides when each group
+    commits (a writer commits as soon as no write is in progress, so through gRPC the race is left to timing)."""
     with local_server(str(tmp_path)) as cat:
         ident = cat.create_table("db", "t", [("id", "BIGINT"), ("v", "STRING")])
-        # both writers buffer the write before either commits (group commits every 1.5 s)
-        with writer(cat, "wa", 1.5) as a, writer(cat, "wb", 1.5) as b:
-            outcomes: dict[str, Any] = {}
-
-            def send(name: str, stub: Any, table: pa.Table, request_id: str) -> None:
-                try:
-                    outcomes[name] = stub.Write(write_requests(ident, table, request_id=request_id),
-                                                timeout=TIMEOUT_S)
-                except grpc.RpcError as e:
-                    outcomes[name] = e
-
-            sends = [("x@a", a, rows(0, 10), "x"), ("x@b", b, rows(0, 10), "x"), ("y@a", a, rows(100, 5), "y"),
-                     ("z@b", b, rows(200, 5), "z")]
-            threads = [threading.Thread(target=send, args=s) for s in sends]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            ok = {n for n, o in outcomes.items() if not isinstance(o, grpc.RpcError)}
-            failed = set(outcomes) - ok
-            # one writer's commit won; the other's group held a write already committed and was refused whole
-            assert failed in ({"x@a", "y@a"}, {"x@b", "z@b"}), outcomes
-            for name in failed:
-                err = outcomes[name]
-                assert err.code() == grpc.StatusCode.ABORTED and "resend" in err.details()
-            # the client resends what failed, with the same ids: x is answered, the other is written
-            for name, stub, table, rid in sends:
-                if name in failed:
-                    reply = stub.Write(write_requests(ident, table, request_id=rid), timeout=TIMEOUT_S)
-                    assert reply.already_written == (rid == "x")
+        client = CatalogClient(f"127.0.0.1:{cat.server.port}")
+        try:
+            table = FileSystemCatalog(cat.warehouse).get_table("db.t")
+            a = TableIngest(table, client, "wa", WriterMetrics())
+            b = TableIngest(FileSystemCatalog(cat.warehouse).get_table("db.t"), client, "wb", WriterMetrics())
+            deadline = time.monotonic() + TIMEOUT_S
+            xa, _ = a.write_once(rows(0, 10), deadline, "x")
+            ya, _ = a.write_once(rows(100, 5), deadline, "y")
+            xb, seen = b.write_once(rows(0, 10), deadline, "x")
+            assert not seen, "a's attempt of x is not committed yet: b cannot know it"
+            zb, _ = b.write_once(rows(200, 5), deadline, "z")
+            assert a.commit() is not None and xa.error is None and ya.error is None
+            # b's group held a write already committed, and is refused whole, telling the client to resend
+            with pytest.raises(AlreadyExistsError, match="'x'"):
+                b.commit()
+            assert xb.error is zb.error and isinstance(xb.error, CommitRetryExhaustedError), xb.error
+            assert "resend" in str(xb.error) and status_for(xb.error)[0] == grpc.StatusCode.ABORTED
+            # the client resends what failed, with the same ids: x is answered, z is written
+            again, seen = b.write_once(rows(0, 10), deadline, "x")
+            assert seen and again.snapshot_id == xa.snapshot_id
+            z2, seen = b.write_once(rows(200, 5), deadline, "z")
+            assert not seen and b.commit() is not None and z2.error is None
+            a.close()
+            b.close()
+        finally:
+            client.close()
         assert stored_ids(cat, ident) == list(range(10)) + list(range(100, 105)) + list(range(200, 205))
 
 

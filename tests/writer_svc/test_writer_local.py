@@ -286,3 +286,30 @@ def test_a_writer_holding_a_dropped_table_has_its_commit_refused(cluster: Cluste
     assert cluster.rows(ident) == []
     cluster.stub.Write(write_requests(ident, rows), timeout=TIMEOUT_S)
     assert cluster.rows(ident) == [{"id": 1, "v": "a", "w": None}]
+
+
+def test_a_lone_write_is_committed_at_once_not_when_the_interval_ends(tmp_path: Path) -> None:
+    """With a 60 s commit interval, a write asked to commit now, and a write that finds no other write in
+    progress, are each committed before the interval's timer could fire: every call answers within a deadline
+    far below the interval, each with a snapshot of its own. (The committer used to let go of the ask of the
+    first write after an idle moment, so such a write waited for the whole interval.)"""
+    with local_server(str(tmp_path)) as cat:
+        writer = WriterServer(Settings(warehouse=str(tmp_path), catalog=f"127.0.0.1:{cat.server.port}",
+                                       commit_interval_s=60.0, metrics_port=0))
+        writer.start()
+        channel = grpc.insecure_channel(f"127.0.0.1:{writer.port}")
+        try:
+            stub = writer_pb2_grpc.WriterServiceStub(channel)
+            ident = cat.create_table("db", "t", [("id", "BIGINT NOT NULL"), ("v", "STRING")], ["id"], {"bucket": "1"})
+            snapshots = []
+            for i in range(6):
+                rows = pa.table({"id": pa.array([i], pa.int64()), "v": [f"v{i}"]})
+                options = {"commit": "now"} if i % 2 == 0 else {}
+                reply = stub.Write(write_requests(ident, rows, options=options), timeout=20)  # a third of 60 s
+                snapshots.append(reply.snapshot_id)
+            assert snapshots == sorted(set(snapshots)), f"one snapshot per write, in order: {snapshots}"
+            t = FileSystemCatalog(str(tmp_path)).get_table("db.t")
+            assert sorted(t.to_arrow().column("id").to_pylist()) == list(range(6))
+        finally:
+            channel.close()
+            writer.stop()
