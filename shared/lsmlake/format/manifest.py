@@ -7,7 +7,9 @@ file's own schema and written back with them, so a merged manifest or a rewritte
 from __future__ import annotations
 
 import io
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
@@ -28,6 +30,7 @@ from lsmlake.format.avro_schemas import (
 )
 from lsmlake.format.binary_row import deserialize_row, serialize_row
 from lsmlake.format.data_file_meta import DataFileMeta, SimpleStats
+from lsmlake.format.manifest_prune import ManifestFilter
 from lsmlake.format.types import AnyType
 from lsmlake.fs.file_io import FileIO
 
@@ -141,6 +144,72 @@ def _read_avro(fio: FileIO, path: str) -> tuple[list[dict[str, Any]], Any]:
         raise CorruptMetadataError(f"cannot read Avro file {path}: {e}") from None
 
 
+class _Records:
+    """A decoded manifest or manifest list; a manifest's entries also by partition, grouped on first use."""
+
+    __slots__ = ("_by_partition", "records")
+
+    def __init__(self, records: tuple[Any, ...]) -> None:
+        self.records = records
+        self._by_partition: dict[bytes, list[ManifestEntry]] | None = None
+
+    def by_partition(self) -> dict[bytes, list[ManifestEntry]]:
+        """The entries of each partition, in their order (a DELETE names its file's partition: replaying one
+        partition's entries gives that partition's live files)."""
+        groups = self._by_partition
+        if groups is None:
+            groups = {}
+            for e in self.records:
+                groups.setdefault(e.partition, []).append(e)
+            self._by_partition = groups
+        return groups
+
+
+class _Decoded:
+    """Decoded manifests and manifest lists by path, least recently used out past a budget of records.
+
+    Both are immutable (a uuid names each): a writer, a planner or the catalog that reads the same table again
+    decodes only what is new since, and a reader of a few partitions looks only at their entries. Shared by every
+    table of the process; bounded so that it stays a cache (an entry takes about 1.5 KB).
+    """
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._lock = threading.Lock()
+        self._items: OrderedDict[str, _Records] = OrderedDict()
+        self._size = 0
+
+    def get(self, path: str) -> _Records | None:
+        with self._lock:
+            got = self._items.get(path)
+            if got is not None:
+                self._items.move_to_end(path)
+            return got
+
+    def put(self, path: str, records: tuple[Any, ...]) -> _Records:
+        item = _Records(records)
+        if len(records) > self.budget // 2:
+            return item  # one huge manifest would push out everything else
+        with self._lock:
+            if path in self._items:
+                return self._items[path]
+            self._items[path] = item
+            self._size += max(len(records), 1)
+            while self._size > self.budget:
+                _, old = self._items.popitem(last=False)
+                self._size -= max(len(old.records), 1)
+        return item
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._size = 0
+
+
+#: decoded manifest entries and manifest file metas (a manifest list's records), at most this many kept
+DECODED = _Decoded(300_000)
+
+
 def partition_stats(partitions: Iterable[bytes], partition_types: Sequence[AnyType]) -> SimpleStats:
     """Min, max and null counts of each partition field over some serialized partition rows."""
     n = len(partition_types)
@@ -212,10 +281,17 @@ class ManifestStore:
             min_row_id=min_row_id, max_row_id=max_row_id), data
 
     def read_manifest(self, name: str) -> list[ManifestEntry]:
-        records, schema = _read_avro(self.io, self.path(name))
+        return list(self._decoded_manifest(name).records)
+
+    def _decoded_manifest(self, name: str) -> _Records:
+        path = self.path(name)
+        cached = DECODED.get(path)
+        if cached is not None:
+            return cached
+        records, schema = _read_avro(self.io, path)
         unknown = extra_fields(unknown_fields(schema, MANIFEST_ENTRY_FIELDS))
         file_unknown = extra_fields(unknown_fields(schema, DATA_FILE_META_FIELDS, ("_FILE",)))
-        return [ManifestEntry.from_avro(r, unknown, file_unknown) for r in records]
+        return DECODED.put(path, tuple(ManifestEntry.from_avro(r, unknown, file_unknown) for r in records))
 
     def write_list(self, metas: Sequence[ManifestFileMeta]) -> tuple[str, int]:
         """Write a manifest list; returns its name and size."""
@@ -230,20 +306,51 @@ class ManifestStore:
         return name, _encode_avro(schema, (m.to_avro() for m in metas), self.codec)
 
     def read_list(self, name: str) -> list[ManifestFileMeta]:
-        records, schema = _read_avro(self.io, self.path(name))
+        path = self.path(name)
+        cached = DECODED.get(path)
+        if cached is not None:
+            return list(cached.records)
+        records, schema = _read_avro(self.io, path)
         unknown = extra_fields(unknown_fields(schema, MANIFEST_FILE_META_FIELDS))
-        return [ManifestFileMeta.from_avro(r, unknown) for r in records]
+        metas = [ManifestFileMeta.from_avro(r, unknown) for r in records]
+        DECODED.put(path, tuple(metas))
+        return metas
 
     def snapshot_manifests(self, base_list: str, delta_list: str) -> list[ManifestFileMeta]:
         """The data manifests of a snapshot: its base list, then its delta list."""
         return self.read_list(base_list) + self.read_list(delta_list)
 
-    def live(self, base_list: str, delta_list: str) -> dict[tuple[Any, ...], ManifestEntry]:
-        """The live files of a snapshot: every entry of its manifests replayed in order."""
+    def live(self, base_list: str, delta_list: str,
+             wanted: ManifestFilter | None = None) -> dict[tuple[Any, ...], ManifestEntry]:
+        """The live files of a snapshot: every entry of its manifests replayed in order.
+
+        `wanted`: only the live files of some partitions or buckets; only the manifests whose statistics can hold
+        them are opened (see `manifest_prune`).
+        """
+        return merge_entries(self.entries(self.snapshot_manifests(base_list, delta_list), wanted))
+
+    def entries(self, metas: Iterable[ManifestFileMeta], wanted: ManifestFilter | None = None) -> list[ManifestEntry]:
+        """The entries of these manifests in order; with `wanted`, only its entries, of the manifests that can
+        hold them."""
         entries: list[ManifestEntry] = []
-        for m in self.snapshot_manifests(base_list, delta_list):
-            entries.extend(self.read_manifest(m.file_name))
-        return merge_entries(entries)
+        for m in metas:
+            if wanted is None:
+                entries.extend(self.read_manifest(m.file_name))
+                continue
+            if not wanted.may_hold(m.partition_stats, m.min_bucket, m.max_bucket,
+                                   m.num_added_files + m.num_deleted_files):
+                continue
+            self.opened(m.file_name)
+            groups = self._decoded_manifest(m.file_name).by_partition()
+            known = wanted.partitions()
+            for p in (known if known is not None and len(known) < len(groups) else groups):
+                group = groups.get(p)
+                if group is not None and wanted.keeps_partition(p):
+                    entries.extend(e for e in group if wanted.keeps(p, e.bucket))
+        return entries
+
+    def opened(self, name: str) -> None:
+        """Called with each manifest a filtered read looks into (a hook for tests that count them)."""
 
 
 def merge_entries(entries: Iterable[ManifestEntry]) -> dict[tuple[Any, ...], ManifestEntry]:

@@ -195,6 +195,9 @@ MANIFEST_TARGET_FILE_SIZE = _opt("manifest.target-file-size", parse_memory, 8 <<
                                  "Manifest files merge up to this size.")
 MANIFEST_MERGE_MIN_COUNT = _opt("manifest.merge-min-count", _parse_int, 30,
                                 "Base manifest lists with at least this many small manifests are merged.")
+MANIFEST_FULL_COMPACTION_SIZE = _opt("manifest.full-compaction-threshold-size", parse_memory, 16 << 20,
+                                     "Manifests that must change (small, or with DELETE entries) are merged "
+                                     "fully, deletes applied, once they add up to this size.")
 SNAPSHOT_NUM_RETAINED_MIN = _opt("snapshot.num-retained.min", _parse_int, 10,
                                  "Snapshots always kept by expiration.")
 SNAPSHOT_NUM_RETAINED_MAX = _opt("snapshot.num-retained.max", _parse_int, 2147483647,

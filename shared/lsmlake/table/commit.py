@@ -36,13 +36,13 @@ from lsmlake.errors import (
 )
 from lsmlake.format.index_manifest import DELETION_VECTORS, IndexEntry, IndexManifestStore
 from lsmlake.format.manifest import ADD, DELETE, ManifestEntry, ManifestFileMeta, ManifestStore, merge_entries
+from lsmlake.format.manifest_prune import BucketFilter
 from lsmlake.format.snapshot import APPEND, BATCH_COMMIT_IDENTIFIER, COMPACT, OVERWRITE, Snapshot, SnapshotManager
 from lsmlake.runtime.thread_pools import SharedPool
 from lsmlake.table.index_changes import IndexChange, apply_index_change
+from lsmlake.table.manifest_merge import MergeRules, merge_manifests
 from lsmlake.table.write import CommitMessage
 
-# Merge the base manifests into fresh ones once a list holds this many small manifests.
-_MANIFEST_ENTRIES_PER_FILE = 100_000
 #: the metadata uploads a commit sends side by side on an object store
 _UPLOADS = SharedPool("lsmlake-commit-upload", 4)
 #: a delta manifest uploaded beside its list (a pool of its own: `_write_delta` runs on `_UPLOADS`, whose threads
@@ -71,14 +71,15 @@ class FileStoreCommit:
 
     def __init__(self, snapshots: SnapshotManager, manifests: ManifestStore, schema_id: int,
                  commit_user: str, max_retries: int = 10, merge_min_count: int = 30,
-                 indexes: IndexManifestStore | None = None) -> None:
+                 indexes: IndexManifestStore | None = None, merge_rules: MergeRules | None = None) -> None:
         self.indexes = indexes
+        self.merge_rules = merge_rules or MergeRules(min_count=merge_min_count)
         self.snapshots = snapshots
         self.manifests = manifests
         self.schema_id = schema_id
         self.commit_user = commit_user
         self.max_retries = max_retries
-        self.merge_min_count = merge_min_count
+        self.merge_min_count = self.merge_rules.min_count
 
     # -- entry points --------------------------------------------------------------------------
 
@@ -191,10 +192,12 @@ class FileStoreCommit:
                 return CommitResult(done, already_committed=True)
             if validate is not None:
                 validate(latest)
-            # Plain appends never conflict, so they skip reading the live file set.
+            # Plain appends never conflict, so they skip reading the live file set; other commits read only the
+            # live files of the buckets they change (an overwrite: of every partition it may replace)
             needs_live = (overwrite or any(e.kind == DELETE for e in changes)
                           or bool(index_changes[0] or index_changes[1]))
-            live = self.live_entries(latest) if needs_live else {}
+            live = self.live_entries(latest, None if overwrite else _touched(changes, index_changes)) \
+                if needs_live else {}
             if overwrite:
                 entries = [e.as_delete() for e in live.values()
                            if overwrite_partitions is None or e.partition in overwrite_partitions] + changes
@@ -385,21 +388,28 @@ class FileStoreCommit:
                     f"file {e.file.file_name} (bucket {e.bucket}, level {e.file.level}) is no longer live: "
                     "another commit replaced it; this commit was not applied")
 
-    def live_entries(self, snapshot: Snapshot | None) -> dict[tuple[object, ...], ManifestEntry]:
+    def live_entries(self, snapshot: Snapshot | None,
+                     buckets: set[tuple[bytes, int]] | None = None) -> dict[tuple[object, ...], ManifestEntry]:
+        """The live files of a snapshot; of these (partition, bucket)s only, when given."""
         if snapshot is None:
             return {}
-        return self.manifests.live(snapshot.base_manifest_list, snapshot.delta_manifest_list)
+        wanted = None if buckets is None else BucketFilter(buckets, self.manifests.partition_types)
+        return self.manifests.live(snapshot.base_manifest_list, snapshot.delta_manifest_list, wanted)
 
     def _base_manifests(self, latest: Snapshot | None, written: list[str]) -> list[ManifestFileMeta]:
-        """The manifests of the previous snapshot, merged into few files once there are many (added to `written`)."""
+        """The manifests of the previous snapshot, small ones merged by the merge rules (see `manifest_merge`; the
+        manifests written go to `written`)."""
         if latest is None:
             return []
         metas = self.manifests.snapshot_manifests(latest.base_manifest_list, latest.delta_manifest_list)
-        if len(metas) < self.merge_min_count:
-            return metas
-        live = list(self.manifests.live(latest.base_manifest_list, latest.delta_manifest_list).values())
-        merged = []
-        for i in range(0, len(live), _MANIFEST_ENTRIES_PER_FILE):
-            merged.append(self.manifests.write_manifest(live[i:i + _MANIFEST_ENTRIES_PER_FILE], self.schema_id))
-            written.append(merged[-1].file_name)
-        return merged
+        rules = self.merge_rules
+        if rules.min_count != self.merge_min_count:
+            rules = MergeRules(rules.target_size, self.merge_min_count, rules.full_threshold)
+        return merge_manifests(self.manifests, metas, self.schema_id, rules, written)
+
+
+def _touched(changes: Sequence[ManifestEntry],
+             index_changes: tuple[list[IndexEntry], list[IndexEntry]]) -> set[tuple[bytes, int]]:
+    """The (partition, bucket)s whose live files a commit's checks look at: those of its file and index changes."""
+    return ({(e.partition, e.bucket) for e in changes}
+            | {(e.partition, e.bucket) for e in index_changes[0]} | {(e.partition, e.bucket) for e in index_changes[1]})

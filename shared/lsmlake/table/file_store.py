@@ -9,7 +9,7 @@ import functools
 import hashlib
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -32,9 +32,10 @@ from lsmlake.runtime.thread_pools import SharedPool
 from lsmlake.table import features
 from lsmlake.table.commit import CommitResult, FileStoreCommit, Validation
 from lsmlake.table.dynamic_bucket import BucketAssigner, CommittingAssigner, is_dynamic
+from lsmlake.table.manifest_merge import MergeRules
 from lsmlake.table.read import TableRead
 from lsmlake.table.scan import Split, TableScan
-from lsmlake.table.sequence_numbers import RestoredSequences, SequenceAllocator
+from lsmlake.table.sequence_numbers import RestoredSequences, SequenceAllocator, SnapshotMaxSequences
 from lsmlake.table.write import CommitMessage, TableWrite
 
 _log = logging.getLogger(__name__)
@@ -144,30 +145,20 @@ class FileStore:
             return self.new_commit(commit_user).commit(messages, kind=APPEND)
         return CommittingAssigner(self, commit)
 
-    def max_sequence_restorer(self) -> Callable[[bytes, int], int]:
+    def max_sequence_restorer(self) -> SnapshotMaxSequences:
         """The largest sequence number of a bucket in the latest snapshot (-1 when empty), read on the first call."""
         return self._restorer_of(self.snapshots.latest())
 
-    def _restorer_of(self, latest: Snapshot | None) -> Callable[[bytes, int], int]:
-        max_seq: dict[tuple[bytes, int], int] | None = None
-
-        def restore(partition: bytes, bucket: int) -> int:
-            nonlocal max_seq
-            if max_seq is None:
-                max_seq = {}
-                if latest is not None:
-                    for e in self.manifests.live(latest.base_manifest_list, latest.delta_manifest_list).values():
-                        k = (e.partition, e.bucket)
-                        max_seq[k] = max(max_seq.get(k, -1), e.file.max_sequence_number)
-            return max_seq.get((partition, bucket), -1)
-
-        return restore
+    def _restorer_of(self, latest: Snapshot | None) -> SnapshotMaxSequences:
+        return SnapshotMaxSequences(self.manifests, latest)
 
     def new_commit(self, commit_user: str | None = None) -> FileStoreCommit:
         return FileStoreCommit(self.snapshots, self.manifests, self.schema.id, commit_user or str(uuid.uuid4()),
                                indexes=self.indexes,
                                max_retries=self.options.require(opts.COMMIT_MAX_RETRIES),
-                               merge_min_count=self.options.require(opts.MANIFEST_MERGE_MIN_COUNT))
+                               merge_rules=MergeRules(self.options.require(opts.MANIFEST_TARGET_FILE_SIZE),
+                                                      self.options.require(opts.MANIFEST_MERGE_MIN_COUNT),
+                                                      self.options.require(opts.MANIFEST_FULL_COMPACTION_SIZE)))
 
     def commit_messages(self, messages: Sequence[CommitMessage], commit_user: str | None = None,
                         properties: dict[str, str] | None = None) -> CommitResult:

@@ -12,6 +12,7 @@ from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.index_manifest import DELETION_VECTORS, IndexEntry, IndexManifestStore
 from lsmlake.format.manifest import ManifestEntry, ManifestStore
+from lsmlake.format.manifest_prune import PartitionFilter
 from lsmlake.format.predicate import Predicate
 from lsmlake.format.schema import TableSchema
 from lsmlake.format.snapshot import Snapshot
@@ -79,7 +80,10 @@ class TableScan:
         groups: dict[tuple[bytes, int], list[ManifestEntry]] = {}
         skip_level0 = skips_level0(schema) and not self.all_levels
         history = schema.history
-        for e in live_entries(self.manifests, self.snapshot):
+        # only the manifests whose partition statistics can hold a partition the filter passes are opened
+        wanted = PartitionFilter(part_pred, schema.partition_keys, part_types) if part_pred.terms else None
+        snap = self.snapshot
+        for e in self.manifests.live(snap.base_manifest_list, snap.delta_manifest_list, wanted).values():
             if e.bucket == POSTPONE_BUCKET:
                 continue  # postponed rows are invisible until a compaction places them in buckets, as in Paimon
             if skip_level0 and e.file.level == 0:

@@ -16,12 +16,13 @@ the order in which their changes win. Two numbering schemes live here:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Protocol
 
 from lsmlake.errors import NotFoundError
 from lsmlake.format.manifest import ADD, ManifestStore
-from lsmlake.format.snapshot import SnapshotManager
+from lsmlake.format.manifest_prune import BucketFilter
+from lsmlake.format.snapshot import Snapshot, SnapshotManager
 
 BucketKey = tuple[bytes, int]  # (serialized partition, bucket)
 
@@ -34,6 +35,35 @@ class SequenceAllocator(Protocol):
         ...
 
 
+class SnapshotMaxSequences:
+    """The largest sequence number of buckets in one snapshot (-1 for a bucket without files).
+
+    Only the manifests whose partition statistics and buckets can hold the buckets asked about are read (a
+    writer's cost is that of its buckets, not of the table); what was found is kept for the next question.
+    """
+
+    def __init__(self, manifests: ManifestStore, snapshot: Snapshot | None) -> None:
+        self.manifests = manifests
+        self.snapshot = snapshot
+        self._known: dict[BucketKey, int] = {}
+
+    def __call__(self, partition: bytes, bucket: int) -> int:
+        return self.many([(partition, bucket)])[(partition, bucket)]
+
+    def many(self, keys: Collection[BucketKey]) -> dict[BucketKey, int]:
+        missing = [k for k in keys if k not in self._known]
+        if missing:
+            found = dict.fromkeys(missing, -1)
+            snap = self.snapshot
+            if snap is not None:
+                wanted = BucketFilter(missing, self.manifests.partition_types)
+                for e in self.manifests.live(snap.base_manifest_list, snap.delta_manifest_list, wanted).values():
+                    k = (e.partition, e.bucket)
+                    found[k] = max(found[k], e.file.max_sequence_number)
+            self._known.update(found)
+        return {k: self._known[k] for k in keys}
+
+
 class RestoredSequences:
     """Numbers for a writer that is alone on its buckets: each bucket's restored maximum + 1, then counting on."""
 
@@ -42,6 +72,11 @@ class RestoredSequences:
         self._next: dict[BucketKey, int] = {}
 
     def allocate(self, counts: Mapping[BucketKey, int]) -> dict[BucketKey, int]:
+        missing = [k for k in counts if k not in self._next]
+        if missing and isinstance(self.restore_max, SnapshotMaxSequences):
+            # every new bucket of one flush in one pass over the manifests that can hold them
+            for key, top in self.restore_max.many(missing).items():
+                self._next[key] = top + 1
         first = {}
         for key, n in counts.items():
             if key not in self._next:
