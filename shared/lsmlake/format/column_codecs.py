@@ -80,7 +80,7 @@ def leaf_paths(schema: pa.Schema) -> dict[str, tuple[str, ...]] | None:
     Leaves come in column order, so they are handed out by each column's leaf count (a name may
     itself hold dots)."""
     buf = io.BytesIO()
-    pq.write_table(schema.empty_table(), buf)
+    pq.write_table(pa.Table.from_batches([], schema=schema), buf)  # `empty_table` would import pandas
     parquet_schema = pq.ParquetFile(io.BytesIO(buf.getvalue())).schema
     paths = [parquet_schema.column(i).path for i in range(len(parquet_schema))]
     out: dict[str, tuple[str, ...]] = {}

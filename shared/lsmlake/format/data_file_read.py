@@ -10,6 +10,7 @@ parallel at best, and the deletion vector of one column is applied while the nex
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, wait
 from typing import Any
@@ -23,8 +24,12 @@ from pyroaring import BitMap
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.schema import TableSchema
 from lsmlake.fs.file_io import FileIO
+from lsmlake.runtime.thread_pools import SharedPool
 
 ROW_POSITION = "_ROW_POSITION"
+
+DECODE_THREADS = max(2, os.cpu_count() or 2)
+_DECODE = SharedPool("lsmlake-decode", DECODE_THREADS)
 
 # Columns are packed into decode tasks of at least this many uncompressed bytes, so a small file
 # (or a file of many narrow columns) is not cut into tasks that cost more to schedule than to run.
@@ -179,6 +184,13 @@ def constant_array(value: Any, typ: pa.DataType, n: int) -> pa.Array:
             offsets = np.arange(0, (n + 1) * len(raw), len(raw), dtype=np.int32) if raw else np.zeros(n + 1, np.int32)
             return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
     return pa.repeat(pa.scalar(value, typ), n)
+
+
+def decode_pool() -> Executor:
+    """The process's decode pool, shared by every read and compaction: started on first use, so a read pays no
+    thread start-up, and concurrent reads together decode on DECODE_THREADS threads. Its tasks never
+    wait on it, so readers waiting on their tasks cannot starve it."""
+    return _DECODE.get()
 
 
 def read_data_file(fio: FileIO, path: str, schema: TableSchema, columns: list[str], system: list[str],

@@ -13,6 +13,7 @@ from lsmlake.format import options as opts
 from lsmlake.format.binary_row import EMPTY_ROW, serialize_row
 from lsmlake.format.bucket import POSTPONE_BUCKET, POSTPONE_DIR
 from lsmlake.format.data_file_meta import FILE_SOURCE_APPEND, DataFileMeta, local_now_as_utc_ms
+from lsmlake.format.numpy_columns import arrow_of
 from lsmlake.format.row_kind import is_retract
 from lsmlake.format.schema import TableSchema
 from lsmlake.format.stats import EMPTY_STATS, column_stats
@@ -69,7 +70,8 @@ class DataFileWriter:
             assert seq is not None and kinds is not None
             key_cols = [rows.column(k) for k in self.schema.trimmed_primary_keys]
             file_table = pa.Table.from_arrays(
-                key_cols + [pa.array(seq, pa.int64()), pa.array(kinds, pa.int8())] + rows.columns,
+                key_cols + [arrow_of(seq.astype(np.int64, copy=False)), arrow_of(kinds.astype(np.int8, copy=False))]
+                + rows.columns,
                 schema=self.schema.data_file_schema)
         else:
             file_table = rows.cast(self.schema.data_file_schema)

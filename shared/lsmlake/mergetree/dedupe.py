@@ -2,15 +2,30 @@
 
 Rows are ordered by (group, key columns, order columns); keys sort ascending with nulls first, as
 Paimon orders them. The result is the row permutation and the start of each key's run.
+
+The usual merge has one integer key (after dropping key columns with one value throughout, such as the partition
+columns of a bucket) and orders a key's rows by sequence number, over a few files each sorted by key. That case
+sorts in numpy: a stable sort of the key alone (a merge of the files' runs, near linear), with the files taken
+oldest first, then one check that every key's rows came out in strictly ascending sequence order. When they did,
+(key, sequence) sorts in exactly one way, so the permutation is the one the general sort would give; when they
+did not (sequence numbers tied or interleaved), the general Arrow sort runs instead.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from lsmlake.format.numpy_columns import arrow_of, fixed_numpy, one_array
+from lsmlake.runtime.thread_pools import SharedPool
+
+_TAKE = SharedPool("lsmlake-take", max(2, os.cpu_count() or 2))
+# a table of fewer rows is taken on the calling thread: handing columns to the pool would cost more
+PARALLEL_TAKE_ROWS = 100_000
 
 
 def sort_and_group(keys: Sequence[pa.Array | pa.ChunkedArray],
@@ -35,6 +50,10 @@ def sort_and_group(keys: Sequence[pa.Array | pa.ChunkedArray],
     n = len(cols[0]) if cols else 0
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if group is None and len(keys) >= 1 and len(order) == 1 and order[0][1] == "ascending":
+        fast = _sort_runs_by_key(_varying(keys), order[0][0])
+        if fast is not None:
+            return fast
     idx = pc.sort_indices(pa.table(cols, names=names), sort_keys=list(zip(names, directions, strict=True)),
                           null_placement="at_start").to_numpy().astype(np.int64)
     differs = np.zeros(n - 1, dtype=bool)
@@ -52,6 +71,94 @@ def sort_and_group(keys: Sequence[pa.Array | pa.ChunkedArray],
         differs |= _to_bool(ne)
     starts = np.flatnonzero(np.r_[True, differs])
     return idx, starts
+
+
+def _varying(keys: Sequence[pa.Array | pa.ChunkedArray]) -> list[pa.Array | pa.ChunkedArray]:
+    """The key columns that hold more than one value (at least one column is kept): a column of one value, no
+    nulls, orders nothing. Columns are only looked at when there are several."""
+    if len(keys) < 2:
+        return list(keys)
+    kept = []
+    for k in keys:
+        if k.null_count == 0 and len(k) and _one_value(k):
+            continue
+        kept.append(k)
+    return kept or [keys[0]]
+
+
+def _one_value(col: pa.Array | pa.ChunkedArray) -> bool:
+    try:
+        mm = pc.min_max(col)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        return False
+    lo, hi = mm["min"], mm["max"]
+    return bool(lo.is_valid and hi.is_valid and pc.equal(lo, hi).as_py())
+
+
+def _integers(col: pa.Array | pa.ChunkedArray | np.ndarray) -> np.ndarray | None:
+    """The values of an integer-like column without nulls as numpy integers (no copy for one chunk); None for
+    any other column. Temporal values order as their integer counts."""
+    if isinstance(col, np.ndarray):
+        return col if col.dtype.kind in "iu" else None
+    t = col.type
+    if col.null_count:
+        return None
+    if pa.types.is_integer(t):
+        return fixed_numpy(col)
+    if pa.types.is_temporal(t) and not pa.types.is_interval(t) and t.bit_width in (32, 64):
+        return fixed_numpy(one_array(col).view(pa.int64() if t.bit_width == 64 else pa.int32()))
+    return None
+
+
+def _chunk_bounds(col: pa.Array | pa.ChunkedArray, n: int) -> np.ndarray:
+    """Start offsets of the column's chunks and `n` (the files a concatenated table came from)."""
+    if isinstance(col, pa.ChunkedArray) and col.num_chunks > 1:
+        return np.cumsum([0] + [len(c) for c in col.chunks], dtype=np.int64)
+    return np.array([0, n], np.int64)
+
+
+def _sort_runs_by_key(keys: Sequence[pa.Array | pa.ChunkedArray],
+                      order: pa.Array | pa.ChunkedArray | np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """`sort_and_group` of one integer key ordered by one ascending integer column, in numpy; None when the rows
+    are not of that shape or their order values tie or interleave within a key (see the module's note)."""
+    if len(keys) != 1:
+        return None
+    key = _integers(keys[0])
+    seq = _integers(order)
+    if key is None or seq is None:
+        return None
+    n = len(key)
+    bounds = _chunk_bounds(keys[0], n)
+    perm: np.ndarray | None = None
+    if len(bounds) > 2:  # several files: the oldest first, so that each key's versions come out in order
+        firsts = [int(seq[lo:hi].min()) if hi > lo else 0 for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+        chunks = sorted(range(len(firsts)), key=lambda c: firsts[c])
+        if chunks != sorted(chunks):
+            perm = np.concatenate([np.arange(bounds[c], bounds[c + 1], dtype=np.int64) for c in chunks])
+            key, seq = key[perm], seq[perm]
+    idx = np.argsort(key, kind="stable")
+    ks = key[idx]
+    ss = seq[idx]
+    same = ks[1:] == ks[:-1]
+    if bool(np.any(same & (ss[1:] <= ss[:-1]))):
+        return None
+    if perm is not None:
+        idx = perm[idx]
+    starts = np.flatnonzero(np.r_[True, ~same])
+    return idx.astype(np.int64, copy=False), starts
+
+
+def take_rows(rows: pa.Table, indices: np.ndarray) -> pa.Table:
+    """`rows.take(indices)`, each column taken as a task of its own on every core (Arrow takes a table's columns
+    one after another on the calling thread)."""
+    idx = arrow_of(np.asarray(indices, dtype=np.int64))
+    if rows.num_columns < 2 or len(idx) < PARALLEL_TAKE_ROWS:
+        return rows.take(idx)
+    pool = _TAKE.get()
+    # largest columns first, so that no long task starts last
+    order = sorted(range(rows.num_columns), key=lambda i: -rows.column(i).nbytes)
+    futures = {i: pool.submit(pc.take, rows.column(i), idx, boundscheck=False) for i in order}
+    return pa.Table.from_arrays([futures[i].result() for i in range(rows.num_columns)], schema=rows.schema)
 
 
 def group_ends(starts: np.ndarray, n: int) -> np.ndarray:

@@ -159,7 +159,8 @@ def bucket_manager(table: FileStore, split: Split, strategy: CompactStrategy,
     vectors = load_vectors(table.io, table.path, split.dv_index) if with_vectors and dv_enabled(table.schema) else None
     return MergeTreeCompactManager(
         restore_levels(table, split), strategy,
-        MergeTreeCompactRewriter(table.io, table.schema, split_dir(table, split), file_prefix),
+        MergeTreeCompactRewriter(table.io, table.schema, split_dir(table, split), file_prefix,
+                                 dict(zip(table.schema.partition_keys, split.partition_values, strict=True))),
         min_file_size=o.compaction_file_size(True), stop_trigger=o.stop_trigger(), early_full=early_full,
         changelog_producer=o.get(opts.CHANGELOG_PRODUCER), vectors=vectors)
 

@@ -8,7 +8,6 @@ keeps its values, a column added later reads as nulls.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 
@@ -17,7 +16,7 @@ from pyroaring import BitMap
 
 from lsmlake.format import deletion_vector
 from lsmlake.format.data_file_meta import DataFileMeta
-from lsmlake.format.data_file_read import DataFileRead, read_all
+from lsmlake.format.data_file_read import DataFileRead, decode_pool, read_all
 from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.format.index_manifest import IndexEntry
 from lsmlake.format.predicate import Predicate
@@ -25,20 +24,9 @@ from lsmlake.format.row_kind import without_retractions
 from lsmlake.format.schema import SEQUENCE_NUMBER, VALUE_KIND, SchemaHistory, SchemaManager, TableSchema
 from lsmlake.fs.file_io import FileIO
 from lsmlake.mergetree.merge.factory import merge_function_for
-from lsmlake.runtime.thread_pools import SharedPool
 from lsmlake.table.scan import Split
 
-DECODE_THREADS = max(2, os.cpu_count() or 2)
 FILES_AT_ONCE = 64  # data files of a split open (and decoding) at one time
-
-_DECODE = SharedPool("lsmlake-decode", DECODE_THREADS)
-
-
-def decode_pool() -> Executor:
-    """The process's decode pool, shared by every read: started on first use, so a read pays no
-    thread start-up, and concurrent reads together decode on DECODE_THREADS threads. Its tasks never
-    wait on it, so readers waiting on their tasks cannot starve it."""
-    return _DECODE.get()
 
 
 class TableRead:

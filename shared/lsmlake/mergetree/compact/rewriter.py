@@ -9,16 +9,18 @@ Memory stays bounded by about one file per run plus two output files, however bi
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lsmlake.format.data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
-from lsmlake.format.data_file_read import read_data_file
+from lsmlake.format.data_file_read import DataFileRead, decode_pool, read_all
 from lsmlake.format.data_file_writer import DataFileWriter
-from lsmlake.format.row_kind import without_retractions
+from lsmlake.format.numpy_columns import arrow_of, fixed_numpy, mask_of
+from lsmlake.format.row_kind import is_retract
 from lsmlake.format.schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 from lsmlake.fs.file_io import FileIO
 from lsmlake.mergetree import changelog
@@ -43,9 +45,13 @@ def changelog_prefix(file_prefix: str) -> str:
 class MergeTreeCompactRewriter:
     """Rewrites or upgrades the files of one bucket."""
 
-    def __init__(self, fio: FileIO, schema: TableSchema, bucket_dir: str, file_prefix: str = DATA_PREFIX) -> None:
-        """`file_prefix`: how the names of the data files it writes start (changelog: `changelog_prefix`)."""
+    def __init__(self, fio: FileIO, schema: TableSchema, bucket_dir: str, file_prefix: str = DATA_PREFIX,
+                 partition: Mapping[str, Any] | None = None) -> None:
+        """`file_prefix`: how the names of the data files it writes start (changelog: `changelog_prefix`).
+        `partition`: the bucket's partition values, by partition column; its files hold them in every row, so
+        they are made from the values instead of decoded (as a read does)."""
         self.file_prefix = file_prefix
+        self.partition = dict(partition or {})
         self.io = fio
         self.schema = schema
         self.bucket_dir = bucket_dir
@@ -54,20 +60,27 @@ class MergeTreeCompactRewriter:
 
     def read_section(self, runs: Sequence[SortedRun], with_level: bool = False) -> pa.Table:
         """All rows of a section's files with their sequence numbers and kinds (and file level)."""
-        tables = []
+        files = [f for r in runs for f in r.files]
         # every file of the section is read whole: on an object store, fetch them all at once first
-        paths = [f.path_in(self.bucket_dir) for r in runs for f in r.files]
+        paths = [f.path_in(self.bucket_dir) for f in files]
         self.io.prefetch(paths)
         try:
-            for r in runs:
-                for f in r.files:
-                    t = read_data_file(self.io, f.path_in(self.bucket_dir), self.schema,
-                                       self.schema.field_names, [SEQUENCE_NUMBER, VALUE_KIND])
-                    if with_level:
-                        t = t.append_column(_LEVEL, pa.array(np.full(t.num_rows, f.level, np.int32)))
-                    tables.append(t)
+            reads = []
+            try:
+                for path in paths:
+                    reads.append(DataFileRead(self.io, path, self.schema, self.schema.field_names,
+                                              [SEQUENCE_NUMBER, VALUE_KIND], constants=self.partition))
+            except BaseException:
+                for r in reads:
+                    r.close()
+                raise
+            # the files' columns decode as tasks on every core, not one file after another
+            tables = read_all(reads, decode_pool())
         finally:
             self.io.forget_prefetched(paths)
+        if with_level:
+            tables = [t.append_column(_LEVEL, arrow_of(np.full(t.num_rows, f.level, np.int32)))
+                      for t, f in zip(tables, files, strict=True)]
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
     def section_chunks(self, runs: Sequence[SortedRun], with_level: bool = False) -> Iterator[pa.Table]:
@@ -90,8 +103,10 @@ class MergeTreeCompactRewriter:
     def merge(self, rows: pa.Table, drop_delete: bool) -> pa.Table:
         """One row per key, in key order, by the table's merge engine; retractions dropped when `drop_delete`."""
         merged = self.merge_function.merge(rows)
-        if drop_delete:
-            merged = without_retractions(merged)
+        if drop_delete and merged.num_rows:
+            keep = ~is_retract(fixed_numpy(merged.column(VALUE_KIND)))
+            if not keep.all():
+                merged = merged.filter(mask_of(keep))
         return merged
 
     def rewrite(self, output_level: int, drop_delete: bool, sections: Sequence[Sequence[SortedRun]],
@@ -131,8 +146,8 @@ class MergeTreeCompactRewriter:
         return CompactResult(before=before, after=after, changelog=self.write_changelog(changes))
 
     def _write_rows(self, rows: pa.Table, output_level: int, after: list[DataFileMeta]) -> None:
-        seq = rows.column(SEQUENCE_NUMBER).to_numpy()
-        kinds = rows.column(VALUE_KIND).to_numpy().astype(np.int8)
+        seq = fixed_numpy(rows.column(SEQUENCE_NUMBER))
+        kinds = fixed_numpy(rows.column(VALUE_KIND)).astype(np.int8, copy=False)
         after.extend(self.writer.write(self.bucket_dir, rows.select(self.schema.field_names), seq, kinds,
                                        level=output_level, file_source=FILE_SOURCE_COMPACT, prefix=self.file_prefix))
 

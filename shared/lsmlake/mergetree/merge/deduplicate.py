@@ -7,9 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from lsmlake.format.numpy_columns import fixed_numpy, mask_of
 from lsmlake.format.row_kind import is_retract
 from lsmlake.format.schema import SEQUENCE_NUMBER, VALUE_KIND
-from lsmlake.mergetree.dedupe import group_ends, sort_and_group
+from lsmlake.mergetree.dedupe import group_ends, sort_and_group, take_rows
 from lsmlake.mergetree.merge.merge_function import Ordering
 
 
@@ -31,7 +32,7 @@ class Deduplicate:
 
     def merge(self, rows: pa.Table) -> pa.Table:
         if self.ignore_delete:
-            rows = rows.filter(pa.array(~is_retract(rows.column(VALUE_KIND).to_numpy())))
+            rows = rows.filter(mask_of(~is_retract(fixed_numpy(rows.column(VALUE_KIND)))))
         # only the winners are taken: no need to materialise the sorted rows
         direction = "descending" if self.ordering.descending else "ascending"
         order = [(rows.column(f), direction) for f in self.ordering.sequence_fields]
@@ -39,4 +40,4 @@ class Deduplicate:
         idx, starts = sort_and_group([rows.column(k) for k in self.keys], order)
         if len(idx) == 0:
             return rows
-        return rows.take(pa.array(idx[group_ends(starts, len(idx)) - 1], pa.int64()))
+        return take_rows(rows, idx[group_ends(starts, len(idx)) - 1])
