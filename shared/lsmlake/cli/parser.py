@@ -1,4 +1,7 @@
-"""The argument parser of `lake`: its commands, their options, and the command each one runs."""
+"""The argument parser of `lake`: its commands, their options, and the command each one runs.
+
+A command is named (`commands.Command`), not imported: building the parser loads no command's dependencies.
+"""
 
 from __future__ import annotations
 
