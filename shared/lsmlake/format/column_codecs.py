@@ -16,6 +16,7 @@ import io
 from functools import lru_cache
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 # A column is written uncompressed when the codec keeps at least this share of its sampled bytes.
@@ -71,6 +72,47 @@ def _incompressible(col: pa.ChunkedArray, compressor: pa.Codec) -> bool:
             return False
         sample += values[a.offset * width:(a.offset + len(a)) * width].to_pybytes()
     return len(compressor.compress(bytes(sample), asbytes=True)) >= INCOMPRESSIBLE * len(sample)
+
+
+def dictionary_columns(table: pa.Table) -> bool | list[str]:
+    """`use_dictionary` for `pq.write_table` of `table`: True (every column), or the leaf columns worth a
+    dictionary when some flat column is judged to have too many distinct values for one.
+
+    Parquet's writer tries a dictionary on every column and gives up on a column only once its dictionary page
+    is full, having hashed that many values for nothing (a tenth of the encoding of a file of unique keys,
+    random doubles and distinct strings). Judged from a sample like the codec choice: a wrong guess costs some
+    space or some encoding time, never correctness.
+    """
+    if table.num_rows < DICTIONARY_MIN_ROWS:
+        return True
+    plain = {name for name, col in zip(table.column_names, table.columns, strict=True)
+             if _flat(col.type) and _mostly_distinct(col)}
+    if not plain:
+        return True
+    paths = leaf_paths(table.schema)
+    if paths is None:
+        return True
+    return [p for name, ps in paths.items() if name not in plain for p in ps]
+
+
+# below this many rows a file's dictionaries cost little either way
+DICTIONARY_MIN_ROWS = 64 << 10
+DICTIONARY_SAMPLE = 4 << 10  # values per slice
+DISTINCT_SHARE = 0.5  # a sample with more distinct values than this share gets no dictionary
+
+
+def _flat(t: pa.DataType) -> bool:
+    return _fixed_width(t) or pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) \
+        or pa.types.is_large_binary(t)
+
+
+def _mostly_distinct(col: pa.ChunkedArray) -> bool:
+    n = len(col)
+    starts = [j * n // SAMPLE_SLICES for j in range(SAMPLE_SLICES)]
+    sample = pa.chunked_array([c for s in starts for c in col.slice(s, DICTIONARY_SAMPLE).chunks], col.type)
+    if len(sample) == 0:
+        return False
+    return pc.count_distinct(sample).as_py() > DISTINCT_SHARE * len(sample)
 
 
 @lru_cache(maxsize=64)

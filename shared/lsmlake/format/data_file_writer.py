@@ -18,6 +18,9 @@ from lsmlake.format.row_kind import is_retract
 from lsmlake.format.schema import TableSchema
 from lsmlake.format.stats import EMPTY_STATS, column_stats
 from lsmlake.fs.file_io import FileIO
+from lsmlake.runtime.thread_pools import SharedPool
+
+_STATS = SharedPool("lsmlake-file-stats", 2)
 
 
 class DataFileWriter:
@@ -77,8 +80,11 @@ class DataFileWriter:
             file_table = rows.cast(self.schema.data_file_schema)
         sink = pa.BufferOutputStream()
         compression, compression_level = column_codecs.choose(file_table, self.compression, self.level)
+        # the statistics are computed while the file encodes (both in Arrow, off the GIL)
+        value_stats = _STATS.get().submit(column_stats, rows.columns, self.value_types)
         pq.write_table(file_table, sink, compression=compression, compression_level=compression_level,
-                       row_group_size=max(1, file_table.num_rows))
+                       row_group_size=max(1, file_table.num_rows),
+                       use_dictionary=column_codecs.dictionary_columns(file_table))
         data = sink.getvalue().to_pybytes()
         self.io.write_bytes(f"{bucket_dir}/{name}", data, sync_dir=False)  # `write` syncs the directory once
         if pk:
@@ -98,7 +104,7 @@ class DataFileWriter:
             delete_rows = 0
         return DataFileMeta(
             file_name=name, file_size=len(data), row_count=rows.num_rows, min_key=min_key, max_key=max_key,
-            key_stats=key_stats, value_stats=column_stats(rows.columns, self.value_types),
+            key_stats=key_stats, value_stats=value_stats.result(),
             min_sequence_number=min_seq, max_sequence_number=max_seq, schema_id=self.schema.id, level=level,
             creation_time_ms=local_now_as_utc_ms(), delete_row_count=delete_rows, file_source=file_source,
             value_stats_cols=None)

@@ -95,26 +95,38 @@ def _one_value(col: pa.Array | pa.ChunkedArray) -> bool:
     return bool(lo.is_valid and hi.is_valid and pc.equal(lo, hi).as_py())
 
 
-def _integers(col: pa.Array | pa.ChunkedArray | np.ndarray) -> np.ndarray | None:
-    """The values of an integer-like column without nulls as numpy integers (no copy for one chunk); None for
-    any other column. Temporal values order as their integer counts."""
-    if isinstance(col, np.ndarray):
-        return col if col.dtype.kind in "iu" else None
-    t = col.type
-    if col.null_count:
+def _integer_view(a: pa.Array) -> np.ndarray | None:
+    """An integer-like array without nulls as numpy integers (no copy); None for any other. Temporal values
+    order as their integer counts."""
+    t = a.type
+    if a.null_count:
         return None
     if pa.types.is_integer(t):
-        return fixed_numpy(col)
+        return fixed_numpy(a)
     if pa.types.is_temporal(t) and not pa.types.is_interval(t) and t.bit_width in (32, 64):
-        return fixed_numpy(one_array(col).view(pa.int64() if t.bit_width == 64 else pa.int32()))
+        return fixed_numpy(a.view(pa.int64() if t.bit_width == 64 else pa.int32()))
     return None
 
 
-def _chunk_bounds(col: pa.Array | pa.ChunkedArray, n: int) -> np.ndarray:
-    """Start offsets of the column's chunks and `n` (the files a concatenated table came from)."""
-    if isinstance(col, pa.ChunkedArray) and col.num_chunks > 1:
-        return np.cumsum([0] + [len(c) for c in col.chunks], dtype=np.int64)
-    return np.array([0, n], np.int64)
+def _integer_segments(col: pa.Array | pa.ChunkedArray | np.ndarray, lengths: list[int]) -> list[np.ndarray] | None:
+    """The column's values cut into segments of `lengths` (its chunks when they are those), as numpy integers."""
+    if isinstance(col, np.ndarray):
+        if col.dtype.kind not in "iu":
+            return None
+        bounds = np.cumsum([0, *lengths])
+        return [col[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    if [len(c) for c in chunks] != lengths:
+        whole = one_array(col)
+        bounds = np.cumsum([0, *lengths])
+        chunks = [whole.slice(int(lo), int(hi - lo)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+    out = []
+    for c in chunks:
+        v = _integer_view(c)
+        if v is None:
+            return None
+        out.append(v)
+    return out
 
 
 def _sort_runs_by_key(keys: Sequence[pa.Array | pa.ChunkedArray],
@@ -123,19 +135,21 @@ def _sort_runs_by_key(keys: Sequence[pa.Array | pa.ChunkedArray],
     are not of that shape or their order values tie or interleave within a key (see the module's note)."""
     if len(keys) != 1:
         return None
-    key = _integers(keys[0])
-    seq = _integers(order)
-    if key is None or seq is None:
+    # the key's chunks are the files a section's rows were concatenated from
+    lengths = [len(c) for c in keys[0].chunks] if isinstance(keys[0], pa.ChunkedArray) else [len(keys[0])]
+    key_parts = _integer_segments(keys[0], lengths)
+    seq_parts = _integer_segments(order, lengths) if key_parts is not None else None
+    if key_parts is None or seq_parts is None:
         return None
-    n = len(key)
-    bounds = _chunk_bounds(keys[0], n)
+    # the oldest file first, so that each key's versions come out of a stable sort of the key in order
+    firsts = [int(p.min()) if len(p) else 0 for p in seq_parts]
+    files = sorted(range(len(lengths)), key=firsts.__getitem__)
     perm: np.ndarray | None = None
-    if len(bounds) > 2:  # several files: the oldest first, so that each key's versions come out in order
-        firsts = [int(seq[lo:hi].min()) if hi > lo else 0 for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
-        chunks = sorted(range(len(firsts)), key=lambda c: firsts[c])
-        if chunks != sorted(chunks):
-            perm = np.concatenate([np.arange(bounds[c], bounds[c + 1], dtype=np.int64) for c in chunks])
-            key, seq = key[perm], seq[perm]
+    if files != list(range(len(lengths))):
+        starts_of = np.cumsum([0, *lengths])
+        perm = np.concatenate([np.arange(starts_of[c], starts_of[c + 1], dtype=np.int64) for c in files])
+    key = np.concatenate([key_parts[c] for c in files]) if len(files) > 1 else key_parts[0]
+    seq = np.concatenate([seq_parts[c] for c in files]) if len(files) > 1 else seq_parts[0]
     idx = np.argsort(key, kind="stable")
     ks = key[idx]
     ss = seq[idx]
