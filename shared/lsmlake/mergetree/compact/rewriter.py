@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lsmlake.format.data_file_meta import FILE_SOURCE_COMPACT, DataFileMeta
-from lsmlake.format.data_file_read import DataFileRead, decode_pool, read_all
+from lsmlake.format.data_file_read import DataFileRead, constant_array, decode_pool, read_all
 from lsmlake.format.data_file_writer import DataFileWriter
 from lsmlake.format.numpy_columns import arrow_of, fixed_numpy, mask_of
 from lsmlake.format.row_kind import is_retract
@@ -25,7 +25,9 @@ from lsmlake.format.schema import SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 from lsmlake.fs.file_io import FileIO
 from lsmlake.mergetree import changelog
 from lsmlake.mergetree.compact.unit import CompactResult
+from lsmlake.mergetree.merge.deduplicate import Deduplicate
 from lsmlake.mergetree.merge.factory import merge_function_for
+from lsmlake.mergetree.merge.merge_function import MergeFunction
 from lsmlake.mergetree.sorted_run import SortedRun
 
 _LEVEL = "__lsmlake_level"
@@ -57,10 +59,28 @@ class MergeTreeCompactRewriter:
         self.bucket_dir = bucket_dir
         self.writer = DataFileWriter(fio, schema)
         self.merge_function = merge_function_for(schema)
+        self._slim_merge = self._partition_free_merge()
 
-    def read_section(self, runs: Sequence[SortedRun], with_level: bool = False) -> pa.Table:
-        """All rows of a section's files with their sequence numbers and kinds (and file level)."""
+    def _partition_free_merge(self) -> Deduplicate | None:
+        """The deduplicate merge on the key without the partition columns, when those are key columns.
+
+        A bucket's rows all hold its partition's values there: the merge orders and groups by the rest of the
+        key alike, so the partition columns need not be made for every row read, taken by the merge, and
+        sorted on; they are made once for the merged rows. Other engines get every column.
+        """
+        mf = self.merge_function
+        parts = set(self.partition)
+        if not isinstance(mf, Deduplicate) or not parts or not self.schema.trimmed_primary_keys:
+            return None
+        if not parts <= set(self.schema.primary_keys) or parts & set(mf.ordering.sequence_fields):
+            return None
+        return Deduplicate(self.schema.trimmed_primary_keys, mf.ordering, mf.ignore_delete)
+
+    def read_section(self, runs: Sequence[SortedRun], with_level: bool = False, slim: bool = False) -> pa.Table:
+        """All rows of a section's files with their sequence numbers and kinds (and file level); `slim`: without
+        the partition columns."""
         files = [f for r in runs for f in r.files]
+        columns = [c for c in self.schema.field_names if not (slim and c in self.partition)]
         # every file of the section is read whole: on an object store, fetch them all at once first
         paths = [f.path_in(self.bucket_dir) for f in files]
         self.io.prefetch(paths)
@@ -68,7 +88,7 @@ class MergeTreeCompactRewriter:
             reads = []
             try:
                 for path in paths:
-                    reads.append(DataFileRead(self.io, path, self.schema, self.schema.field_names,
+                    reads.append(DataFileRead(self.io, path, self.schema, columns,
                                               [SEQUENCE_NUMBER, VALUE_KIND], constants=self.partition))
             except BaseException:
                 for r in reads:
@@ -83,12 +103,17 @@ class MergeTreeCompactRewriter:
                       for t, f in zip(tables, files, strict=True)]
         return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
-    def section_chunks(self, runs: Sequence[SortedRun], with_level: bool = False) -> Iterator[pa.Table]:
+    def section_chunks(self, runs: Sequence[SortedRun], with_level: bool = False,
+                       slim: bool = False) -> Iterator[pa.Table]:
         """A section's rows in chunks of ascending, disjoint key ranges; a chunk holds every row of its keys
-        from every run. At most one file per run is held at a time."""
+        from every run. At most one file per run is held at a time. `slim`: without the partition columns."""
         if sum(len(r.files) for r in runs) <= len(runs):  # one file per run: one chunk, no cutting needed
-            yield self.read_section(runs, with_level)
+            yield self.read_section(runs, with_level, slim)
             return
+        for chunk in self._cut_chunks(runs, with_level):
+            yield chunk.drop_columns([c for c in self.partition if c in chunk.column_names]) if slim else chunk
+
+    def _cut_chunks(self, runs: Sequence[SortedRun], with_level: bool) -> Iterator[pa.Table]:
         cursors = [_RunCursor(self, r, with_level) for r in runs]
         while True:
             live = [c for c in cursors if c.fill()]
@@ -100,9 +125,35 @@ class MergeTreeCompactRewriter:
             parts = [p for p in (c.take_through(cut) for c in live) if p.num_rows]
             yield pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
-    def merge(self, rows: pa.Table, drop_delete: bool) -> pa.Table:
-        """One row per key, in key order, by the table's merge engine; retractions dropped when `drop_delete`."""
-        merged = self.merge_function.merge(rows)
+    def merge(self, rows: pa.Table, drop_delete: bool, slim: bool = False) -> pa.Table:
+        """One row per key, in key order, by the table's merge engine; retractions dropped when `drop_delete`.
+        `slim`: the rows lack the partition columns (see `_partition_free_merge`); the result has them."""
+        if slim:
+            assert self._slim_merge is not None
+            return self._with_partition(self._merge_with(self._slim_merge, rows, drop_delete))
+        return self._merge_with(self.merge_function, rows, drop_delete)
+
+    def _with_partition(self, rows: pa.Table) -> pa.Table:
+        """The rows with the partition columns put back in their places, made from the partition's values."""
+        arrays = []
+        fields = []
+        for name in self.schema.field_names:
+            if name in self.partition:
+                af = self.schema.arrow_schema.field(name)
+                arrays.append(constant_array(self.partition[name], af.type, rows.num_rows))
+                fields.append(af.with_nullable(True))
+            else:
+                arrays.append(rows.column(name))
+                fields.append(rows.schema.field(name))
+        for name in rows.column_names:
+            if name not in self.schema.field_names:
+                arrays.append(rows.column(name))
+                fields.append(rows.schema.field(name))
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+    @staticmethod
+    def _merge_with(merge_function: MergeFunction, rows: pa.Table, drop_delete: bool) -> pa.Table:
+        merged = merge_function.merge(rows)
         if drop_delete and merged.num_rows:
             keep = ~is_retract(fixed_numpy(merged.column(VALUE_KIND)))
             if not keep.all():
@@ -125,8 +176,10 @@ class MergeTreeCompactRewriter:
         pending_bytes = 0
         after: list[DataFileMeta] = []
         changes = []
+        # the changelog diff compares whole rows: it gets every column
+        slim = self._slim_merge is not None and full_changelog_level is None
         for section in sections:
-            for rows in self.section_chunks(section, with_level=full_changelog_level is not None):
+            for rows in self.section_chunks(section, with_level=full_changelog_level is not None, slim=slim):
                 if full_changelog_level is not None:
                     levels = rows.column(_LEVEL).to_numpy()
                     rows = rows.drop_columns([_LEVEL])
@@ -134,7 +187,7 @@ class MergeTreeCompactRewriter:
                     old = self.merge_function.merge(rows.filter(pa.array(levels == full_changelog_level)))
                     changes.append(changelog.diff(old, out, self.schema.primary_keys, self._value_fields))
                 else:
-                    out = self.merge(rows, drop_delete)
+                    out = self.merge(rows, drop_delete, slim)
                 del rows
                 if out.num_rows:
                     pending.append(out)

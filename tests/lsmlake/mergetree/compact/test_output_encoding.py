@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.format import column_codecs
+from lsmlake.mergetree.sorted_run import SortedRun
 from lsmlake.table.compact import compact_table
 
 
@@ -70,3 +71,30 @@ def test_cli_full_compaction_imports_no_pandas(tmp_path: Path) -> None:
     (split,) = t.plan()
     assert sum(f.row_count for f in split.files) == 1000
     assert len(split.files) == 1
+
+
+def test_partition_columns_are_made_once_for_the_merged_rows(tmp_path: Path) -> None:
+    from lsmlake.mergetree.compact.strategy import strategy_from_options
+    from lsmlake.table.compact import bucket_manager
+
+    cat = FileSystemCatalog(str(tmp_path))
+    cat.create_database("db", True)
+    t = cat.create_table("db.t", "id BIGINT NOT NULL, dt STRING NOT NULL, v BIGINT", partition_keys=["dt"],
+                         primary_keys=["id", "dt"], options={"bucket": "1"})
+    want = {}
+    for b in range(3):
+        ids = np.arange(b, 3000, b + 1)
+        for day in ("2026-11-20", "2026-11-21"):
+            t.write_arrow(pa.table({"id": pa.array(ids, pa.int64()), "dt": pa.array([day] * len(ids)),
+                                    "v": pa.array(np.full(len(ids), b), pa.int64())}))
+            want.update({(int(i), day): b for i in ids})
+    split = t.plan()[0]
+    rewriter = bucket_manager(t, split, strategy_from_options(t.options)).rewriter
+    assert rewriter._slim_merge is not None and rewriter._slim_merge.keys == ["id"]
+    slim = rewriter.read_section([SortedRun.single(f) for f in split.files], slim=True)
+    assert "dt" not in slim.column_names
+    assert compact_table(t, full=True).snapshot_id is not None
+    got = t.to_arrow()
+    assert got.schema == t.to_arrow().schema
+    assert {(i, d): v for i, d, v in zip(*(got.column(c).to_pylist() for c in ("id", "dt", "v")), strict=True)} == want
+    assert all(len(s.files) == 1 for s in t.plan())
