@@ -272,8 +272,8 @@ def _doomed_data(table: FileStoreTable, reach: _Reach, replacing: list[Snapshot]
     out: set[str] = set()
     for s in replacing:
         delta: list[ManifestEntry] = []
-        for m in table.manifests.read_list(s.delta_manifest_list):
-            delta.extend(table.manifests.read_manifest(m.file_name))
+        for m in table.manifests.uncached().read_list(s.delta_manifest_list):
+            delta.extend(table.manifests.uncached().read_manifest(m.file_name))
         re_added = {(e.partition, e.bucket, e.file.file_name) for e in delta if e.kind == ADD}
         for e in delta:
             if e.kind == DELETE and (e.partition, e.bucket, e.file.file_name) not in re_added:
@@ -281,8 +281,8 @@ def _doomed_data(table: FileStoreTable, reach: _Reach, replacing: list[Snapshot]
     # Changelog files live as long as the snapshot that added them.
     for s in expired:
         if s.changelog_manifest_list:
-            for m in table.manifests.read_list(s.changelog_manifest_list):
-                for e in table.manifests.read_manifest(m.file_name):
+            for m in table.manifests.uncached().read_list(s.changelog_manifest_list):
+                for e in table.manifests.uncached().read_manifest(m.file_name):
                     out.update(reach.paths.data_files(e))
     return out
 

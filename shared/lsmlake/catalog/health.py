@@ -197,6 +197,12 @@ def _unreadable(table_id: str, e: Exception, now_ms: int) -> TableHealth:
 
 def _latest(table: FileStoreTable) -> tuple[Snapshot | None, list[Split]]:
     snap = table.latest_snapshot()
+    if snap is not None:
+        # manifests are read from the process's cache of decoded ones when they were read before: a list deleted
+        # since (a broken table) is looked for, so that the table is reported unreadable
+        for name in (snap.base_manifest_list, snap.delta_manifest_list):
+            if not table.io.exists(table.manifests.path(name)):
+                raise NotFoundError(f"manifest list {name} of snapshot {snap.id} of {table.identifier} not found")
     return snap, every_bucket(table, snap)
 
 

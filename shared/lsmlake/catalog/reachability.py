@@ -70,7 +70,7 @@ def metadata_files(table: FileStoreTable, s: Snapshot) -> tuple[set[str], set[st
     for lst in (s.base_manifest_list, s.delta_manifest_list, s.changelog_manifest_list):
         if lst:
             try:
-                names.update(m.file_name for m in table.manifests.read_list(lst))
+                names.update(m.file_name for m in table.manifests.uncached().read_list(lst))
             except NotFoundError:
                 pass
     index = set()
@@ -86,11 +86,11 @@ def reached_by(table: FileStoreTable, paths: TablePaths, s: Snapshot) -> set[str
     meta, index = metadata_files(table, s)
     out.update(paths.manifest(n) for n in meta)
     out.update(paths.index(n) for n in index)
-    for e in table.manifests.live(s.base_manifest_list, s.delta_manifest_list).values():
+    for e in table.manifests.uncached().live(s.base_manifest_list, s.delta_manifest_list).values():
         out.update(paths.data_files(e))
     if s.changelog_manifest_list:
-        for m in table.manifests.read_list(s.changelog_manifest_list):
-            for e in table.manifests.read_manifest(m.file_name):
+        for m in table.manifests.uncached().read_list(s.changelog_manifest_list):
+            for e in table.manifests.uncached().read_manifest(m.file_name):
                 out.update(paths.data_files(e))
     return out
 

@@ -6,7 +6,9 @@ file's own schema and written back with them, so a merged manifest or a rewritte
 
 from __future__ import annotations
 
+import copy
 import io
+import os
 import threading
 import uuid
 from collections import OrderedDict
@@ -178,6 +180,11 @@ class _Decoded:
         self._lock = threading.Lock()
         self._items: OrderedDict[str, _Records] = OrderedDict()
         self._size = 0
+        # a forked child (Spark's workers) keeps what was decoded, with a lock no thread of its own holds
+        os.register_at_fork(after_in_child=self._fresh_lock)
+
+    def _fresh_lock(self) -> None:
+        self._lock = threading.Lock()
 
     def get(self, path: str) -> _Records | None:
         with self._lock:
@@ -188,8 +195,8 @@ class _Decoded:
 
     def put(self, path: str, records: tuple[Any, ...]) -> _Records:
         item = _Records(records)
-        if len(records) > self.budget // 2:
-            return item  # one huge manifest would push out everything else
+        if len(records) > self.budget:
+            return item
         with self._lock:
             if path in self._items:
                 return self._items[path]
@@ -206,8 +213,9 @@ class _Decoded:
             self._size = 0
 
 
-#: decoded manifest entries and manifest file metas (a manifest list's records), at most this many kept
-DECODED = _Decoded(300_000)
+#: decoded manifest entries and manifest file metas (a manifest list's records), at most this many kept: the
+#: default holds the manifests of a table of 200,000 live files (about 300 MB at most)
+DECODED = _Decoded(int(os.environ.get("LSMLAKE_MANIFEST_CACHE_ENTRIES", "200000")))
 
 
 def partition_stats(partitions: Iterable[bytes], partition_types: Sequence[AnyType]) -> SimpleStats:
@@ -237,6 +245,14 @@ class ManifestStore:
         self.dir = f"{table_path}/manifest"
         self.partition_types = list(partition_types)
         self.codec = codec
+        self.cache: _Decoded | None = DECODED
+
+    def uncached(self) -> ManifestStore:
+        """The same store reading every file from storage, never from the decoded cache: for whoever must see a
+        file that was deleted as missing (orphan cleanup, expiration)."""
+        view = copy.copy(self)
+        view.cache = None
+        return view
 
     def path(self, name: str) -> str:
         return f"{self.dir}/{name}"
@@ -285,13 +301,14 @@ class ManifestStore:
 
     def _decoded_manifest(self, name: str) -> _Records:
         path = self.path(name)
-        cached = DECODED.get(path)
+        cached = self.cache.get(path) if self.cache is not None else None
         if cached is not None:
             return cached
         records, schema = _read_avro(self.io, path)
         unknown = extra_fields(unknown_fields(schema, MANIFEST_ENTRY_FIELDS))
         file_unknown = extra_fields(unknown_fields(schema, DATA_FILE_META_FIELDS, ("_FILE",)))
-        return DECODED.put(path, tuple(ManifestEntry.from_avro(r, unknown, file_unknown) for r in records))
+        entries = tuple(ManifestEntry.from_avro(r, unknown, file_unknown) for r in records)
+        return self.cache.put(path, entries) if self.cache is not None else _Records(entries)
 
     def write_list(self, metas: Sequence[ManifestFileMeta]) -> tuple[str, int]:
         """Write a manifest list; returns its name and size."""
@@ -307,13 +324,14 @@ class ManifestStore:
 
     def read_list(self, name: str) -> list[ManifestFileMeta]:
         path = self.path(name)
-        cached = DECODED.get(path)
+        cached = self.cache.get(path) if self.cache is not None else None
         if cached is not None:
             return list(cached.records)
         records, schema = _read_avro(self.io, path)
         unknown = extra_fields(unknown_fields(schema, MANIFEST_FILE_META_FIELDS))
         metas = [ManifestFileMeta.from_avro(r, unknown) for r in records]
-        DECODED.put(path, tuple(metas))
+        if self.cache is not None:
+            self.cache.put(path, tuple(metas))
         return metas
 
     def snapshot_manifests(self, base_list: str, delta_list: str) -> list[ManifestFileMeta]:
