@@ -16,7 +16,7 @@ from lsmlake.fs import StorageSettings
 from lsmlake.spark.access import TableAccess, open_access, parse_timestamp
 from lsmlake.spark.filters import parse_filter
 
-DEFAULT_SPLIT_TARGET_BYTES = 8 << 20
+DEFAULT_SPLIT_TARGET_BYTES = 128 << 20  # as Spark's own spark.sql.files.maxPartitionBytes
 DEFAULT_WRITE_BUFFER_BYTES = 128 << 20
 
 # key -> what it means (also the list of accepted keys, for the error on a typo)
@@ -30,7 +30,8 @@ KEYS = {
     "filter": "conjunction of comparisons pruning partitions and files and filtering rows, e.g. \"dt = '2024-01-01'\"",
     "columns": "comma-separated columns to read (column pruning)",
     "row-kind": "true: add a `_row_kind` column (+I, -U, +U, -D): the change kind in streams, +I in batch reads",
-    "split.target-size": "bytes of files per Spark partition when small buckets are packed together",
+    "split.target-size": "most bytes of files per Spark partition (a larger split that must be merged stays whole)",
+    "split.parallelism": "Spark partitions to spread a read over (default: the session's default parallelism)",
     "write.buffer-size": "bytes of rows a write task gathers before writing them as files",
 }
 
@@ -74,13 +75,15 @@ class ReadOptions:
     row_kind: bool
     split_target_bytes: int
     write_buffer_bytes: int
+    parallelism: int
     # storage options (`s3.*`, `fs.s3.*`) under their canonical keys; kept out of repr: they hold secrets
     storage: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @staticmethod
-    def parse(raw: Mapping[str, str], base_dir: str | None = None) -> ReadOptions:
+    def parse(raw: Mapping[str, str], base_dir: str | None = None, parallelism: int | None = None) -> ReadOptions:
         """`base_dir`: where a relative `warehouse` is (the driver's folder at `register`; Spark runs this in
-        Python workers whose folder is the JVM's, not the user's)."""
+        Python workers whose folder is the JVM's, not the user's). `parallelism`: the session's cores (its
+        default parallelism at `register`), the default of `split.parallelism`; else this machine's CPUs."""
         options = {str(k).lower(): str(v) for k, v in raw.items()}
         unknown = sorted(k for k in options if k not in KEYS and k not in _STORAGE_KEYS)
         if unknown:
@@ -103,6 +106,7 @@ class ReadOptions:
             _bool(options, "row-kind"),
             _int(options, "split.target-size", DEFAULT_SPLIT_TARGET_BYTES, 1) or DEFAULT_SPLIT_TARGET_BYTES,
             _int(options, "write.buffer-size", DEFAULT_WRITE_BUFFER_BYTES, 1) or DEFAULT_WRITE_BUFFER_BYTES,
+            _int(options, "split.parallelism", None, 1) or parallelism or os.cpu_count() or 1,
             _storage(options))
 
     def access(self) -> TableAccess:

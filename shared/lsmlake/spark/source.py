@@ -19,17 +19,22 @@ class LakeDataSource(DataSource):
     """Reads (batch and streaming) and writes lsmlake tables; options in `read_options.KEYS`."""
 
     base_dir: str | None = None  # where a relative `warehouse` option is; set by `bound_to`
+    parallelism: int | None = None  # the session's cores, how many partitions a read spreads over; set by `bound_to`
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        self.parsed = ReadOptions.parse(options, self.base_dir)
+        self.parsed = ReadOptions.parse(options, self.base_dir, self.parallelism)
 
     @classmethod
-    def bound_to(cls, base_dir: str) -> type[LakeDataSource]:
-        """This source with relative warehouse paths resolved against `base_dir`. A class made here is
-        not importable by name, so Spark ships it to its Python workers by value, `base_dir` included."""
-        return type(cls.__name__, (cls,), {"base_dir": base_dir, "__qualname__": f"{cls.__qualname__}.bound",
-                                           "__module__": cls.__module__})
+    def bound_to(cls, base_dir: str, parallelism: int | None = None) -> type[LakeDataSource]:
+        """This source with relative warehouse paths resolved against `base_dir`, and reads spread over
+        `parallelism` partitions (by default the running session's default parallelism: the planning runs
+        in a Python worker, which has no session to ask). A class made here is not importable by name, so
+        Spark ships it to its Python workers by value, these values included."""
+        if parallelism is None:
+            parallelism = _session_parallelism()
+        return type(cls.__name__, (cls,), {"base_dir": base_dir, "parallelism": parallelism,
+                                           "__qualname__": f"{cls.__qualname__}.bound", "__module__": cls.__module__})
 
     @classmethod
     def name(cls) -> str:
@@ -76,6 +81,14 @@ class LakeDataSource(DataSource):
         finally:
             access.close()
         return LakeBatchWriter(self.parsed, ref, overwrite)
+
+
+def _session_parallelism() -> int | None:
+    """The default parallelism of this process's running Spark session (its cores), None without one."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    return int(sc.defaultParallelism) if sc is not None else None
 
 
 class _RowKindReader(LakeBatchReader):

@@ -37,7 +37,7 @@ from lsmlake.format.schema import VALUE_KIND
 from lsmlake.format.snapshot import APPEND
 from lsmlake.spark.access import TableAccess, TableRef
 from lsmlake.spark.arrow_types import conform
-from lsmlake.spark.batch_read import BATCH_ROWS, ReadTask, pack, read_splits
+from lsmlake.spark.batch_read import BATCH_ROWS, ReadTask, plan_partitions, read_splits
 from lsmlake.spark.read_options import ReadOptions
 from lsmlake.table import features
 from lsmlake.table.file_store_table import FileStoreTable
@@ -145,7 +145,8 @@ class LakeStreamReader(DataSourceStreamReader):
         task = ReadTask(TableRef(access.identifier, access.location, table.schema.id, access.storage),
                         tuple(self.target.names), Predicate(), self.target)
         if first == 0 and self.options.snapshot is None and last > 0:
-            groups = pack(access.plan(last, Predicate()), self.options.split_target_bytes)
+            groups = plan_partitions(access.plan(last, Predicate()), self.options.split_target_bytes,
+                                     self.options.parallelism)
             return [ChangesPartition(task, full=g) for g in groups]
         earliest = table.snapshots.earliest_id() or 1
         if first + 1 < earliest and last > first:
