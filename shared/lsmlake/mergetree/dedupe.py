@@ -26,6 +26,7 @@ from lsmlake.runtime.thread_pools import SharedPool
 _TAKE = SharedPool("lsmlake-take", max(2, os.cpu_count() or 2))
 # a table of fewer rows is taken on the calling thread: handing columns to the pool would cost more
 PARALLEL_TAKE_ROWS = 100_000
+COMBINE_BELOW_BYTES = 1 << 30
 
 
 def sort_and_group(keys: Sequence[pa.Array | pa.ChunkedArray],
@@ -171,8 +172,17 @@ def take_rows(rows: pa.Table, indices: np.ndarray) -> pa.Table:
     pool = _TAKE.get()
     # largest columns first, so that no long task starts last
     order = sorted(range(rows.num_columns), key=lambda i: -rows.column(i).nbytes)
-    futures = {i: pool.submit(pc.take, rows.column(i), idx, boundscheck=False) for i in order}
+    futures = {i: pool.submit(_take_column, rows.column(i), idx) for i in order}
     return pa.Table.from_arrays([futures[i].result() for i in range(rows.num_columns)], schema=rows.schema)
+
+
+def _take_column(col: pa.ChunkedArray, idx: pa.Array) -> pa.Array | pa.ChunkedArray:
+    # Arrow's take from a column of many chunks (the files of a section) resolves every index to its chunk; one
+    # copy of the column first and a take from one array costs less, for strings about half. Not for a column
+    # whose values could overflow one array's 32-bit offsets.
+    if col.num_chunks > 1 and col.nbytes < COMBINE_BELOW_BYTES:
+        return pc.take(col.combine_chunks(), idx, boundscheck=False)
+    return pc.take(col, idx, boundscheck=False)
 
 
 def group_ends(starts: np.ndarray, n: int) -> np.ndarray:

@@ -107,3 +107,13 @@ def test_numpy_columns_do_not_import_pandas() -> None:
         fixed_numpy(pa.array([1, None]))
     with pytest.raises(TypeError):
         arrow_of(np.array([1], np.int32), pa.int64())
+
+
+def test_take_rows_matches_arrow_take_over_chunks() -> None:
+    n = dedupe.PARALLEL_TAKE_ROWS + 10
+    rows = pa.concat_tables([pa.table({"k": pa.array(np.arange(lo, lo + n), pa.int64()),
+                                       "s": pa.array([f"v{i}" for i in range(lo, lo + n)])}) for lo in (0, n)])
+    idx = np.random.default_rng(5).permutation(2 * n)[:n]
+    got = dedupe.take_rows(rows, idx)
+    assert got.schema == rows.schema
+    assert got.equals(rows.take(pa.array(idx)))
