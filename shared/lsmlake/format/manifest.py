@@ -265,10 +265,17 @@ class ManifestStore:
         """
         self.io.sync_dir(self.dir)
 
-    def write_manifest(self, entries: Sequence[ManifestEntry], schema_id: int) -> ManifestFileMeta:
-        """Write one manifest file of these entries and describe it for a manifest list."""
+    def write_manifest(self, entries: Sequence[ManifestEntry], schema_id: int,
+                       decoded: bool = False) -> ManifestFileMeta:
+        """Write one manifest file of these entries and describe it for a manifest list.
+
+        `decoded`: the entries were read from manifests (a merge), so they are what reading this one gives: kept in
+        the cache of decoded manifests, which spares the next reader decoding a merged manifest again.
+        """
         meta, data = self.encode_manifest(entries, schema_id)
         self.upload(meta.file_name, data)
+        if decoded and self.cache is not None:
+            self.cache.put(self.path(meta.file_name), tuple(entries))
         return meta
 
     def upload(self, name: str, data: bytes) -> None:

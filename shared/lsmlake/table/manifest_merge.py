@@ -153,7 +153,7 @@ def _write_rolling(store: ManifestStore, entries: list[ManifestEntry], schema_id
         ordered = list(entries)
     metas = []
     for i in range(0, len(ordered), per_file):
-        meta = store.write_manifest(ordered[i:i + per_file], schema_id)
+        meta = store.write_manifest(ordered[i:i + per_file], schema_id, decoded=True)
         written.append(meta.file_name)
         metas.append(meta)
     return metas

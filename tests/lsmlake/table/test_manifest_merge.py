@@ -141,6 +141,8 @@ def test_a_merge_keeps_the_live_files(tmp_path: Any, seed: int) -> None:
     merged = merge_manifests(t.manifests, metas, 0, rules, written)
     assert merge_entries(t.manifests.entries(merged)) == merge_entries(t.manifests.entries(metas))
     assert set(written) == {m.file_name for m in merged} - {m.file_name for m in metas}
+    for name in written:  # what a merge keeps in the cache of decoded manifests is what reading the file gives
+        assert t.manifests.read_manifest(name) == t.manifests.uncached().read_manifest(name)
     if sum(m.file_size for m in metas if m.num_deleted_files or m.file_size < rules.target_size) >= \
             rules.full_threshold:
         assert all(e.kind != DELETE for e in t.manifests.entries(merged))
