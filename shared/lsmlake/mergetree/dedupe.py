@@ -88,6 +88,8 @@ def _varying(keys: Sequence[pa.Array | pa.ChunkedArray]) -> list[pa.Array | pa.C
 
 
 def _one_value(col: pa.Array | pa.ChunkedArray) -> bool:
+    if pa.types.is_floating(col.type):  # min_max passes over NaN: [NaN, 1.0] would look like one value
+        return False
     try:
         mm = pc.min_max(col)
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):

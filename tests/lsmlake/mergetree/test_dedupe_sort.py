@@ -117,3 +117,11 @@ def test_take_rows_matches_arrow_take_over_chunks() -> None:
     got = dedupe.take_rows(rows, idx)
     assert got.schema == rows.schema
     assert got.equals(rows.take(pa.array(idx)))
+
+
+def test_a_float_key_with_nan_is_never_taken_for_one_value() -> None:
+    keys = pa.chunked_array([pa.array([1, 1, 2], pa.int64())])
+    f = pa.chunked_array([pa.array([float("nan"), 1.0, 1.0])])
+    assert len(dedupe._varying([keys, f])) == 2
+    idx, starts = dedupe.sort_and_group([keys, f], [(pa.array([1, 2, 3], pa.int64()), "ascending")])
+    assert starts.tolist() == [0, 1, 2]
