@@ -28,9 +28,9 @@ ratio against the grown table's own p50 at 1k, minutes earlier and under another
 Targets: commit p50 at the top <= 1.5x the p50 at 1k (flat); one-partition planning <= 100 ms at 100k files,
 flat in the table's size.
 
-100,000 real files are feasible: a whole run took about 5 minutes on this 2-core machine while others ran tests
-(load average ~7), 3 of them growing the table (each file a Parquet file written, then committed). SCALE_FILES picks
-a smaller top (e.g. SCALE_FILES=20000 for a quick run); sizes that are not smaller than the top are skipped.
+100,000 real files are feasible: a whole run took 4-5 minutes on this 2-core machine while others ran tests
+(load average ~7), under 3 of them growing the table (each file a Parquet file written, then committed).
+SCALE_FILES picks a smaller top (e.g. SCALE_FILES=20000 for a quick run); sizes not below the top are skipped.
 """
 
 from __future__ import annotations
