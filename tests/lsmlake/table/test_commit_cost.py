@@ -109,3 +109,22 @@ def test_a_one_partition_scan_opens_only_the_manifests_that_can_hold_it(tmp_path
     ranged = t.new_scan([("p", ">=", "p028")]).plan()
     assert {s.partition_values for s in ranged} == {("p028",), ("p029",)}
     assert len(opened) == 2
+
+
+def test_a_compaction_commit_checks_only_the_buckets_it_changes(tmp_path: Any, opened: list[str]) -> None:
+    """A commit that deletes files checks them against the live files of their buckets only (the whole table was
+    read: fails before); a file another commit deleted meanwhile is still a conflict."""
+    from lsmlake.errors import CommitConflictError
+    from lsmlake.table.write import CommitMessage
+
+    t = _table(tmp_path)
+    for i in range(20):
+        t.write_arrow(_rows(f"p{i:03d}", [1, 2, 3, 4]))
+    holding = _manifests_holding(t, "p005")
+    splits = [s for s in t.plan() if s.partition_values == ("p005",)]
+    messages = [CommitMessage(s.partition, s.bucket, s.total_buckets, deleted_files=list(s.files)) for s in splits]
+    opened.clear()
+    t.new_commit().commit(messages)
+    assert set(opened) == holding and len(opened) == 1
+    with pytest.raises(CommitConflictError, match="no longer live"):
+        t.new_commit().commit(messages)
