@@ -25,6 +25,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.predicate import Predicate
+from lsmlake.runtime.thread_pools import SharedPool
 from lsmlake.spark.access import TableRef
 from lsmlake.spark.arrow_types import conform
 from lsmlake.spark.read_options import ReadOptions
@@ -38,6 +39,9 @@ MIN_PARTITION_BYTES = 16 << 20
 # a split that needs no merge is cut (into runs of files of a partition's share, but not of less than this)
 # only when it is larger: small buckets stay whole, with one read of their deletion-vector index each
 MIN_CUT_BYTES = 32 << 20
+
+# reads one split ahead of the batches being sent; its tasks wait on the decode pool, never on this one
+_READ_AHEAD = SharedPool("lsmlake-spark-read-ahead", 2)
 
 
 @dataclass(frozen=True)
@@ -126,12 +130,23 @@ def pack(splits: Sequence[Split], target_bytes: int) -> list[list[Split]]:
 
 def read_splits(task: ReadTask, splits: Sequence[Split]) -> Iterator[pa.RecordBatch]:
     """The rows of the splits, merged and filtered, as batches shaped like `task.target` (runs on executors)."""
+    if not splits:
+        return
     table = task.ref.open()
     reader = TableRead(table.io, table.path, table.schema, list(task.projection), task.predicate)
-    for split in splits:
-        rows = reader.read_split(split)
-        if rows.num_rows:
-            yield from conform(rows, task.target).to_batches(max_chunksize=BATCH_ROWS)
+    # the next split is read while the JVM takes this one's batches: else the worker's decoding and the
+    # JVM's conversion to rows take turns, each idle while the other works
+    ahead = _READ_AHEAD.get()
+    pending = ahead.submit(reader.read_split, splits[0])
+    try:
+        for i in range(len(splits)):
+            rows = pending.result()
+            if i + 1 < len(splits):
+                pending = ahead.submit(reader.read_split, splits[i + 1])
+            if rows.num_rows:
+                yield from conform(rows, task.target).to_batches(max_chunksize=BATCH_ROWS)
+    finally:
+        pending.cancel()  # a consumer that stops early (a LIMIT) leaves no read running for nothing
 
 
 class LakeBatchReader(DataSourceReader):

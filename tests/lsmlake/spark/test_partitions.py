@@ -111,8 +111,20 @@ def test_cut_reads_apply_deletion_vectors(warehouse) -> None:
     assert any(s.dv_index is not None and len(s.files) > 1 and s.raw_convertible for s in table.new_scan().plan())
 
 
-def test_partitions_of_a_reader_keep_plan_order_for_small_tables(warehouse) -> None:
-    opts = ReadOptions.parse({"path": "db.mor", "warehouse": warehouse}, parallelism=2)
-    schema = LakeDataSource({"path": "db.mor", "warehouse": warehouse}).schema()
-    parts = LakeBatchReader(opts, arrow_target(schema)).partitions()
-    assert len(parts) == 1  # a few KiB of files: one partition, not one per core
+@pytest.mark.parametrize("name", list(MATRIX))
+def test_a_small_table_is_one_partition_read_split_after_split(warehouse, name) -> None:
+    """A few KiB of files make one partition, not one per core; its splits, each read while the previous one's
+    batches are taken, give the table's rows; a consumer that stops after one batch stops the read."""
+    ident = IDENTS[name]
+    table = FileSystemCatalog(warehouse).get_table(ident)
+    assert len(table.new_scan().plan()) > 1
+    opts = ReadOptions.parse({"path": ident, "warehouse": warehouse}, parallelism=2)
+    schema = LakeDataSource({"path": ident, "warehouse": warehouse}).schema()
+    reader = LakeBatchReader(opts, arrow_target(schema))
+    (part,) = reader.partitions()
+    got = pa.Table.from_batches(list(reader.read(part)), reader.target)
+    expected = table.to_arrow()
+    assert rows(got, expected.column_names) == rows(expected)
+    batches = reader.read(part)
+    assert next(batches).num_rows > 0
+    batches.close()  # type: ignore[attr-defined]
