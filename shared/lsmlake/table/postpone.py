@@ -33,6 +33,7 @@ from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.data_file_read import read_data_file
 from lsmlake.format.data_file_writer import bucket_dir
+from lsmlake.format.index_manifest import DELETION_VECTORS, IndexEntry
 from lsmlake.format.manifest import ManifestEntry
 from lsmlake.format.predicate import Predicate
 from lsmlake.format.row_kind import ROW_KIND_COLUMN
@@ -195,6 +196,12 @@ def rescale(table: FileStore, buckets: int, partitions: Sequence[bytes] | None =
                                     opts.CHANGELOG_PRODUCER.key: "none"})
     messages: list[CommitMessage] = []
     top = table.options.num_levels() - 1
+    # the deletion vectors of the old buckets go with their files: a commit that deletes a bucket's files while its
+    # vectors stay is one planned against an index it did not read, and is refused
+    vectors: dict[tuple[bytes, int], list[IndexEntry]] = defaultdict(list)
+    for e in table.indexes.read(snap.index_manifest) if snap.index_manifest else ():
+        if e.index_type == DELETION_VECTORS:
+            vectors[(e.partition, e.bucket)].append(e)
     for partition in sorted({s.partition for s in splits}):
         mine = [s for s in splits if s.partition == partition]
         rows = table.new_read(None, None).read(mine)  # merged: one row per key, deletes applied
@@ -210,7 +217,8 @@ def rescale(table: FileStore, buckets: int, partitions: Sequence[bytes] | None =
         for m in written:
             m.new_files = [replace(f, level=top) for f in m.new_files]
         messages.extend(written)
-        messages.extend(CommitMessage(partition, s.bucket, s.total_buckets, deleted_files=list(s.files))
+        messages.extend(CommitMessage(partition, s.bucket, s.total_buckets, deleted_files=list(s.files),
+                                      deleted_index_files=vectors.pop((partition, s.bucket), []))
                         for s in mine)
     return messages
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
@@ -145,6 +145,10 @@ STEP = st.one_of(WRITE.map(lambda w: ("write", w)), st.just(("place", None)),
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(STEP, min_size=1, max_size=8), per_bucket=st.integers(1, 20), dv=st.booleans())
+# a rescale of buckets that have deletion vectors: the rescale deleted their files but not their vectors, and its
+# commit was refused as planned against an index it had not read (found by this test, then kept)
+@example(steps=[("write", [(0, "+I", "a"), (3, "+I", "a")]), ("place", None), ("write", [(0, "+I", "a")]),
+                ("place", None), ("rescale", 1)], per_bucket=1, dv=True)
 def test_random_writes_placements_and_rescales_match_the_model(steps: list[tuple[str, Any]], per_bucket: int,
                                                                 dv: bool) -> None:
     with tempfile.TemporaryDirectory() as wh:
