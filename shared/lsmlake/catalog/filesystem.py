@@ -10,19 +10,20 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
 
-from lsmlake.catalog.commit.checks import check_changes
 from lsmlake.errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from lsmlake.format.schema import SchemaManager
 from lsmlake.format.types import DataField, parse_schema_fields
 from lsmlake.fs import StorageSettings, open_path
-from lsmlake.table.commit import CommitResult
-from lsmlake.table.definition import define_table
-from lsmlake.table.file_store_table import FileStoreTable
-from lsmlake.table.schema_change import SchemaChange, alter_table
-from lsmlake.table.write import CommitMessage
+
+if TYPE_CHECKING:  # the table layer loads when a table is opened: `lake table list` needs none of it
+    from lsmlake.table.commit import CommitResult
+    from lsmlake.table.file_store_table import FileStoreTable
+    from lsmlake.table.schema_change import SchemaChange
+    from lsmlake.table.write import CommitMessage
 
 #: a database folder is `<name>.db` and file systems cap a path element at 255 bytes
 MAX_NAME_CHARS = 200
@@ -121,6 +122,9 @@ class FileSystemCatalog:
         db, _ = split_identifier(identifier)
         if isinstance(fields, str):
             fields = parse_schema_fields(fields)
+        from lsmlake.table.definition import define_table
+        from lsmlake.table.file_store_table import FileStoreTable
+
         schema = define_table(tuple(fields), tuple(partition_keys), tuple(primary_keys), options, comment)
         if not self.io.exists(self.database_path(db)):
             raise NotFoundError(f"database {db!r} does not exist")
@@ -140,6 +144,8 @@ class FileSystemCatalog:
 
     def get_table(self, identifier: str) -> FileStoreTable:
         path = self.table_path(identifier)
+        from lsmlake.table.file_store_table import FileStoreTable
+
         schema = SchemaManager(self.io, path).latest()
         if schema is None:
             raise NotFoundError(f"table {identifier!r} does not exist")
@@ -152,6 +158,8 @@ class FileSystemCatalog:
         another alter published the same schema id first (nothing changed).
         """
         table = self.get_table(identifier)
+        from lsmlake.table.schema_change import alter_table
+
         alter_table(table, changes)
         return table
 
@@ -163,6 +171,8 @@ class FileSystemCatalog:
         replacing `partitions` (every partition when None). InvalidInputError naming the first file change
         the table cannot hold (see `commit.checks`); nothing is written then.
         """
+        from lsmlake.catalog.commit.checks import check_changes
+
         check_changes(table, messages, partitions or ())
         commit = table.new_commit(commit_user)
         if overwrite:

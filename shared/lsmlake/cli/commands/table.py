@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsmlake.catalog.filesystem import split_identifier
 from lsmlake.cli.arguments import names
@@ -13,8 +13,9 @@ from lsmlake.cli.errors import UsageError
 from lsmlake.cli.output import out, print_table
 from lsmlake.cli.warehouse import open_backend, open_catalog
 from lsmlake.format.types import parse_schema_fields
-from lsmlake.table.definition import define_table
-from lsmlake.table.file_store_table import FileStoreTable
+
+if TYPE_CHECKING:  # `table list` loads no table layer
+    from lsmlake.table.file_store_table import FileStoreTable
 
 
 def cmd_table_create(args: argparse.Namespace) -> int:
@@ -24,6 +25,8 @@ def cmd_table_create(args: argparse.Namespace) -> int:
     table = NewTable(args.table, args.schema, fields, names(args.partition_key), names(args.primary_key),
                      dict(args.option), args.comment)
     # Validate the whole definition before the database folder is created.
+    from lsmlake.table.definition import define_table
+
     define_table(fields, table.partition_keys, table.primary_keys, table.options, table.comment)
     if args.if_not_exists and catalog.table_exists(args.table):
         out(f"table {args.table} already exists")
