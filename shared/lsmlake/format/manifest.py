@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import fastavro
 
-from lsmlake.errors import CorruptMetadataError
+from lsmlake.errors import CorruptMetadataError, InvalidInputError
 from lsmlake.format.avro_schemas import (
     CODECS,
     DATA_FILE_META_FIELDS,
@@ -215,7 +215,15 @@ class _Decoded:
 
 #: decoded manifest entries and manifest file metas (a manifest list's records), at most this many kept: the
 #: default holds the manifests of a table of 200,000 live files (about 300 MB at most)
-DECODED = _Decoded(int(os.environ.get("LSMLAKE_MANIFEST_CACHE_ENTRIES", "200000")))
+def _cache_entries() -> int:
+    raw = os.environ.get("LSMLAKE_MANIFEST_CACHE_ENTRIES", "200000")
+    if not raw.strip().isdigit():
+        raise InvalidInputError(f"LSMLAKE_MANIFEST_CACHE_ENTRIES must be a whole number of manifest entries (0: no "
+                                f"cache), not {raw!r}")
+    return int(raw)
+
+
+DECODED = _Decoded(_cache_entries())
 
 
 def partition_stats(partitions: Iterable[bytes], partition_types: Sequence[AnyType]) -> SimpleStats:
@@ -230,6 +238,8 @@ def partition_stats(partitions: Iterable[bytes], partition_types: Sequence[AnyTy
             if v is None:
                 nulls[i] += 1
                 continue
+            if isinstance(v, float) and v != v:
+                continue  # NaN: unordered, it would make the bounds hold nothing; readers never prune on it
             if mins[i] is None or v < mins[i]:
                 mins[i] = v
             if maxs[i] is None or v > maxs[i]:

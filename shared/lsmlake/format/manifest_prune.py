@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from lsmlake.format.binary_row import deserialize_row
 from lsmlake.format.data_file_meta import SimpleStats
-from lsmlake.format.predicate import Predicate
+from lsmlake.format.predicate import Predicate, is_nan
 from lsmlake.format.types import AnyType
 
 BucketKey = tuple[bytes, int]  # (serialized partition, bucket)
@@ -60,6 +60,8 @@ def _in_range(v: Any, lo: Any, hi: Any, null_count: int | None) -> bool:
         return null_count is None or null_count > 0
     if lo is None or hi is None:  # every value null (then it cannot be v), or unknown
         return null_count is None or (lo is None) != (hi is None)
+    if is_nan(v) or is_nan(lo) or is_nan(hi):  # unordered: no comparison says it is out
+        return True
     try:
         return bool(lo <= v <= hi)
     except TypeError:

@@ -17,6 +17,12 @@ from lsmlake.errors import InvalidInputError
 OPS = ("=", "!=", "<", "<=", ">", ">=", "in", "is_null", "is_not_null")
 
 
+def is_nan(v: Any) -> bool:
+    """Whether `v` is a floating-point NaN, which compares false with everything (statistics with it rule nothing
+    out)."""
+    return isinstance(v, float) and v != v
+
+
 @dataclass(frozen=True)
 class Term:
     """One comparison of a column with a literal."""
@@ -50,6 +56,8 @@ class Term:
             return null_count is None or null_count < row_count
         if lo is None or hi is None:
             return null_count is None or null_count < row_count or lo is not None
+        if is_nan(lo) or is_nan(hi) or any(map(is_nan, self.value if self.op == "in" else (self.value,))):
+            return True  # unordered: no comparison says a row cannot pass
         try:
             if self.op == "=":
                 return bool(lo <= self.value <= hi)

@@ -57,3 +57,22 @@ def test_a_partition_filter_prunes_by_each_term() -> None:
     assert not may(("p", "is_null", None)) and may(("p", "is_not_null", None))
     keeps = PartitionFilter(Predicate.of({"p": "b"}), ["p", "n"], TYPES)
     assert keeps.keeps(_p("b", 9), 3) and not keeps.keeps(_p("c", 9), 3)
+
+
+def test_a_nan_partition_value_never_prunes_a_manifest_that_holds_it() -> None:
+    """NaN is unordered: statistics with a NaN bound (a Java writer orders NaN last; ours depended on the set's
+    order) hold nothing by comparison, so a range test over them must answer 'maybe', and a NaN wanted value too.
+    Pruned, a writer restored no sequence numbers for the NaN partition and a compaction's conflict check lost its
+    files."""
+    doubles = [parse_type("DOUBLE")]
+    nan, one, two = (serialize_row([v], doubles) for v in (float("nan"), 1.0, 2.0))
+    poisoned = SimpleStats(nan, nan, (0,))
+    for wanted in (one, nan):
+        assert BucketFilter([(wanted, 0)], doubles).may_hold(poisoned, 0, 0, 3)
+    assert PartitionFilter(Predicate.of({"p": 1.0}), ["p"], doubles).may_hold(poisoned, 0, 0, 3)
+    # our own statistics leave NaN out of the range, and never prune it
+    for order in ([nan, one, two], [two, one, nan], [one, nan, two]):
+        stats = partition_stats(order, doubles)
+        assert (stats.min_values, stats.max_values) == (one, two)
+        assert BucketFilter([(nan, 0)], doubles).may_hold(stats, 0, 0, 3)
+        assert BucketFilter([(one, 0)], doubles).may_hold(stats, 0, 0, 3)
