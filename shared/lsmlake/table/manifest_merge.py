@@ -105,20 +105,22 @@ def _merge_group(store: ManifestStore, group: list[ManifestFileMeta], schema_id:
 
 def _replay(entries: Sequence[ManifestEntry]) -> list[ManifestEntry]:
     """The entries, in order, less each ADD that a later DELETE of the group cancels (with that DELETE); a DELETE
-    of a file added before the group stays, ahead of any later ADD of the same file."""
+    of a file added before the group stays, ahead of any later ADD of the same file. A file added twice in the
+    group (a resent commit) replays as one file: a DELETE cancels every ADD before it, and stays, as the file may
+    have been added before the group as well."""
     out: list[ManifestEntry | None] = []
-    added_at: dict[tuple[Any, ...], int] = {}
+    added_at: dict[tuple[Any, ...], list[int]] = {}
     for e in entries:
         ident = e.identifier
         if e.kind == ADD:
-            added_at[ident] = len(out)
+            added_at.setdefault(ident, []).append(len(out))
             out.append(e)
         else:
-            at = added_at.pop(ident, None)
-            if at is None:
+            at = added_at.pop(ident, [])
+            for i in at:
+                out[i] = None
+            if len(at) != 1:
                 out.append(e)
-            else:
-                out[at] = None
     return [e for e in out if e is not None]
 
 

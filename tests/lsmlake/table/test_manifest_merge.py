@@ -102,9 +102,10 @@ def test_below_the_threshold_deletes_stay_until_the_minor_merge(tmp_path: Any) -
     assert {s.partition_values for s in t.plan()} == {("b",)}
 
 
-def _random_manifests(t: FileStoreTable, rng: random.Random) -> list[ManifestFileMeta]:
+def _random_manifests(t: FileStoreTable, rng: random.Random, duplicates: bool = False) -> list[ManifestFileMeta]:
     """Manifests of random ADDs and DELETEs (some deleting files of earlier manifests, some re-adding a file they
-    delete, as a level upgrade does), over a few partitions and buckets."""
+    delete, as a level upgrade does), over a few partitions and buckets; with `duplicates`, a manifest adds some
+    of its files twice (a resent commit), which a replay keeps once."""
     _write(t, "x", [1])
     template = next(iter(merge_entries(t.manifests.entries(_manifests(t))).values()))
     types = [parse_type("STRING")]
@@ -118,6 +119,8 @@ def _random_manifests(t: FileStoreTable, rng: random.Random) -> list[ManifestFil
             part = serialize_row([f"p{rng.randint(0, 5)}"], types)
             e = ManifestEntry(ADD, part, rng.randint(0, 3), 4, replace(template.file, file_name=f"f{n}"))
             entries.append(e)
+            if duplicates and rng.random() < 0.3:
+                entries.append(e)
         for victim in rng.sample(live, min(len(live), rng.randint(0, 3))):
             entries.append(victim.as_delete())
             if rng.random() < 0.3:
@@ -127,12 +130,13 @@ def _random_manifests(t: FileStoreTable, rng: random.Random) -> list[ManifestFil
     return metas
 
 
+@pytest.mark.parametrize("duplicates", [False, True])
 @pytest.mark.parametrize("seed", range(40))
-def test_a_merge_keeps_the_live_files(tmp_path: Any, seed: int) -> None:
+def test_a_merge_keeps_the_live_files(tmp_path: Any, seed: int, duplicates: bool) -> None:
     """Whatever the rules, the manifests a merge gives replay to the live files of those it was given."""
     rng = random.Random(seed)
     t = _table(tmp_path)
-    metas = _random_manifests(t, rng)
+    metas = _random_manifests(t, rng, duplicates)
     sizes = sorted(m.file_size for m in metas)
     rules = MergeRules(target_size=rng.choice([1, sizes[len(sizes) // 2], 1 << 30]),
                        min_count=rng.choice([1, 2, 3, 30]),
