@@ -49,7 +49,7 @@ def test_a_paused_partition_is_read_again_after_a_broker_restart() -> None:
             deadline = time.monotonic() + 120
             while not {0, 1} <= {tp.partition for tp in c.assignment()}:
                 assert time.monotonic() < deadline, \
-                    f"partitions 0 and 1 never assigned: {c.assignment()}, partitions known {c.partitions_for_topic('t')}"
+                    f"partitions 0 and 1 never assigned: {c.assignment()}, known: {c.partitions_for_topic('t')}"
                 c.poll(timeout_ms=200)
             for tp in c.assignment():
                 c.seek_to_beginning(tp)
