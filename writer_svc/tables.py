@@ -12,6 +12,7 @@ number of clients.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import uuid
@@ -40,28 +41,45 @@ class ShutdownError(ServiceUnavailableError):
 
 
 class _Committer:
-    """The group-commit loop of one table; `ask()` asks for a commit of the rows buffered now."""
+    """The group-commit loop of one table: a group is committed when `ask()`ed (`commit=now`), when no write of it
+    is in progress (`idle()`) and the table's previous commit began at least `interval_s` ago, `interval_s` after
+    its first write, or at `commit_rows` rows. So a write after a quiet moment commits at once, and a table under
+    steady load gets at most about one snapshot per interval plus the asked ones: every snapshot makes the table's
+    history longer, and an optimistic committer (an engine through the REST catalog) cannot win against a table
+    that changes every few milliseconds."""
 
     def __init__(self, ingest: TableIngest, interval_s: float, commit_rows: int) -> None:
         self.ingest = ingest
         self.interval_s = interval_s
         self.commit_rows = commit_rows
-        # The group an ask was for, by when its first row arrived. An ask belongs to the rows buffered when it
-        # was made: a later group is not committed early because of it, and no step in between can let go of
-        # it (a flag cleared after an idle step dropped the ask of the first write after a quiet moment, which
-        # then waited for the whole interval).
+        # The group each kind of ask was for, by when its first row arrived: an ask belongs to the rows buffered
+        # when it was made, so a later group is not committed early because of it, and no step in between can let
+        # go of it (a flag cleared after an idle step dropped the ask of the first write after a quiet moment).
         self._asked_for: float | None = None
+        self._idle_for: float | None = None
         self._asked_lock = threading.Lock()
+        self._last_commit = -math.inf  # when the previous commit began (monotonic)
         self._loop = BackgroundLoop(f"commit-{ingest.table_id}", self._step, LOOK_S, error_wait_s=0.0,
                                     on_error=self._failed, what=f"group commit of {ingest.table_id}",
                                     logger=_log).start()
 
     def ask(self) -> None:
+        """Commit the rows buffered now at once."""
+        self._note(now=True)
+
+    def idle(self) -> None:
+        """No write of the table is in progress: commit the rows buffered now once the interval allows."""
+        self._note(now=False)
+
+    def _note(self, now: bool) -> None:
         since = self.ingest.pending_since()
         if since is None:
             return  # nothing buffered: what the ask was for is committed already
         with self._asked_lock:
-            self._asked_for = since if self._asked_for is None else max(self._asked_for, since)
+            if now:
+                self._asked_for = since if self._asked_for is None else max(self._asked_for, since)
+            else:
+                self._idle_for = since if self._idle_for is None else max(self._idle_for, since)
         self._loop.wake()
 
     def request_stop(self) -> None:
@@ -76,9 +94,14 @@ class _Committer:
             return LOOK_S
         with self._asked_lock:
             asked = self._asked_for is not None and self._asked_for >= since
+            idle = self._idle_for is not None and self._idle_for >= since
         due = since + self.interval_s
-        if not asked and time.monotonic() < due and self.ingest.pending_rows() < self.commit_rows:
-            return min(due - time.monotonic(), LOOK_S)  # look again: asked, due, or still waiting
+        if idle:
+            due = min(due, self._last_commit + self.interval_s)
+        now = time.monotonic()
+        if not asked and now < due and self.ingest.pending_rows() < self.commit_rows:
+            return min(due - now, LOOK_S)  # look again: asked, due, or still waiting
+        self._last_commit = now
         self.ingest.commit()
         return 0.0
 
@@ -122,7 +145,7 @@ class Tables:
                 self._opened.add(table_id)
                 ingest = TableIngest(table, self.client, user, self.metrics, self.spill_root)
                 committer = _Committer(ingest, self.commit_interval_s, self.commit_rows)
-                ingest.on_idle = committer.ask
+                ingest.on_idle = committer.idle
                 entry = self._tables[table_id] = (ingest, committer)
             return entry[0]
 
