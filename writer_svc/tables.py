@@ -41,12 +41,13 @@ class ShutdownError(ServiceUnavailableError):
 
 
 class _Committer:
-    """The group-commit loop of one table: a group is committed when `ask()`ed (`commit=now`), when no write of it
-    is in progress (`idle()`) and the table's previous commit began at least `interval_s` ago, `interval_s` after
-    its first write, or at `commit_rows` rows. So a write after a quiet moment commits at once, and a table under
-    steady load gets at most about one snapshot per interval plus the asked ones: every snapshot makes the table's
-    history longer, and an optimistic committer (an engine through the REST catalog) cannot win against a table
-    that changes every few milliseconds."""
+    """The group-commit loop of one table: a group is committed when `ask()`ed (`commit=now`); when no write of it
+    is in progress (`idle()`), right after the commit that ran while its writes arrived, or else once the table's
+    previous commit began at least `interval_s` ago; `interval_s` after its first write; or at `commit_rows` rows.
+    So a write after a quiet moment commits at once, writes that keep arriving during commits are committed back
+    to back, and writers that each wait for their reply get about one snapshot per interval rather than one per
+    write: every snapshot makes the table's history longer, and an optimistic committer (an engine through the
+    REST catalog) cannot win against a table that changes every few milliseconds."""
 
     def __init__(self, ingest: TableIngest, interval_s: float, commit_rows: int) -> None:
         self.ingest = ingest
@@ -59,6 +60,7 @@ class _Committer:
         self._idle_for: float | None = None
         self._asked_lock = threading.Lock()
         self._last_commit = -math.inf  # when the previous commit began (monotonic)
+        self._committing = False
         self._loop = BackgroundLoop(f"commit-{ingest.table_id}", self._step, LOOK_S, error_wait_s=0.0,
                                     on_error=self._failed, what=f"group commit of {ingest.table_id}",
                                     logger=_log).start()
@@ -76,7 +78,8 @@ class _Committer:
         if since is None:
             return  # nothing buffered: what the ask was for is committed already
         with self._asked_lock:
-            if now:
+            # rows that arrived while a commit ran: writes keep coming, and the next commit follows at once
+            if now or self._committing:
                 self._asked_for = since if self._asked_for is None else max(self._asked_for, since)
             else:
                 self._idle_for = since if self._idle_for is None else max(self._idle_for, since)
@@ -102,7 +105,11 @@ class _Committer:
         if not asked and now < due and self.ingest.pending_rows() < self.commit_rows:
             return min(due - now, LOOK_S)  # look again: asked, due, or still waiting
         self._last_commit = now
-        self.ingest.commit()
+        self._committing = True
+        try:
+            self.ingest.commit()
+        finally:
+            self._committing = False
         return 0.0
 
     def _failed(self, e: Exception) -> None:  # the group's requests get the error; keep serving
