@@ -230,7 +230,8 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         snap, splits = self.operations.plan_scan(
             table, convert.terms_from_proto(table, request.partition_filter),
             convert.terms_from_proto(table, request.key_filter),
-            request.snapshot_id if request.HasField("snapshot_id") else None, request.all_levels, request.buckets)
+            request.snapshot_id if request.HasField("snapshot_id") else None, request.all_levels, request.buckets,
+            request.filter)
         if snap is None:
             return catalog_pb2.PlanScanResponse(snapshot_id=0, schema_id=table.schema.id)
         return catalog_pb2.PlanScanResponse(snapshot_id=snap.id, schema_id=snap.schema_id,

@@ -27,6 +27,7 @@ from lsmlake.catalog.write_operations import KEEP_WRITES_MS, CommitListener, Wri
 from lsmlake.errors import AlreadyExistsError, InvalidInputError, NotFoundError, UnsupportedOperationError
 from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.predicate import Predicate, Term
+from lsmlake.format.predicate_text import parse_filter
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.format.types import DataField
 from lsmlake.metastore import CompactionPlan, MetaStore, now_ms
@@ -172,12 +173,13 @@ class CatalogOperations:
 
     def plan_scan(self, table: FileStoreTable, partition_terms: Sequence[Term], key_terms: Sequence[Term],
                   snapshot_id: int | None = None, all_levels: bool = False,
-                  buckets: Sequence[int] = ()) -> tuple[Snapshot | None, list[Split]]:
+                  buckets: Sequence[int] = (), filter_text: str = "") -> tuple[Snapshot | None, list[Split]]:
         """The snapshot read (`snapshot_id`, or the latest; None when the table has none) and the splits of its
         files that the filters may match, of the `buckets` asked for (none: all).
 
         `partition_terms` may name only partition keys; InvalidInputError otherwise, or for a number in
         `buckets` that is no bucket. `all_levels`: every level's files, not only those a reader needs.
+        `filter_text`: the whole filter in the predicate language, typed by the table's columns; it prunes too.
         """
         for t in partition_terms:
             if t.column not in table.schema.partition_keys:
@@ -185,7 +187,10 @@ class CatalogOperations:
         snap = table.snapshots.snapshot(snapshot_id) if snapshot_id is not None else table.snapshots.latest()
         if snap is None:
             return None, []
-        splits = table.new_scan(Predicate((*partition_terms, *key_terms)), snap, all_levels=all_levels).plan()
+        predicate = Predicate((*partition_terms, *key_terms))
+        if filter_text.strip():
+            predicate = predicate & parse_filter(filter_text, table.schema.arrow_schema)
+        splits = table.new_scan(predicate, snap, all_levels=all_levels).plan()
         if buckets:
             wanted = _bucket_numbers(buckets)
             splits = [s for s in splits if s.bucket in wanted]

@@ -107,6 +107,9 @@ class Predicate:
             terms.append(t if isinstance(t, Term) else Term(*t))
         return Predicate(tuple(terms))
 
+    def __and__(self, other: Predicate) -> Predicate:
+        return Predicate(self.terms + other.terms)
+
     def columns(self) -> set[str]:
         return {t.column for t in self.terms}
 

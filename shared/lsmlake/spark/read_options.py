@@ -12,9 +12,9 @@ from lsmlake.catalog.filesystem import split_identifier
 from lsmlake.client.connection import STORAGE_OPTION_KEYS
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.predicate import Predicate
+from lsmlake.format.predicate_text import parse_filter
 from lsmlake.fs import StorageSettings
 from lsmlake.spark.access import TableAccess, open_access, parse_timestamp
-from lsmlake.spark.filters import parse_filter
 
 DEFAULT_SPLIT_TARGET_BYTES = 128 << 20  # as Spark's own spark.sql.files.maxPartitionBytes
 DEFAULT_WRITE_BUFFER_BYTES = 128 << 20

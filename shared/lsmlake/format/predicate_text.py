@@ -1,7 +1,5 @@
-"""The `filter` option: a conjunction of comparisons, pushed into planning (pruning) and the reader.
-
-Spark 4.0 gives Python data sources no filter push-down, so a job that wants partitions and files
-pruned says so in an option: `option("filter", "dt = '2024-01-02' AND id >= 100")`. Each term is
+"""The text form of a predicate, as every layer takes it (Spark's `filter` option, `Client.scan`, `lake --where`,
+the catalog's `PlanScan`): `dt = '2024-01-02' AND id >= 100`. Each term is
 `column OP literal` (OP one of = != <> < <= > >=), `column IN (lit, ...)`, `column IS NULL` or
 `column IS NOT NULL`; literals are numbers, `true`/`false` or quoted text, parsed by the column's type.
 

@@ -11,10 +11,10 @@ import pytest
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.predicate import Term
+from lsmlake.format.predicate_text import parse_filter
 from lsmlake.rpc.convert import term_to_proto
 from lsmlake.spark.access import parse_timestamp
 from lsmlake.spark.batch_read import pack
-from lsmlake.spark.filters import parse_filter
 from lsmlake.table.scan import Split
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string()), ("d", pa.date32()), ("p", pa.decimal128(10, 2)),
