@@ -32,17 +32,20 @@ def test_terms_are_typed_by_their_column() -> None:
 @pytest.mark.parametrize("text,message", [
     ("nope = 1", "not a column"), ("id = x", "not a valid int64"), ("id ~ 1", "unknown operator"),
     ("s = 'open", "cannot read"),
-    ("id = 1 OR id = 2", "joined by AND"), ("id = 1 AND", "ends with AND"), ("id IN (1, 2", "ends too early"),
+    ("id = 1 id = 2", "expected AND, OR or the end"), ("id = 1 AND", "ends with AND"),
+    ("id = 1 OR", "ends with OR"), ("(id = 1", "not closed"), ("id = 1)", "expected AND, OR"),
+    ("id = NULL", "IS \\[NOT\\] NULL"), ("id IN (1, 2", "ends too early"), ("= 1", "expected a column"),
     ("id IS 5", "IS NULL or IS NOT NULL"), ("id IN 1", "parenthesised"), ("id >=", "ends too early"),
 ])
-def test_bad_filters_are_refused_with_the_reason(text, message) -> None:
+def test_bad_filters_are_refused_with_the_reason(text: str, message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
         parse_filter(text, SCHEMA)
 
 
 def test_only_literals_with_an_exact_text_form_go_to_the_catalog() -> None:
-    assert term_to_proto(Term("id", "in", [1, 2])).values == ["1", "2"]
-    assert term_to_proto(Term("d", "=", dt.date(2024, 1, 2))).value == "2024-01-02"
+    listed, dated = term_to_proto(Term("id", "in", [1, 2])), term_to_proto(Term("d", "=", dt.date(2024, 1, 2)))
+    assert listed is not None and listed.values == ["1", "2"]
+    assert dated is not None and dated.value == "2024-01-02"
     assert term_to_proto(Term("p", "=", Decimal("1.5"))) is None  # still filters rows after the read
     assert term_to_proto(Term("s", "is_null")) is not None
 
