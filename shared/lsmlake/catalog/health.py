@@ -1,24 +1,21 @@
 """How far behind compaction is, per table and bucket, and a health score to rank tables by.
 
-Read from a table's latest snapshot and its pending compaction plans, nothing else:
-- **lag**: the age of the oldest file not yet compacted: a level-0 file (rows that deletion-vector and lookup
-  readers do not see yet, and that every merge-on-read must merge), or a postponed file waiting to be placed; in
-  an append table (whose files all stay on level 0) the oldest file that compaction is due to rewrite now;
-- sorted runs (against the stop trigger, where writers stall), level-0 files, small files, the share of rows
-  deletion vectors mark deleted;
+Read from a table's latest snapshot and its pending compaction plans, nothing else. Every figure points at work
+compaction would do now (`lsmlake.catalog.health_bucket` says when a bucket is due and which files are small):
+- **lag**: how long the compaction now due has waited, the largest of the buckets'; a bucket that compaction
+  would leave alone (`lake compact`: "nothing to compact") has none, however old its data;
+- primary-key tables: sorted runs against `num-sorted-run.compaction-trigger` (where a pick is forced) and the
+  stop trigger (where writers stall); append tables: small files against `compaction.min.file-num` and
+  `compaction.max.file-num` (they have no sorted runs and never stall);
+- small files, the share of rows deletion vectors mark deleted;
 - pending (REQUESTED) and running (INFLIGHT) plans, and the age of the oldest.
 
-The score (0 worst, 100 best) subtracts, each capped at its weight:
-- 40 x (most sorted runs of a bucket / the stop trigger),
-- 25 x (lag / 30 minutes),
-- 20 x (share of the table's files that are small, once a bucket has more than one file),
-- 15 x (deleted share of the rows / 50%).
-A primary-key table with a bucket past its stop trigger is `stalled` (its writers wait) and ranks first, after
-the tables that could not be read at all.
+The score, its bands and its reasons: `lsmlake.catalog.health_score`. A primary-key table with a bucket past its
+stop trigger is `stalled` (its writers wait) and ranks first, after the tables that could not be read at all.
 
 A table with a feature lsmlake does not maintain (`lsmlake.table.features`: a primary-key index, row tracking,
-BLOB columns, ...) is never compacted by lsmlake: its health keeps the figures (when they can be read) and says
-why as its `error`, so it ranks with the unreadable tables, in front of an operator.
+BLOB columns, ...) is never compacted by lsmlake: its health keeps the figures (when they can be read; nothing is
+due) and says why as its `error`, so it ranks with the unreadable tables, in front of an operator.
 """
 
 from __future__ import annotations
@@ -29,42 +26,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.health_bucket import BucketHealth, DueRules, bucket_health
+from lsmlake.catalog.health_score import (
+    DELETED_FULL_PENALTY,
+    LAG_FULL_PENALTY_MS,
+    REASON_FROM_POINTS,
+    Reason,
+    band,
+    penalties,
+    ramp,
+    score_of,
+)
 from lsmlake.errors import NotFoundError
+from lsmlake.format import options as opts
 from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.mergetree.levels import writers_stall
 from lsmlake.metastore import PENDING_STATES, CompactionPlan, MetaStore
 from lsmlake.table import features
-from lsmlake.table.compact import plan_bucket
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.postpone import every_bucket
 from lsmlake.table.scan import Split
 
-LAG_FULL_PENALTY_MS = 30 * 60_000
-DELETED_FULL_PENALTY = 0.5
-WEIGHTS = {"runs": 40.0, "lag": 25.0, "small_files": 20.0, "deleted": 15.0}
+__all__ = ["BucketHealth", "TableHealth", "health_of", "ranked", "read_health", "read_healths", "table_health"]
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class BucketHealth:
-    """One bucket at the latest snapshot."""
-
-    partition: bytes
-    partition_values: tuple[object, ...]
-    bucket: int
-    sorted_runs: int
-    level0_files: int
-    files: int
-    small_files: int
-    size_bytes: int
-    rows: int
-    deleted_rows: int
-    oldest_uncompacted_ms: int | None  # creation time of the oldest file not yet compacted (see the module)
-
-    def lag_ms(self, now_ms: int) -> int:
-        return 0 if self.oldest_uncompacted_ms is None else max(0, now_ms - self.oldest_uncompacted_ms)
 
 
 @dataclass(frozen=True)
@@ -73,7 +59,7 @@ class TableHealth:
 
     table: str
     snapshot_id: int
-    stop_trigger: int
+    stop_trigger: int  # primary-key tables' num-sorted-run.stop-trigger; 0 for append tables, which have none
     buckets: tuple[BucketHealth, ...]
     pending_plans: int
     inflight_plans: int
@@ -85,6 +71,9 @@ class TableHealth:
     # why the table could not be read (the figures are then empty), or why lsmlake does not compact it (the
     # figures are kept); the score is then 0
     error: str | None = None
+    compaction_trigger: int = 0  # primary-key tables' num-sorted-run.compaction-trigger
+    min_file_num: int = 0  # append tables' compaction.min.file-num
+    max_file_num: int = 0  # append tables' compaction.max.file-num
 
     @staticmethod
     def unreadable(table: str, error: str, now_ms: int) -> TableHealth:
@@ -95,8 +84,18 @@ class TableHealth:
         return max((b.lag_ms(self.now_ms) for b in self.buckets), default=0)
 
     @property
+    def due_buckets(self) -> int:
+        """Buckets with a compaction due (postponed rows included)."""
+        return sum(b.due for b in self.buckets)
+
+    @property
     def max_sorted_runs(self) -> int:
         return max((b.sorted_runs for b in self.buckets if b.bucket != POSTPONE_BUCKET), default=0)
+
+    @property
+    def max_small_files(self) -> int:
+        """Small files of the worst bucket (for append tables, against min.file-num and max.file-num)."""
+        return max((b.small_files for b in self.buckets if b.bucket != POSTPONE_BUCKET), default=0)
 
     @property
     def level0_files(self) -> int:
@@ -113,28 +112,41 @@ class TableHealth:
 
     @property
     def score(self) -> int:
-        return 0 if self.error is not None else round(100 - sum(self.penalties.values()))
+        return 0 if self.error is not None else score_of(self.penalties, self.stalled)
 
+    @property
+    def severity(self) -> str:
+        """The score's band for a UI to colour: `good` (>= 80), `warning` (50..79), `bad` (< 50, stalled, or an
+        error)."""
+        return band(self.score, self.stalled, self.error)
 
-def bucket_health(table: FileStoreTable, split: Split, plan: bool = True) -> BucketHealth:
-    """A bucket's figures from its files (all levels) and its deletion vectors' cardinalities; without `plan`, an
-    append bucket's lag counts from its oldest file (what compaction would rewrite is not asked)."""
-    files = split.files
-    level0 = [f for f in files if f.level == 0 or split.bucket == POSTPONE_BUCKET]
-    if table.schema.is_primary_key_table or split.bucket == POSTPONE_BUCKET or not plan:
-        waiting = level0
-    else:  # every append file is on level 0, compacted or not: only those compaction would rewrite now wait
-        unit = plan_bucket(table, split)
-        waiting = list(unit.files) if unit is not None else []
-    runs = len(level0) + len({f.level for f in files if f.level > 0})
-    small_size = table.options.compaction_file_size(table.schema.is_primary_key_table)
-    small = sum(1 for f in files if f.file_size < small_size) if len(files) > 1 else 0
-    dv = getattr(split, "dv_index", None)
-    deleted = sum(r.cardinality or 0 for r in (dv.dv_ranges or ())) if dv is not None else 0
-    times = [f.creation_time_ms for f in waiting if f.creation_time_ms is not None]
-    return BucketHealth(split.partition, tuple(split.partition_values), split.bucket, runs, len(level0), len(files),
-                        small, sum(f.file_size for f in files), sum(f.row_count for f in files), deleted,
-                        min(times) if times else None)
+    @property
+    def reasons(self) -> tuple[Reason, ...]:
+        """Why the table lost points, in a fixed order: error, stalled, then each penalty of a point or more."""
+        out: list[Reason] = []
+        if self.error is not None:
+            out.append(Reason("error", self.error))
+        if self.stalled:
+            out.append(Reason("stalled", f"{self.max_sorted_runs} sorted runs in a bucket, past "
+                                         f"num-sorted-run.stop-trigger {self.stop_trigger}: writers wait"))
+        p = {k: v for k, v in self.penalties.items() if v >= REASON_FROM_POINTS}
+        if "runs" in p and not self.stalled:
+            out.append(Reason("runs", f"{self.max_sorted_runs} sorted runs in the worst bucket (compaction-trigger "
+                                      f"{self.compaction_trigger}, stop-trigger {self.stop_trigger})"))
+        if "files" in p:
+            out.append(Reason("files", f"{self.max_small_files} small files in the worst bucket (compaction.min."
+                                       f"file-num {self.min_file_num}, compaction.max.file-num {self.max_file_num})"))
+        if "lag" in p:
+            out.append(Reason("lag", f"a due compaction has waited {self.lag_ms / 1000:.0f} s "
+                                     f"({self.due_buckets} of {len(self.buckets)} buckets due)"))
+        if "small_files" in p:
+            out.append(Reason("small_files", f"{sum(b.small_files for b in self.buckets)} of "
+                                             f"{sum(b.files for b in self.buckets)} files are small"))
+        if "deleted" in p:
+            rows = sum(b.rows for b in self.buckets)
+            out.append(Reason("deleted", f"{sum(b.deleted_rows for b in self.buckets) / rows:.0%} of the rows "
+                                         "are marked deleted"))
+        return tuple(out)
 
 
 def table_health(table: FileStoreTable, plans: Sequence[CompactionPlan], now_ms: int,
@@ -143,21 +155,34 @@ def table_health(table: FileStoreTable, plans: Sequence[CompactionPlan], now_ms:
     (a snapshot and its `every_bucket` splits, for a caller that has read them already)."""
     refused = features.refusal(table.schema, table.identifier, for_write=True, compaction=True)
     snap, splits = at if at is not None else _latest(table)
-    # a refused table's append buckets are not planned (a plan reads options the table may not have right)
-    buckets = tuple(bucket_health(table, s, plan=refused is None) for s in splits)
+    o = table.options
+    pk = table.schema.is_primary_key_table
+    # a refused table is never planned (a plan reads options the table may not have right)
+    rules = DueRules.of(table, snap.time_millis if snap else None, now_ms, planned=refused is None)
+    buckets = tuple(bucket_health(table, s, rules) for s in splits)
     pending = [p for p in plans if p.pending]
-    health = TableHealth(table.identifier, snap.id if snap else 0, table.options.stop_trigger(), buckets,
+    trigger = o.require(opts.NUM_SORTED_RUN_COMPACTION_TRIGGER)
+    min_num, max_num = o.require(opts.COMPACTION_MIN_FILE_NUM), o.require(opts.COMPACTION_MAX_FILE_NUM)
+    health = TableHealth(table.identifier, snap.id if snap else 0, o.stop_trigger() if pk else 0, buckets,
                          sum(p.state == "REQUESTED" for p in pending), sum(p.state == "INFLIGHT" for p in pending),
-                         min((p.created_ms for p in pending), default=None), now_ms,
-                         table.schema.is_primary_key_table,
-                         tuple(table.schema.types_of(table.schema.partition_keys)), error=refused)
-    files = sum(b.files for b in buckets if b.files > 1)
+                         min((p.created_ms for p in pending), default=None), now_ms, pk,
+                         tuple(table.schema.types_of(table.schema.partition_keys)), error=refused,
+                         compaction_trigger=trigger if pk else 0, min_file_num=0 if pk else min_num,
+                         max_file_num=0 if pk else max_num)
+    files = sum(b.files for b in buckets)
     rows = sum(b.rows for b in buckets)
-    shares = {"runs": health.max_sorted_runs / health.stop_trigger if table.schema.is_primary_key_table else 0.0,
-              "lag": health.lag_ms / LAG_FULL_PENALTY_MS,
-              "small_files": sum(b.small_files for b in buckets) / files if files else 0.0,
-              "deleted": (sum(b.deleted_rows for b in buckets) / rows) / DELETED_FULL_PENALTY if rows else 0.0}
-    health.penalties.update({k: WEIGHTS[k] * min(1.0, v) for k, v in shares.items()})
+    # deleted rows cost from Paimon's ratio at which an append file is rewritten: below it they are the normal
+    # state of a table with deletion vectors that takes updates
+    start = o.require(opts.COMPACTION_DELETE_RATIO_THRESHOLD)
+    deleted = sum(b.deleted_rows for b in buckets) / rows if rows else 0.0
+    shares = {"lag": health.lag_ms / LAG_FULL_PENALTY_MS,
+              "deleted": ramp(deleted, start, max(DELETED_FULL_PENALTY, 2 * start))}
+    if pk:
+        shares["runs"] = ramp(health.max_sorted_runs, trigger, health.stop_trigger)
+        shares["small_files"] = sum(b.small_files for b in buckets) / files if files else 0.0
+    else:  # from min.file-num small files a compaction may be due; at max.file-num it is forced
+        shares["files"] = ramp(health.max_small_files, min_num - 1, max_num)
+    health.penalties.update(penalties(shares))
     return health
 
 
@@ -207,5 +232,7 @@ def _latest(table: FileStoreTable) -> tuple[Snapshot | None, list[Split]]:
 
 
 def ranked(healths: Sequence[TableHealth]) -> list[TableHealth]:
-    """Unreadable tables first, then stalled ones, then by score (worst first), then by lag."""
-    return sorted(healths, key=lambda h: (h.error is None, not h.stalled, h.score, -h.lag_ms, h.table))
+    """Unreadable tables first, then stalled ones, then by score (worst first), then by lag; among equals, the
+    one nearer a compaction (more sorted runs, more small files, more level-0 files) first."""
+    return sorted(healths, key=lambda h: (h.error is None, not h.stalled, h.score, -h.lag_ms, -h.max_sorted_runs,
+                                          -h.max_small_files, -h.level0_files, h.table))
