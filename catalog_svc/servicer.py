@@ -23,6 +23,7 @@ from catalog_svc.requests import (
 )
 from catalog_svc.watch import follow_snapshots
 from lsmlake.catalog.operations import CatalogOperations
+from lsmlake.catalog.tags import check_tag_name
 from lsmlake.catalog.timeline import parse_plan_id
 from lsmlake.errors import InvalidInputError, NotFoundError
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
@@ -124,6 +125,42 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         _log.info("altered %s: schema %d", tid, table.schema.id)
         return catalog_pb2.AlterTableResponse(
             table=convert.table_to_proto(table, request.table.database, request.table.table))
+
+    @guarded
+    def RenameTable(self, request: catalog_pb2.RenameTableRequest,
+                    context: grpc.ServicerContext) -> catalog_pb2.RenameTableResponse:
+        """Move a table to its new name with its files (see `CatalogOperations.rename_table`)."""
+        src, dst = _ident(request.table), _ident(request.new_table)
+        self.operations.rename_table(src, dst)
+        _log.info("renamed %s to %s", src, dst)
+        return catalog_pb2.RenameTableResponse(table=convert.table_to_proto(
+            self.operations.get_table(dst), request.new_table.database, request.new_table.table))
+
+    # -- tags ----------------------------------------------------------------------------------
+
+    @guarded
+    def ListTags(self, request: catalog_pb2.ListTagsRequest,
+                 context: grpc.ServicerContext) -> catalog_pb2.ListTagsResponse:
+        return catalog_pb2.ListTagsResponse(tags=sorted(self.operations.list_tags(_ident(request.table))))
+
+    @guarded
+    def GetTag(self, request: catalog_pb2.GetTagRequest,
+               context: grpc.ServicerContext) -> catalog_pb2.GetTagResponse:
+        snap = self.operations.get_tag(_ident(request.table), request.tag)
+        return catalog_pb2.GetTagResponse(snapshot=convert.snapshot_to_proto(snap))
+
+    @guarded
+    def CreateTag(self, request: catalog_pb2.CreateTagRequest,
+                  context: grpc.ServicerContext) -> catalog_pb2.CreateTagResponse:
+        snapshot_id = request.snapshot_id if request.HasField("snapshot_id") else None
+        snap = self.operations.create_tag(_ident(request.table), check_tag_name(request.tag), snapshot_id)
+        return catalog_pb2.CreateTagResponse(snapshot=convert.snapshot_to_proto(snap))
+
+    @guarded
+    def DeleteTag(self, request: catalog_pb2.DeleteTagRequest,
+                  context: grpc.ServicerContext) -> catalog_pb2.DeleteTagResponse:
+        self.operations.delete_tag(_ident(request.table), check_tag_name(request.tag))
+        return catalog_pb2.DeleteTagResponse()
 
     # -- commits -------------------------------------------------------------------------------
 

@@ -1,10 +1,11 @@
 """`Client`: lsmlake's services from Python — tables through the catalog, rows through the writer.
 
 The client is composed of one part per concept, each in its module of `lsmlake.client`, sharing one
-`connection` (channels, and every call's failure as an lsmlake error): `tables` (databases and tables),
-`writes` (rows through the writer, files committed through the catalog), `scans` (planned reads),
-`snapshots` (listing, time travel, expiration), `compaction` (triggering it, the plan timeline) and `health`
-(tables ranked by how far compaction is behind).
+`connection` (channels, and every call's failure as an lsmlake error): `tables` (databases and tables, their
+typed `schema`), `writes` (rows through the writer, files committed through the catalog), `scans` (planned
+reads: a `Scan`, and the changes between two snapshots), `snapshots` (listing, time travel, expiration), `tags`
+(named snapshots), `compaction` (triggering it, the plan timeline) and `health` (tables ranked by how far
+compaction is behind).
 
 gRPC failures come back as lsmlake errors (`NotFoundError`, `InvalidInputError`, ...) carrying the
 server's message (`lsmlake.rpc.errors.error_for`).
@@ -22,8 +23,10 @@ from lsmlake.client.compaction import Compaction, CompactionPlanInfo, CompactRes
 from lsmlake.client.connection import Connection
 from lsmlake.client.health import Health, TableHealthInfo
 from lsmlake.client.scans import Scans
+from lsmlake.client.schema import TableSchemaInfo
 from lsmlake.client.snapshots import ExpireResult, SnapshotInfo, Snapshots
 from lsmlake.client.tables import TableInfo, Tables
+from lsmlake.client.tags import Tags
 from lsmlake.client.writes import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_ROWS, WriteResult, Writes
 from lsmlake.format.predicate import Predicate
 from lsmlake.fs import StorageSettings
@@ -75,6 +78,7 @@ class Client:
         self._writes = Writes(self._conn, self._tables)
         self._scans = Scans(self._conn, self._tables)
         self._snapshots = Snapshots(self._conn)
+        self._tags = Tags(self._conn)
         self._compaction = Compaction(self._conn)
         self._health = Health(self._conn)
 
@@ -125,11 +129,18 @@ class Client:
 
     def create_table(self, identifier: str, schema: str | pa.Schema, primary_keys: Sequence[str] = (),
                      partition_keys: Sequence[str] = (), options: Mapping[str, Any] | None = None,
-                     ignore_if_exists: bool = False) -> TableInfo:
-        return self._tables.create_table(identifier, schema, primary_keys, partition_keys, options, ignore_if_exists)
+                     ignore_if_exists: bool = False, *, comment: str | None = None) -> TableInfo:
+        return self._tables.create_table(identifier, schema, primary_keys, partition_keys, options, ignore_if_exists,
+                                         comment=comment)
 
     def table(self, identifier: str) -> TableInfo:
         return self._tables.table(identifier)
+
+    def schema(self, identifier: str) -> TableSchemaInfo:
+        return self._tables.schema(identifier)
+
+    def rename_table(self, identifier: str, new_identifier: str) -> TableInfo:
+        return self._tables.rename_table(identifier, new_identifier)
 
     def list_tables(self, database: str) -> list[str]:
         return self._tables.list_tables(database)
@@ -196,6 +207,20 @@ class Client:
         return self._snapshots.expire(identifier, retain_min=retain_min, retain_max=retain_max,
                                       older_than_ms=older_than_ms, max_deletes=max_deletes)
 
+    # -- tags (`Tags`) -----------------------------------------------------------------------------
+
+    def create_tag(self, identifier: str, tag: str, snapshot_id: int | None = None) -> SnapshotInfo:
+        return self._tags.create_tag(identifier, tag, snapshot_id)
+
+    def list_tags(self, identifier: str) -> list[str]:
+        return self._tags.list_tags(identifier)
+
+    def tag(self, identifier: str, tag: str) -> SnapshotInfo:
+        return self._tags.tag(identifier, tag)
+
+    def delete_tag(self, identifier: str, tag: str) -> None:
+        self._tags.delete_tag(identifier, tag)
+
     # -- compaction (`Compaction`, `Health`) ---------------------------------------------------------
 
     def compact(self, identifier: str, full: bool = False, wait: bool = True, *,
@@ -213,7 +238,7 @@ class Client:
 
 
 # each method is documented where it is implemented: help(Client.scan) shows Scans.scan's text
-for _part in (Tables, Writes, Scans, Snapshots, Compaction, Health):
+for _part in (Tables, Writes, Scans, Snapshots, Tags, Compaction, Health):
     for _name, _method in vars(_part).items():
         if not _name.startswith("_") and callable(_method) and hasattr(Client, _name):
             getattr(Client, _name).__doc__ = _method.__doc__

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -11,7 +12,7 @@ from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2
 from lsmlake.rpc.convert import KIND_FROM_PROTO
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SnapshotInfo:
     """One snapshot of a table, without its file lists."""
 
@@ -31,14 +32,25 @@ class SnapshotInfo:
                             p.commit_identifier, p.time_millis, p.total_record_count, p.delta_record_count,
                             dict(p.properties))
 
+    def __repr__(self) -> str:
+        when = dt.datetime.fromtimestamp(self.time_millis / 1000, dt.UTC).isoformat(timespec="milliseconds")
+        return (f"SnapshotInfo(id={self.id}, {self.commit_kind}, {when.replace('+00:00', 'Z')}, "
+                f"total_record_count={self.total_record_count}, delta_record_count={self.delta_record_count})")
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, repr=False)
 class ExpireResult:
     """What an expiration removed."""
 
     expired_snapshot_ids: tuple[int, ...]
     deleted_data_files: int
     deleted_metadata_files: int
+
+    def __repr__(self) -> str:
+        ids = self.expired_snapshot_ids
+        which = f"{ids[0]}..{ids[-1]}" if len(ids) > 2 else ", ".join(map(str, ids))
+        return (f"ExpireResult({len(ids)} snapshots expired [{which}], deleted_data_files={self.deleted_data_files}, "
+                f"deleted_metadata_files={self.deleted_metadata_files})")
 
 
 class Snapshots:

@@ -8,16 +8,19 @@ from typing import Any
 
 import pyarrow as pa
 
+from lsmlake.catalog.filesystem import split_identifier
 from lsmlake.client.connection import Connection
+from lsmlake.client.schema import TableSchemaInfo, shown
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.types import from_arrow_type, parse_schema_fields, parse_type, to_arrow_type
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
 from lsmlake.rpc.catalog_client import table_ident
 from lsmlake.rpc.convert import schema_change_to_proto
+from lsmlake.table.definition import define_table
 from lsmlake.table.schema_change import AddColumn, RemoveOption, RenameColumn, SchemaChange, SetOption
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class TableInfo:
     """A table as the catalog describes it."""
 
@@ -40,6 +43,18 @@ class TableInfo:
     def arrow_schema(self) -> pa.Schema:
         """The columns in the Arrow types lsmlake stores them as."""
         return pa.schema([pa.field(n, to_arrow_type(parse_type(t))) for n, t in self.columns])
+
+    def __repr__(self) -> str:
+        keys = f", primary_keys={self.primary_keys}" if self.primary_keys else ""
+        parts = f", partition_keys={self.partition_keys}" if self.partition_keys else ""
+        return (f"TableInfo({self.identifier}: {shown([f'{n} {t}' for n, t in self.columns])}{keys}{parts}, "
+                f"schema_id={self.schema_id}, latest_snapshot_id={self.latest_snapshot_id})")
+
+
+def option_text(value: Any) -> str:
+    """An option value as Paimon writes it: booleans as `true`/`false` (as `lake table create --option` takes
+    them), everything else by `str`."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def _columns(schema: str | pa.Schema) -> list[catalog_pb2.Column]:
@@ -74,14 +89,37 @@ class Tables:
 
     def create_table(self, identifier: str, schema: str | pa.Schema, primary_keys: Sequence[str] = (),
                      partition_keys: Sequence[str] = (), options: Mapping[str, Any] | None = None,
-                     ignore_if_exists: bool = False) -> TableInfo:
-        """Create table `db.t` from a column list (`"id BIGINT NOT NULL, v STRING"`) or a pyarrow.Schema; option
-        values are sent as text (`{"bucket": 2}` as "2")."""
+                     ignore_if_exists: bool = False, *, comment: str | None = None) -> TableInfo:
+        """Create table `db.t` from a column list (`"id BIGINT NOT NULL, v STRING"`) or a pyarrow.Schema, and its
+        database when missing (as `lake table create` does). Option values are sent as text (`{"bucket": 2}` as
+        "2", True as "true"); options not given take Paimon's defaults, as with `lake table create`.
+
+        The definition is checked before anything is created: a bad one raises InvalidInputError naming the
+        problem and creates neither the database nor the table."""
+        columns = _columns(schema)
+        opts = {str(k): option_text(v) for k, v in (options or {}).items()}
+        db, _ = split_identifier(identifier)
+        # the catalog's own reading of the columns (`catalog_svc.requests.table_fields`)
+        fields = parse_schema_fields(", ".join(f"`{c.name}` {c.type}" for c in columns))
+        define_table(fields, tuple(partition_keys), tuple(primary_keys), opts, comment)
+        self.create_database(db, ignore_if_exists=True)
         req = catalog_pb2.CreateTableRequest(
-            table=table_ident(identifier), columns=_columns(schema), primary_keys=list(primary_keys),
-            partition_keys=list(partition_keys), options={k: str(v) for k, v in (options or {}).items()},
+            table=table_ident(identifier), columns=columns, primary_keys=list(primary_keys),
+            partition_keys=list(partition_keys), options=opts, comment=comment or "",
             ignore_if_exists=ignore_if_exists)
         return TableInfo.from_proto(self._conn.call(self._conn.catalog.CreateTable, req, changes_state=True).table)
+
+    def schema(self, identifier: str) -> TableSchemaInfo:
+        """The table's current schema, typed: fields with their Paimon types, keys, options, comment."""
+        req = catalog_pb2.GetTableRequest(table=table_ident(identifier))
+        return TableSchemaInfo.from_proto(self._conn.call(self._conn.catalog.GetTable, req,
+                                                          changes_state=False).table)
+
+    def rename_table(self, identifier: str, new_identifier: str) -> TableInfo:
+        """Rename table `db.t` to `db2.t2` (the database must exist; the catalog's warehouse must be on a file
+        system: UnsupportedOperationError on an object store, which has no atomic rename). Its snapshots, files and
+        tags move with it. The table under its new name."""
+        return TableInfo.from_proto(self._conn.catalog_client.rename_table(identifier, new_identifier))
 
     def table(self, identifier: str) -> TableInfo:
         """Describe a table; NotFoundError when there is none."""

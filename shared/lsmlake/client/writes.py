@@ -32,7 +32,7 @@ DEFAULT_MAX_REQUEST_BYTES = 64 << 20  # Arrow bytes per Write request (the write
 JSON_BATCH_BYTES = 8 << 20  # JSON text per WriteRows request
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class WriteResult:
     """What a write committed: the newest snapshot holding its rows, and how many rows it sent.
 
@@ -42,6 +42,10 @@ class WriteResult:
     snapshot_id: int
     rows: int
     already_written: bool = False
+
+    def __repr__(self) -> str:
+        again = ", already_written=True" if self.already_written else ""
+        return f"WriteResult(snapshot_id={self.snapshot_id}, rows={self.rows}{again})"
 
 
 def _from_rows(rows: Sequence[Mapping[str, Any]], info: TableInfo) -> pa.Table:

@@ -144,6 +144,34 @@ class CatalogClient:
             out[(s.partition, s.bucket)] = levels.count(0) + len({lv for lv in levels if lv > 0})
         return out
 
+    # -- table names and tags (sent once: a caller decides whether to ask again) --------------------
+
+    def rename_table(self, table_id: str, new_table_id: str) -> catalog_pb2.TableInfo:
+        """Move `table_id` to `new_table_id` (an existing database, no table of that name); the table as renamed."""
+        request = catalog_pb2.RenameTableRequest(table=table_ident(table_id), new_table=table_ident(new_table_id))
+        return self.call(self.stub.RenameTable, request, changes_state=True).table
+
+    def list_tags(self, table_id: str) -> list[str]:
+        """The names of the table's tags, sorted."""
+        request = catalog_pb2.ListTagsRequest(table=table_ident(table_id))
+        return list(self.call(self.stub.ListTags, request, changes_state=False).tags)
+
+    def get_tag(self, table_id: str, tag: str) -> common_pb2.Snapshot:
+        """The snapshot tag `tag` names; NotFoundError when there is no such tag."""
+        request = catalog_pb2.GetTagRequest(table=table_ident(table_id), tag=tag)
+        return self.call(self.stub.GetTag, request, changes_state=False).snapshot
+
+    def create_tag(self, table_id: str, tag: str, snapshot_id: int | None = None) -> common_pb2.Snapshot:
+        """Tag snapshot `snapshot_id` (the newest when None); the snapshot tagged. AlreadyExistsError when the name
+        is taken."""
+        request = catalog_pb2.CreateTagRequest(table=table_ident(table_id), tag=tag, snapshot_id=snapshot_id)
+        return self.call(self.stub.CreateTag, request, changes_state=True).snapshot
+
+    def delete_tag(self, table_id: str, tag: str) -> None:
+        """Delete tag `tag`; NotFoundError when there is none."""
+        request = catalog_pb2.DeleteTagRequest(table=table_ident(table_id), tag=tag)
+        self.call(self.stub.DeleteTag, request, changes_state=True)
+
     # -- streams -----------------------------------------------------------------------------------
 
     def watch_snapshots(self, table_id: str, after_snapshot_id: int | None = None,
