@@ -16,10 +16,12 @@ class Sample:
     """One table at one moment."""
 
     time_ms: int
-    lag_s: float
+    lag_s: float  # how long a due compaction had waited (0: nothing due)
     level0_files: int
     plans: int  # REQUESTED + INFLIGHT
     score: int
+    severity: str = "good"  # the score's band: good, warning or bad (`lsmlake.catalog.health_score.band`)
+    due_buckets: int = 0  # buckets with a compaction due
 
 
 class HealthHistory:
@@ -31,7 +33,8 @@ class HealthHistory:
         self._samples: dict[str, deque[Sample]] = {}
 
     def add(self, h: TableHealth) -> None:
-        s = Sample(h.now_ms, h.lag_ms / 1000, h.level0_files, h.pending_plans + h.inflight_plans, h.score)
+        s = Sample(h.now_ms, h.lag_ms / 1000, h.level0_files, h.pending_plans + h.inflight_plans, h.score,
+                   h.severity, h.due_buckets)
         with self._lock:
             q = self._samples.setdefault(h.table, deque())
             q.append(s)

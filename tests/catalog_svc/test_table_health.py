@@ -14,6 +14,7 @@ from catalog_svc.maintenance import Maintenance
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.catalog.health import ranked, table_health
 from lsmlake.catalog.operations import CatalogOperations
+from lsmlake.client.health import TableHealthInfo
 from lsmlake.metastore import now_ms, open_store
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc, common_pb2
 from lsmlake.rpc.events import snapshot_events
@@ -30,6 +31,13 @@ def _table(cat: FileSystemCatalog, name: str, writes: int, **options: str) -> An
     return cat.get_table(f"db.{name}")
 
 
+def _created(t: Any) -> list[int]:
+    """Creation times of the table's files, oldest first."""
+    times = [f.creation_time_ms for s in t.plan() for f in s.files]
+    assert None not in times
+    return sorted(c for c in times if c is not None)
+
+
 def test_lag_runs_and_score_follow_the_files(tmp_path: Any) -> None:
     cat = FileSystemCatalog(str(tmp_path))
     cat.create_database("db")
@@ -43,17 +51,30 @@ def test_lag_runs_and_score_follow_the_files(tmp_path: Any) -> None:
                                        for n in ("busy", "calm", "empty", "full"))
     assert (h_busy.max_sorted_runs, h_busy.level0_files, h_busy.stalled) == (8, 8, True)
     assert (h_full.max_sorted_runs, h_full.stalled) == (8, False)
-    oldest = min(f.creation_time_ms for s in busy.plan() for f in s.files)  # type: ignore[type-var]
-    assert h_busy.lag_ms == now - oldest >= 60_000
-    assert h_busy.penalties["runs"] == 40.0 and 0 < h_busy.penalties["lag"] < 25
+    # due since the fifth run made the newer runs outweigh the oldest by more than max-size-amplification 200%
+    created = _created(busy)
+    assert h_busy.lag_ms == now - created[4] >= 60_000
+    assert h_busy.penalties["runs"] == 40.0 and 0 < h_busy.penalties["lag"] < 30
+    assert h_busy.severity == "bad" and [r.cause for r in h_busy.reasons] == ["stalled", "lag"]
     assert [h.table for h in ranked([h_full, h_busy])] == ["db.busy", "db.full"]  # stalled first, score equal
     assert (h_calm.max_sorted_runs, h_calm.level0_files, h_calm.lag_ms, h_calm.stalled) == (1, 0, 0, False)
-    assert h_calm.score > h_busy.score and h_empty.score == 100 and h_empty.buckets == ()
+    assert h_calm.score == h_empty.score == 100 > h_full.score > h_busy.score and h_empty.buckets == ()
     assert [h.table for h in ranked([h_calm, h_empty, h_busy])] == ["db.busy", "db.calm", "db.empty"]
     assert empty.snapshots.latest() is None
 
 
-def test_deleted_rows_and_small_files_cost_points(tmp_path: Any) -> None:
+def test_a_stop_trigger_below_the_compaction_trigger_still_stalls(tmp_path: Any) -> None:
+    cat = FileSystemCatalog(str(tmp_path))
+    cat.create_database("db")
+    low = _table(cat, "low", 4, **{"num-sorted-run.stop-trigger": "3"})  # compaction-trigger 5
+    h = table_health(low, [], now_ms())
+    assert (h.max_sorted_runs, h.stalled, h.penalties["runs"], h.severity) == (4, True, 40.0, "bad")
+    assert h.score <= 49 and h.reasons[0].cause == "stalled"
+
+
+def test_deleted_rows_cost_points_past_the_delete_ratio(tmp_path: Any) -> None:
+    """Half the rows deleted costs the full 15; four small files of an append bucket, below compaction.min.file-num
+    (5), cost nothing."""
     cat = FileSystemCatalog(str(tmp_path))
     cat.create_database("db")
     cat.create_table("db.log", "id BIGINT NOT NULL, v STRING", options={"deletion-vectors.enabled": "true"})
@@ -61,11 +82,18 @@ def test_deleted_rows_and_small_files_cost_points(tmp_path: Any) -> None:
     for i in range(4):
         t.write_arrow(pa.table({"id": pa.array(range(i * 10, i * 10 + 10), pa.int64()), "v": ["x"] * 10}))
     t.delete_where([("id", "<", 20)])
-    h = table_health(cat.get_table("db.log"), [], now_ms())
+    log = cat.get_table("db.log")
+    snap = log.latest_snapshot()
+    assert snap is not None
+    h = table_health(log, [], snap.time_millis + 60_000)
     (bucket,) = h.buckets
     assert (bucket.files, bucket.small_files, bucket.rows, bucket.deleted_rows) == (4, 4, 40, 20)
-    assert h.penalties["small_files"] == 20.0 and h.penalties["deleted"] == 15.0  # half deleted: the full 15
-    assert h.penalties["runs"] == 0.0  # append tables have no sorted runs to stall on
+    assert h.penalties == {"files": 0.0, "lag": 2.0, "deleted": 15.0}  # append tables have no sorted runs
+    # files with more deleted rows than compaction.delete-ratio-threshold are due, since the deletes' commit
+    assert (h.due_buckets, h.lag_ms) == (1, 60_000)
+    assert [str(r) for r in h.reasons] == ["lag: a due compaction has waited 60 s (1 of 1 buckets due)",
+                                           "deleted: 50% of the rows are marked deleted"]
+    assert (h.score, h.severity) == (83, "good")
 
 
 def test_an_append_table_waits_only_for_the_files_compaction_would_rewrite(tmp_path: Any) -> None:
@@ -85,9 +113,11 @@ def test_an_append_table_waits_only_for_the_files_compaction_would_rewrite(tmp_p
     done, few, due = (table_health(cat.get_table(f"db.{n}"), [], later) for n in ("done", "few", "due"))
     assert (done.buckets[0].files, done.lag_ms, done.penalties["lag"]) == (1, 0, 0.0)
     assert (few.buckets[0].files, few.lag_ms) == (2, 0)
-    files = sorted(f.creation_time_ms for s in cat.get_table("db.due").plan() for f in s.files)  # type: ignore
-    assert due.lag_ms == later - files[0] and due.penalties["lag"] == 25.0
-    assert (due.max_sorted_runs, due.stalled) == (6, False)  # six files against a stop trigger of 2: no stall
+    # the window of max.file-num (4) files was complete when its fourth file was written
+    files = _created(cat.get_table("db.due"))
+    assert due.lag_ms == later - files[3] and due.penalties["lag"] == 30.0
+    # no sorted runs and no stop trigger, whatever num-sorted-run.stop-trigger says: append tables never stall
+    assert (due.max_sorted_runs, due.stop_trigger, due.stalled, due.max_small_files) == (0, 0, False, 6)
 
 
 def _break(cat: FileSystemCatalog, table_id: str) -> None:
@@ -103,18 +133,22 @@ def test_list_table_health_over_grpc_and_the_gauges(tmp_path: Any) -> None:
     with local_server(str(tmp_path)) as lake:
         cat = FileSystemCatalog(str(tmp_path))
         cat.create_database("db")
-        _table(cat, "a", 3)
+        _table(cat, "a", 7)  # past the compaction trigger (5): a compaction is due
         _table(cat, "b", 1)
         with grpc.insecure_channel(f"127.0.0.1:{lake.server.port}") as ch:
             stub = catalog_pb2_grpc.CatalogServiceStub(ch)
             got = stub.ListTableHealth(catalog_pb2.ListTableHealthRequest(), timeout=30).tables
             assert [t.table.table for t in got] == ["a", "b"]  # a has more runs: worse
-            assert [(t.max_sorted_runs, t.level0_files) for t in got] == [(3, 3), (1, 1)]
+            assert [(t.max_sorted_runs, t.level0_files) for t in got] == [(7, 7), (1, 1)]
+            assert got[0].lag_ms > 0 and got[0].score < 100
+            # the client derives the colour band from the score (runs 7 of 5..8 cost 27 points: a warning)
+            assert [TableHealthInfo.from_proto(t).severity for t in got] == ["warning", "good"]
             assert all(not t.buckets for t in got)
             one = stub.ListTableHealth(catalog_pb2.ListTableHealthRequest(
                 table=common_pb2.TableIdentifier(database="db", table="b"), with_buckets=True), timeout=30).tables
             assert [(b.bucket, b.sorted_runs, b.rows) for b in one[0].buckets] == [(0, 1, 20)]
-            assert one[0].buckets[0].lag_ms == one[0].lag_ms > 0 and one[0].score < 100 and not one[0].error
+            # one run, nothing due: no lag however long it has waited
+            assert one[0].buckets[0].lag_ms == one[0].lag_ms == 0 and one[0].score == 100 and not one[0].error
             with pytest.raises(grpc.RpcError) as e:
                 stub.ListTableHealth(catalog_pb2.ListTableHealthRequest(
                     table=common_pb2.TableIdentifier(database="db", table="nope")), timeout=30)
@@ -124,12 +158,14 @@ def test_list_table_health_over_grpc_and_the_gauges(tmp_path: Any) -> None:
         maintenance = Maintenance(CatalogOperations(cat, store, snapshot_events), metrics, 0, 0, health_interval_s=1)
         assert maintenance.update_health() == 2
         sample = metrics.registry.get_sample_value
-        assert sample("lsmlake_table_sorted_runs_max", {"table": "db.a"}) == 3
+        assert sample("lsmlake_table_sorted_runs_max", {"table": "db.a"}) == 7
         assert sample("lsmlake_table_level0_files", {"table": "db.b"}) == 1
-        assert 0 < sample("lsmlake_table_health_score", {"table": "db.a"}) < 100
-        assert sample("lsmlake_table_compaction_lag_seconds", {"table": "db.a"}) > 0
+        assert 0 < (sample("lsmlake_table_health_score", {"table": "db.a"}) or 0) < 100
+        assert (sample("lsmlake_table_compaction_lag_seconds", {"table": "db.a"}) or 0) > 0
         history = maintenance.history = HealthHistory()
         assert maintenance.update_health() == 2 and len(history.of("db.a")) == 1
+        assert [(s.severity, s.due_buckets) for s in history.of("db.a") + history.of("db.b")] == [
+            ("warning", 1), ("good", 0)]
         assert sample("lsmlake_table_unreadable", {"table": "db.a"}) == 0
         # a table that cannot be read ranks first with its error; it keeps its gauges, flagged, and its history
         _break(cat, "db.a")
@@ -140,7 +176,7 @@ def test_list_table_health_over_grpc_and_the_gauges(tmp_path: Any) -> None:
         assert "manifest" in got[0].error.lower() or "no such file" in got[0].error.lower()
         assert maintenance.update_health() == 2
         assert sample("lsmlake_table_unreadable", {"table": "db.a"}) == 1
-        assert sample("lsmlake_table_sorted_runs_max", {"table": "db.a"}) == 3  # the last figures, kept
+        assert sample("lsmlake_table_sorted_runs_max", {"table": "db.a"}) == 7  # the last figures, kept
         assert len(history.of("db.a")) == 1
         cat.drop_table("db.b")
         assert maintenance.update_health() == 2 - 1

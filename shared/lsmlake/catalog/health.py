@@ -154,7 +154,13 @@ def table_health(table: FileStoreTable, plans: Sequence[CompactionPlan], now_ms:
     """The health of a table with its pending plans (REQUESTED or INFLIGHT): at its latest snapshot, or at `at`
     (a snapshot and its `every_bucket` splits, for a caller that has read them already)."""
     refused = features.refusal(table.schema, table.identifier, for_write=True, compaction=True)
-    snap, splits = at if at is not None else _latest(table)
+    try:
+        snap, splits = at if at is not None else _latest(table)
+    except Exception:
+        if refused is None:
+            raise
+        # what lsmlake does not compact it may not read either (BLOB columns): the refusal says more than that
+        return TableHealth.unreadable(table.identifier, refused, now_ms)
     o = table.options
     pk = table.schema.is_primary_key_table
     # a refused table is never planned (a plan reads options the table may not have right)
@@ -178,7 +184,8 @@ def table_health(table: FileStoreTable, plans: Sequence[CompactionPlan], now_ms:
     shares = {"lag": health.lag_ms / LAG_FULL_PENALTY_MS,
               "deleted": ramp(deleted, start, max(DELETED_FULL_PENALTY, 2 * start))}
     if pk:
-        shares["runs"] = ramp(health.max_sorted_runs, trigger, health.stop_trigger)
+        # a stop trigger set below the compaction trigger still stalls writers past it
+        shares["runs"] = ramp(health.max_sorted_runs, min(trigger, health.stop_trigger), health.stop_trigger)
         shares["small_files"] = sum(b.small_files for b in buckets) / files if files else 0.0
     else:  # from min.file-num small files a compaction may be due; at max.file-num it is forced
         shares["files"] = ramp(health.max_small_files, min_num - 1, max_num)

@@ -9,7 +9,9 @@
   compaction of upper levels on schedule) counts from the bucket's newest file.
 - an append bucket is due when its compaction rule picks a window of files (Paimon's bucketed rule:
   `compaction.min.file-num` small files that fill `target-file-size`, or `compaction.max.file-num` of any size;
-  or a file with too many deleted rows): the window became complete when its newest file was written.
+  or a file with too many deleted rows): the window became complete when its newest file was written (with files
+  taken for their deleted rows, at the snapshot's time: when the deletes came is not recorded, only that it was
+  no later).
 - a postpone table's bucket -2 always waits for placement, since its oldest file.
 
 Small files are relative to what compaction writes: a sorted run written by compaction holds at most one file
@@ -150,8 +152,13 @@ def _pk_due_since(table: FileStoreTable, split: Split, rules: DueRules) -> int |
 
 
 def _append_due_since(table: FileStoreTable, split: Split, rules: DueRules) -> int | None:
-    unit = AppendCompactManager(table, split, split_dir(table, split)).plan(rules.full)
+    manager = AppendCompactManager(table, split, split_dir(table, split))
+    unit = manager.plan(rules.full)
     if unit is None:
         return None
     # the window is found scanning the files oldest first: it was complete once its newest file was there
-    return max(_created(f, rules.fallback_ms) for f in unit.files)
+    since = max(_created(f, rules.fallback_ms) for f in unit.files)
+    if not rules.full and manager.too_deleted():
+        # the deletes came after the files, in a commit no later than the snapshot's
+        since = max(since, rules.fallback_ms)
+    return since

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from lsmlake.catalog.health_score import band
 from lsmlake.client.connection import Connection
 from lsmlake.client.tables import table_ident
 from lsmlake.errors import InvalidInputError
@@ -23,14 +24,14 @@ class BucketHealthInfo:
 
     partition_values: tuple[str | None, ...]  # directory text, in the order of the partition keys; None: null
     bucket: int  # -2: a postpone table's rows waiting to be placed
-    sorted_runs: int  # each level-0 file, and each non-empty higher level
+    sorted_runs: int  # each level-0 file, and each non-empty higher level (primary-key tables; append: 0)
     level0_files: int
     files: int
-    small_files: int  # below the compaction file size, counted once the bucket has more than one file
+    small_files: int  # files compaction would not leave (docs/operating-tables.md)
     size_bytes: int
     rows: int  # deleted ones included
     deleted_rows: int  # marked by the bucket's deletion vectors
-    lag_ms: int  # age of the oldest file not yet compacted (docs/operating-tables.md); 0 when there is none
+    lag_ms: int  # how long the compaction now due has waited (docs/operating-tables.md); 0: nothing due
 
     @staticmethod
     def from_proto(p: catalog_pb2.BucketHealth) -> BucketHealthInfo:
@@ -47,17 +48,24 @@ class TableHealthInfo:
     identifier: str
     score: int
     stalled: bool  # a bucket of a primary-key table is past num-sorted-run.stop-trigger: its writers wait
-    lag_ms: int  # the largest lag of a bucket
-    max_sorted_runs: int  # sorted runs of the worst bucket
-    stop_trigger: int
+    lag_ms: int  # the largest lag of a bucket: how long a due compaction has waited
+    max_sorted_runs: int  # sorted runs of the worst bucket (0 for append tables)
+    stop_trigger: int  # num-sorted-run.stop-trigger (0 for append tables, which have none)
     level0_files: int  # level-0 (and postponed) files of all buckets
     pending_plans: int  # compaction plans REQUESTED
     inflight_plans: int  # compaction plans INFLIGHT
     oldest_plan_age_ms: int  # of the oldest REQUESTED or INFLIGHT plan; 0: none
     snapshot_id: int  # the snapshot the figures are of; 0: the table has none
-    penalties: Mapping[str, float] = field(default_factory=dict)  # what the score lost: runs, lag, small_files, deleted
+    # what the score lost: runs, lag, small_files, deleted (primary-key tables); files, lag, deleted (append)
+    penalties: Mapping[str, float] = field(default_factory=dict)
     buckets: tuple[BucketHealthInfo, ...] = ()  # with `with_buckets` only
     error: str | None = None  # the table could not be read: why (the figures are empty, the score 0)
+
+    @property
+    def severity(self) -> str:
+        """The score's band for colouring: `good` (>= 80), `warning` (50..79), `bad` (< 50, stalled, or an
+        error)."""
+        return band(self.score, self.stalled, self.error)
 
     @staticmethod
     def from_proto(p: catalog_pb2.TableHealth) -> TableHealthInfo:
