@@ -13,6 +13,7 @@ server's message (`lsmlake.rpc.errors.error_for`).
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -22,13 +23,14 @@ import pyarrow as pa
 from lsmlake.client.compaction import Compaction, CompactionPlanInfo, CompactResult
 from lsmlake.client.connection import Connection
 from lsmlake.client.health import Health, TableHealthInfo
+from lsmlake.client.scan import Scan
 from lsmlake.client.scans import Scans
 from lsmlake.client.schema import TableSchemaInfo
 from lsmlake.client.snapshots import ExpireResult, SnapshotInfo, Snapshots
 from lsmlake.client.tables import TableInfo, Tables
 from lsmlake.client.tags import Tags
 from lsmlake.client.writes import DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_ROWS, WriteResult, Writes
-from lsmlake.format.predicate import Predicate
+from lsmlake.format.predicate import Predicate, Spec
 from lsmlake.fs import StorageSettings
 from lsmlake.table.commit import CommitResult
 from lsmlake.table.file_store_table import FileStoreTable
@@ -76,8 +78,8 @@ class Client:
                                 tls_cert=tls_cert, tls_key=tls_key, tls=tls, storage=storage)
         self._tables = Tables(self._conn)
         self._writes = Writes(self._conn, self._tables)
-        self._scans = Scans(self._conn, self._tables)
         self._snapshots = Snapshots(self._conn)
+        self._scans = Scans(self._conn, self._tables, self._snapshots)
         self._tags = Tags(self._conn)
         self._compaction = Compaction(self._conn)
         self._health = Health(self._conn)
@@ -187,9 +189,21 @@ class Client:
                     predicate: Predicate | None = None) -> list[Split]:
         return self._scans.plan_splits(table, snapshot_id=snapshot_id, predicate=predicate)
 
-    def scan(self, identifier: str, *, snapshot_id: int | None = None, where: Mapping[str, Any] | None = None,
-             columns: Sequence[str] | None = None) -> pa.Table:
-        return self._scans.scan(identifier, snapshot_id=snapshot_id, where=where, columns=columns)
+    def new_scan(self, identifier: str, *, where: Spec = None, columns: Sequence[str] | None = None,
+                 limit: int | None = None, snapshot_id: int | None = None, as_of: dt.datetime | int | None = None,
+                 tag: str | None = None) -> Scan:
+        return self._scans.new_scan(identifier, where=where, columns=columns, limit=limit, snapshot_id=snapshot_id,
+                                    as_of=as_of, tag=tag)
+
+    def scan(self, identifier: str, *, snapshot_id: int | None = None, where: Spec = None,
+             columns: Sequence[str] | None = None, limit: int | None = None, as_of: dt.datetime | int | None = None,
+             tag: str | None = None) -> pa.Table:
+        return self._scans.scan(identifier, snapshot_id=snapshot_id, where=where, columns=columns, limit=limit,
+                                as_of=as_of, tag=tag)
+
+    def read_changes(self, identifier: str, start_snapshot: int, end_snapshot: int | None = None, *,
+                     where: Spec = None, columns: Sequence[str] | None = None) -> pa.Table:
+        return self._scans.read_changes(identifier, start_snapshot, end_snapshot, where=where, columns=columns)
 
     # -- snapshots (`Snapshots`) -------------------------------------------------------------------
 

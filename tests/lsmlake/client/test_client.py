@@ -166,7 +166,7 @@ def test_errors_are_lsmlake_errors_with_the_servers_message(client: Client, cata
         client.write_rows("db.err", [{"id": "not a number"}])
     with pytest.raises(InvalidInputError, match="not a column"):
         client.scan("db.err", where={"nope": 1})
-    with pytest.raises(InvalidInputError, match="does not fit"):
+    with pytest.raises(InvalidInputError, match="is not a valid int"):
         client.scan("db.err", where={"v": "x"})
     with pytest.raises(InvalidInputError, match="DATABASE.TABLE"):
         client.table("no_dot")

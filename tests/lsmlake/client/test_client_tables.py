@@ -44,7 +44,7 @@ def test_create_table_creates_a_missing_database_and_refuses_a_bad_definition_fi
     # a bad definition is refused before anything exists: no database left behind
     for bad in (dict(primary_keys=["nope"]), dict(options={"merge-engine": "no-such-engine"})):
         with pytest.raises(InvalidInputError):
-            client.create_table("never.t", "id BIGINT NOT NULL", **bad)  # type: ignore[arg-type]
+            client.create_table("never.t", "id BIGINT NOT NULL", **bad)
         assert "never" not in client.list_databases()
 
 
