@@ -27,7 +27,6 @@ from lsmlake.catalog.write_operations import KEEP_WRITES_MS, CommitListener, Wri
 from lsmlake.errors import AlreadyExistsError, InvalidInputError, NotFoundError, UnsupportedOperationError
 from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.predicate import Predicate, Term
-from lsmlake.format.predicate_text import parse_filter
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.format.types import DataField
 from lsmlake.metastore import CompactionPlan, MetaStore, now_ms
@@ -187,9 +186,7 @@ class CatalogOperations:
         snap = table.snapshots.snapshot(snapshot_id) if snapshot_id is not None else table.snapshots.latest()
         if snap is None:
             return None, []
-        predicate = Predicate((*partition_terms, *key_terms))
-        if filter_text.strip():
-            predicate = predicate & parse_filter(filter_text, table.schema.arrow_schema)
+        predicate = Predicate((*partition_terms, *key_terms)) & Predicate.of(filter_text, table.schema)
         splits = table.new_scan(predicate, snap, all_levels=all_levels).plan()
         if buckets:
             wanted = _bucket_numbers(buckets)

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from lsmlake.format.binary_row import deserialize_row
 from lsmlake.format.data_file_meta import SimpleStats
-from lsmlake.format.predicate import Predicate, is_nan
+from lsmlake.format.predicate import ColumnStats, Predicate, is_nan
 from lsmlake.format.types import AnyType
 
 BucketKey = tuple[bytes, int]  # (serialized partition, bucket)
@@ -116,17 +116,19 @@ class PartitionFilter:
         self._passes: dict[bytes, bool] = {}
 
     def may_hold(self, stats: SimpleStats, min_bucket: int | None, max_bucket: int | None, entries: int) -> bool:
-        if not self.predicate.terms:
+        if self.predicate.accepts_all:
             return True
         ranges = stats_ranges(stats, self.types)
         if ranges is None:
             return True
         mins, maxs, nulls = ranges
-        for t in self.predicate.terms:
-            i = self.keys.index(t.column)
-            if not t.may_match(mins[i], maxs[i], nulls[i], max(entries, 1)):
-                return False
-        return True
+        at = {k: i for i, k in enumerate(self.keys)}
+
+        def column(name: str) -> ColumnStats | None:
+            i = at.get(name)
+            return None if i is None else (mins[i], maxs[i], nulls[i], max(entries, 1))
+
+        return self.predicate.may_match(column)
 
     def partitions(self) -> Collection[bytes] | None:
         return None

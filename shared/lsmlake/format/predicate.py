@@ -226,6 +226,12 @@ class Predicate:
     def __or__(self, other: Spec) -> Predicate:
         return Predicate((self, other if isinstance(other, (Term, Predicate)) else Predicate.of(other)), any=True)
 
+    def __rand__(self, other: Spec) -> Predicate:  # ("id", ">", 1) & predicate
+        return Predicate((_node(other), self))
+
+    def __ror__(self, other: Spec) -> Predicate:
+        return Predicate((_node(other), self), any=True)
+
     @property
     def accepts_all(self) -> bool:
         """Whether this is the empty AND, which filters nothing."""

@@ -12,7 +12,6 @@ from lsmlake.catalog.filesystem import split_identifier
 from lsmlake.client.connection import STORAGE_OPTION_KEYS
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.predicate import Predicate
-from lsmlake.format.predicate_text import parse_filter
 from lsmlake.fs import StorageSettings
 from lsmlake.spark.access import TableAccess, open_access, parse_timestamp
 
@@ -27,7 +26,8 @@ KEYS = {
     "warehouse": "the warehouse folder or URI (alone: no services; with catalog: where this job sees the files)",
     "snapshot": "batch read: read this snapshot id (time travel); stream read: start after it",
     "timestamp": "batch read: read the newest snapshot at or before this time (ms since the epoch or ISO-8601)",
-    "filter": "conjunction of comparisons pruning partitions and files and filtering rows, e.g. \"dt = '2024-01-01'\"",
+    "filter": "rows to read, in the predicate language (AND, OR, parentheses; docs/filters.md), pruning partitions "
+              "and files, e.g. \"dt = '2024-01-01' AND (id < 3 OR id IS NULL)\"",
     "columns": "comma-separated columns to read (column pruning)",
     "row-kind": "true: add a `_row_kind` column (+I, -U, +U, -D): the change kind in streams, +I in batch reads",
     "split.target-size": "most bytes of files per Spark partition (a larger split that must be merged stays whole)",
@@ -114,7 +114,7 @@ class ReadOptions:
         return open_access(opts, self.identifier, dict(self.storage))
 
     def predicate(self, schema: pa.Schema) -> Predicate:
-        return parse_filter(self.filter, schema) if self.filter.strip() else Predicate()
+        return Predicate.of(self.filter, schema)
 
     def snapshot_id(self, access: TableAccess) -> int | None:
         """The snapshot a batch read reads: `snapshot`, the one at `timestamp`, or None for the newest."""

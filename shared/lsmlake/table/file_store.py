@@ -9,7 +9,7 @@ import functools
 import hashlib
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -20,11 +20,10 @@ from pyroaring import BitMap
 from lsmlake.errors import CommitConflictError, CommitStateUnknownError, InvalidInputError, NotFoundError
 from lsmlake.format import options as opts
 from lsmlake.format.binary_row import deserialize_row
-from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.format.index_manifest import IndexManifestStore
 from lsmlake.format.manifest import ADD, ManifestStore
-from lsmlake.format.predicate import Predicate
+from lsmlake.format.predicate import Predicate, Spec
 from lsmlake.format.schema import SchemaHistory, SchemaManager, TableSchema
 from lsmlake.format.snapshot import APPEND, COMPACT, OVERWRITE, Snapshot, SnapshotManager
 from lsmlake.fs.file_io import FileIO
@@ -34,7 +33,7 @@ from lsmlake.table.commit import CommitResult, FileStoreCommit, Validation
 from lsmlake.table.dynamic_bucket import BucketAssigner, CommittingAssigner, is_dynamic
 from lsmlake.table.manifest_merge import MergeRules
 from lsmlake.table.read import TableRead
-from lsmlake.table.scan import Split, TableScan
+from lsmlake.table.scan import Split, TableScan, values_may_match
 from lsmlake.table.sequence_numbers import RestoredSequences, SequenceAllocator, SnapshotMaxSequences
 from lsmlake.table.write import CommitMessage, TableWrite
 
@@ -164,7 +163,7 @@ class FileStore:
                         properties: dict[str, str] | None = None) -> CommitResult:
         return self.new_commit(commit_user).commit(messages, properties=properties)
 
-    def delete_where(self, predicate: Predicate | Mapping[str, Any] | Sequence[Any],
+    def delete_where(self, predicate: Spec,
                      commit_user: str | None = None) -> CommitResult | None:
         """Delete the rows of an append table matching `predicate` by deletion vectors (no file is rewritten).
 
@@ -182,11 +181,9 @@ class FileStore:
             raise InvalidInputError(f"table {self.identifier} needs 'deletion-vectors.enabled' = 'true' "
                                     "for deletes")
         features.check(self.schema, self.identifier, for_write=True)
-        pred = Predicate.of(predicate)
-        if not pred.terms:
+        pred = Predicate.of(predicate, self.schema.arrow_schema)
+        if pred.accepts_all:
             raise InvalidInputError("delete_where needs a predicate (to empty a table, overwrite it)")
-        for c in sorted(pred.columns()):
-            self.schema.field(c)
         user = commit_user or str(uuid.uuid4())
         redos = self.options.require(opts.COMMIT_MAX_RETRIES)
         found: dict[str, BitMap] = {}  # the matching positions of the files read so far (they never change)
@@ -267,34 +264,13 @@ class FileStore:
                         for e in self.manifests.read_manifest(meta.file_name):
                             if e.kind == ADD and part_pred.test(dict(zip(
                                     self.schema.partition_keys, self.partition_values(e.partition), strict=True))) \
-                                    and self._values_may_match(e.file, pred):
+                                    and values_may_match(self.schema, e.file, pred):
                                 raise CommitConflictError(
                                     f"snapshot {sid} added rows that may match the delete since it read snapshot "
                                     f"{checked[0]}; this delete was not applied")
                 checked[0] = sid
 
         return validate
-
-    def _values_may_match(self, f: DataFileMeta, pred: Predicate) -> bool:
-        """Whether a data file's value statistics admit a row matching `pred` (True when unsure: statistics of
-        another schema, or absent, or unreadable)."""
-        if f.schema_id != self.schema.id or f.value_stats is None:
-            return True
-        columns = list(f.value_stats_cols) if f.value_stats_cols is not None else self.schema.field_names
-        try:
-            types = self.schema.types_of(columns)
-            lows = deserialize_row(f.value_stats.min_values, types)
-            highs = deserialize_row(f.value_stats.max_values, types)
-        except Exception:  # statistics this schema cannot decode never exclude a file
-            return True
-        nulls = f.value_stats.null_counts or ()
-        at = {c: i for i, c in enumerate(columns)}
-        for term in pred.terms:
-            i = at.get(term.column)
-            if i is not None and not term.may_match(lows[i], highs[i], nulls[i] if i < len(nulls) else None,
-                                                    f.row_count):
-                return False
-        return True
 
     def _delete_index_files(self, messages: Sequence[CommitMessage]) -> None:
         """Remove the index files written for messages whose commit definitely failed."""
@@ -304,24 +280,26 @@ class FileStore:
 
     # -- read ----------------------------------------------------------------------------------
 
-    def new_scan(self, predicate: Predicate | Mapping[str, Any] | Sequence[Any] | None = None,
+    def new_scan(self, predicate: Spec = None,
                  snapshot: Snapshot | int | None = None, all_levels: bool = False) -> TableScan:
         """Plan a snapshot (latest by default) with the table's latest schema (re-read if it was altered)."""
         self.refresh_schema()
         snap = snapshot if isinstance(snapshot, Snapshot) or snapshot is None else self.snapshots.snapshot(snapshot)
         if snapshot is None:
             snap = self.snapshots.latest()
-        return TableScan(self.schema, self.manifests, snap, Predicate.of(predicate), all_levels, self.indexes)
+        return TableScan(self.schema, self.manifests, snap, Predicate.of(predicate, self.schema.arrow_schema),
+                         all_levels, self.indexes)
 
     def new_read(self, projection: Sequence[str] | None = None,
-                 predicate: Predicate | Mapping[str, Any] | Sequence[Any] | None = None) -> TableRead:
+                 predicate: Spec = None) -> TableRead:
         features.check(self.schema, self.identifier, for_write=False)
-        return TableRead(self.io, self.path, self.schema, projection, Predicate.of(predicate))
+        return TableRead(self.io, self.path, self.schema, projection, Predicate.of(predicate, self.schema.arrow_schema))
 
     def to_arrow(self, snapshot_id: int | None = None, projection: Sequence[str] | None = None,
-                 predicate: Predicate | Mapping[str, Any] | Sequence[Any] | None = None) -> pa.Table:
+                 predicate: Spec = None) -> pa.Table:
         """The table's rows at a snapshot (latest by default), merged."""
-        pred = Predicate.of(predicate)
+        self.refresh_schema()
+        pred = Predicate.of(predicate, self.schema.arrow_schema)
         splits = self.new_scan(pred, snapshot_id).plan()
         return self.new_read(projection, pred).read(splits)
 

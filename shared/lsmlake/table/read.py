@@ -37,9 +37,10 @@ class TableRead:
         self.io = fio
         self.table_path = table_path
         self.schema = schema
-        self.predicate = predicate or Predicate()
+        # columns checked, literals of the columns' types: Arrow compares no others
+        self.predicate = (predicate or Predicate()).bind(schema.arrow_schema)
         names = list(projection) if projection is not None else schema.field_names
-        for n in list(names) + sorted(self.predicate.columns()):
+        for n in names:
             schema.field(n)  # raises on an unknown column
         self.projection = names
         self.merge_function = merge_function_for(schema) if schema.is_primary_key_table else None

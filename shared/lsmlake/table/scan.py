@@ -9,11 +9,11 @@ from typing import Any
 from lsmlake.errors import LakeError
 from lsmlake.format.binary_row import deserialize_row
 from lsmlake.format.bucket import POSTPONE_BUCKET
-from lsmlake.format.data_file_meta import DataFileMeta
+from lsmlake.format.data_file_meta import DataFileMeta, SimpleStats
 from lsmlake.format.index_manifest import DELETION_VECTORS, IndexEntry, IndexManifestStore
 from lsmlake.format.manifest import ManifestEntry, ManifestStore
 from lsmlake.format.manifest_prune import PartitionFilter
-from lsmlake.format.predicate import Predicate
+from lsmlake.format.predicate import ColumnStats, Predicate
 from lsmlake.format.schema import TableSchema
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.mergetree.merge.factory import dv_enabled, skips_level0
@@ -76,12 +76,15 @@ class TableScan:
         key_cols = schema.trimmed_primary_keys
         key_types = schema.types_of(key_cols)
         key_pred = self.predicate.only(key_cols)
+        # Value statistics prune only where every row stands alone: an append table has no older version of a row
+        # that a pruned file would have hidden.
+        value_pred = self.predicate if not schema.is_primary_key_table else Predicate()
         part_values: dict[bytes, tuple[Any, ...] | None] = {}
         groups: dict[tuple[bytes, int], list[ManifestEntry]] = {}
         skip_level0 = skips_level0(schema) and not self.all_levels
         history = schema.history
         # only the manifests whose partition statistics can hold a partition the filter passes are opened
-        wanted = PartitionFilter(part_pred, schema.partition_keys, part_types) if part_pred.terms else None
+        wanted = PartitionFilter(part_pred, schema.partition_keys, part_types) if not part_pred.accepts_all else None
         snap = self.snapshot
         for e in self.manifests.live(snap.base_manifest_list, snap.delta_manifest_list, wanted).values():
             if e.bucket == POSTPONE_BUCKET:
@@ -96,8 +99,10 @@ class TableScan:
                 part_values[e.partition] = values if ok else None
             if part_values[e.partition] is None:
                 continue
-            if (key_pred.terms and self._same_key_columns(e.file.schema_id)
+            if (not key_pred.accepts_all and self._same_key_columns(e.file.schema_id)
                     and not self._file_may_match(e.file, key_cols, key_types, key_pred)):
+                continue
+            if not value_pred.accepts_all and not values_may_match(schema, e.file, value_pred):
                 continue
             groups.setdefault((e.partition, e.bucket), []).append(e)
         dvs = {(e.partition, e.bucket): e for e in self.index_store.read(self.snapshot.index_manifest)
@@ -134,15 +139,38 @@ class TableScan:
 
     @staticmethod
     def _file_may_match(f: DataFileMeta, key_cols: Sequence[str], key_types: Sequence[Any], pred: Predicate) -> bool:
-        stats = f.key_stats
-        try:
-            mins = deserialize_row(stats.min_values, key_types)
-            maxs = deserialize_row(stats.max_values, key_types)
-        except Exception:
-            return True  # unreadable or absent statistics never prune
-        nulls = stats.null_counts or (None,) * len(key_cols)
-        for t in pred.terms:
-            i = list(key_cols).index(t.column)
-            if not t.may_match(mins[i], maxs[i], nulls[i] if i < len(nulls) else None, f.row_count):
-                return False
+        return stats_may_match(f.key_stats, key_cols, key_types, f.row_count, pred)
+
+
+def stats_may_match(stats: SimpleStats, columns: Sequence[str], types: Sequence[Any], row_count: int,
+                    pred: Predicate) -> bool:
+    """Whether a file with these statistics of `columns` may hold a row passing `pred` (True when they do not
+    read: absent, or of another layout)."""
+    try:
+        mins = deserialize_row(stats.min_values, types)
+        maxs = deserialize_row(stats.max_values, types)
+    except Exception:
+        return True  # unreadable or absent statistics never prune
+    nulls = stats.null_counts or ()
+    at = {c: i for i, c in enumerate(columns)}
+
+    def column(name: str) -> ColumnStats | None:
+        i = at.get(name)
+        if i is None:
+            return None
+        return mins[i], maxs[i], nulls[i] if i < len(nulls) else None, row_count
+
+    return pred.may_match(column)
+
+
+def values_may_match(schema: TableSchema, f: DataFileMeta, pred: Predicate) -> bool:
+    """Whether a data file's value statistics admit a row matching `pred` (True when unsure: statistics of another
+    schema, absent, or unreadable)."""
+    if f.schema_id != schema.id or f.value_stats is None:
         return True
+    columns = list(f.value_stats_cols) if f.value_stats_cols is not None else schema.field_names
+    try:
+        types = schema.types_of(columns)
+    except LakeError:
+        return True
+    return stats_may_match(f.value_stats, columns, types, f.row_count, pred)
