@@ -5,14 +5,14 @@ from __future__ import annotations
 from lsmlake.format.binary_row import serialize_row
 from lsmlake.format.manifest import partition_stats
 from lsmlake.format.manifest_prune import PartitionFilter
-from lsmlake.format.predicate import Or, Predicate
+from lsmlake.format.predicate import Or, Predicate, Spec
 from lsmlake.format.types import parse_type
 
 TYPES = [parse_type("STRING"), parse_type("INT")]
 STATS = partition_stats([serialize_row(["a", 1], TYPES), serialize_row(["c", 5], TYPES)], TYPES)
 
 
-def _may(spec: object) -> bool:
+def _may(spec: Spec) -> bool:
     return PartitionFilter(Predicate.of(spec), ["p", "n"], TYPES).may_hold(STATS, 0, 0, 2)
 
 
