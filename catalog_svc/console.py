@@ -1,8 +1,15 @@
 """The web console of the catalog service (`--ui-port`): plain server-rendered pages over the same tokens.
 
-- `/`: the tables ranked by health (stalled first, then the worst score), with lag, runs and plans;
-- `/table/{database}/{table}`: the table's figures, each bucket's LSM shape (levels and sorted runs by size),
-  the compaction timeline of the last hour by state, and lag, level-0 files and plans over the last hour;
+- `/`: the tables ranked by health (unreadable, stalled, then the worst score), filtered by name and paged, with
+  each one's size, rows, files, write rate, compaction throughput, write amplification and health figures
+  (`console_tables`);
+- `/table/{database}/{table}`: the table's figures, each bucket's LSM shape on a linear scale with its sizes
+  written, its partitions (filtered, paged), compaction plans with their durations, the last hour's charts,
+  snapshots (paged), schema and options; for admins, "compact now" and "full compaction" buttons that post a
+  form with a CSRF token (`console_table`, `console_actions`);
+- `/services`: every catalog, writer and compactor that reported to the status service, up or down, with its
+  last heartbeat, owned buckets and running plans (`console_services`);
+- pages refresh themselves every 15 s (a meta refresh: no script); `?refresh=0` stops it (`console_page`);
 - `/login`: a form; posted with a valid token, it opens a console session (`lsmlake.auth.sessions`: reading
   only, ended by idling, its lifetime, logout or the token's removal) whose random id, never the token, is the
   cookie `lsmlake_session` (HttpOnly, SameSite=Strict, Secure under TLS) that the pages then take; `/logout`
@@ -20,19 +27,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from html import escape
-from urllib.parse import unquote_plus, urlsplit
+from urllib.parse import quote, unquote_plus, urlsplit
 
-from catalog_svc.console_svg import HOUR_MS, line_svg, lsm_svg, timeline_svg, window_ms
+from catalog_svc import console_format as fmt
+from catalog_svc.console_actions import CSRF_FIELD, Admins, request_compaction
+from catalog_svc.console_figures import SnapshotDeltas, activity, plan_times
+from catalog_svc.console_page import HEADERS, HTML, View, band_of, page
+from catalog_svc.console_services import registry_of, services_body, statuses, warning
+from catalog_svc.console_svg import HOUR_MS, line_svg, timeline_svg, window_ms
+from catalog_svc.console_table import (
+    options_section,
+    partition_filter,
+    partition_rows,
+    partitions_section,
+    pictures,
+    plans_section,
+    schema_section,
+    snapshots_section,
+    summary,
+)
+from catalog_svc.console_tables import tables_body
 from catalog_svc.health_history import HealthHistory
 from lsmlake.auth.roles import Role
 from lsmlake.auth.sessions import SessionStore
-from lsmlake.auth.tokens import Principal
+from lsmlake.auth.tokens import Principal, TokenStore
 from lsmlake.catalog.filesystem import check_name
 from lsmlake.catalog.operations import CatalogOperations
-from lsmlake.errors import PermissionDeniedError
-from lsmlake.format.partition import partition_value_string
+from lsmlake.errors import InvalidInputError, PermissionDeniedError
 from lsmlake.rest.http_server import Request, Response, Route
-from lsmlake.table.compact import restore_levels
 from lsmlake.table.postpone import every_bucket
 
 SESSION_COOKIE = "lsmlake_session"
@@ -40,26 +62,12 @@ SESSION_COOKIE = "lsmlake_session"
 _TOKEN_COOKIE = "lsmlake_token"
 _SAME_SITE = ("same-origin", "none")  # Sec-Fetch-Site of a form posted from the console's page, or by the user
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-HTML = "text/html; charset=utf-8"
-_STYLE = ("body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse}"
-          "td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}td.l,th.l{text-align:left}"
-          ".bar{display:inline-block;height:10px;background:#3a9a4a}.stalled{color:#c0392b;font-weight:bold}"
-          ".buckets{display:flex;flex-wrap:wrap;gap:14px}form.logout{float:right}")
-_HEADERS = (("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff"),
-            ("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
-                                        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"))
-_LOGOUT = '<form class="logout" method="post" action="/logout"><button type="submit">Log out</button></form>'
-
-
-def page(title: str, body: str, status: int = 200, headers: tuple[tuple[str, str], ...] = ()) -> Response:
-    text = (f'<!doctype html><html><head><meta charset="utf-8"><title>{escape(title)} - lsmlake</title>'
-            f"<style>{_STYLE}</style></head><body><h1>{escape(title)}</h1>{body}</body></html>")
-    return Response(text, status, HTML, _HEADERS + headers)
+__all__ = ["HTML", "SESSION_COOKIE", "Console", "error_page", "page"]
 
 
 def _redirect(to: str, *cookies: str) -> Response:
     """303 to `to` (the browser follows with a GET), setting `cookies`."""
-    return Response(None, 303, HTML, _HEADERS + (("Location", to),) + tuple(("Set-Cookie", c) for c in cookies))
+    return Response(None, 303, HTML, HEADERS + (("Location", to),) + tuple(("Set-Cookie", c) for c in cookies))
 
 
 def error_page(status: int, message: str) -> Response:
@@ -119,25 +127,23 @@ def _show(origin: tuple[str, str, int]) -> str:
     return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
 
 
-def _ms(ms: float) -> str:
-    s = ms / 1000
-    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
-
-
 class Console:
     """The routes of the console, over the catalog's operations."""
 
     def __init__(self, operations: CatalogOperations, history: HealthHistory,
                  clock: Callable[[], int] | None = None, tls: bool = False,
-                 sessions: SessionStore | None = None) -> None:
+                 sessions: SessionStore | None = None, tokens: TokenStore | None = None) -> None:
         """`clock` (epoch ms): the operations' when None. `tls`: the console is served over TLS (its origin is
         https, the cookie is sent over TLS only). `sessions`: the logins, over the tokens the server checks;
-        None when it checks none (no login needed)."""
+        None when it checks none (no login needed). `tokens`: those tokens, to tell admins (`console_actions`)."""
         self.operations = operations
         self.history = history
         self.clock = clock or operations.clock
         self.tls = tls
         self.sessions = sessions
+        self.admins = Admins(tokens)
+        self.registry = registry_of(operations)
+        self.deltas = SnapshotDeltas()
         self._cookie_flags = "; Path=/; HttpOnly; SameSite=Strict" + ("; Secure" if tls else "")
 
     def session_principal(self, session_id: str) -> Principal | None:
@@ -147,61 +153,57 @@ class Console:
     def routes(self) -> list[Route]:
         return [Route("GET", "/", Role.READER, self.tables, name="tables"),
                 Route("GET", "/table/{database}/{table}", Role.READER, self.table, resource="TABLE", name="table"),
+                # readers reach the handler, which refuses all but admins (a session's role is capped at reader)
+                Route("POST", "/table/{database}/{table}/compact", Role.READER, self.compact, resource="TABLE",
+                      name="compact", max_body=4096),
+                Route("GET", "/services", Role.READER, self.services, name="services"),
                 Route("GET", "/login", Role.READER, self.login, public=True, name="login"),
                 Route("POST", "/login", Role.READER, self.log_in, public=True, name="login"),
                 Route("POST", "/logout", Role.READER, self.log_out, public=True, name="logout"),
                 Route("GET", "/favicon.ico", Role.READER, lambda _: Response(None, 204), public=True, name="icon")]
 
+    def _frame(self, request: Request) -> tuple[View, str]:
+        """The page's view of its address, and its navigation with the services' warning."""
+        view = View.of(request.path, request.query)
+        warn = warning(statuses(self.registry, self.clock()))
+        return view, view.nav(logout=self.sessions is not None) + warn
+
     def tables(self, request: Request) -> Response:
-        healths = self.operations.table_healths(now=self.clock())
-        rows = []
-        for rank, h in enumerate(healths, 1):
-            db, _, name = h.table.partition(".")
-            link = f'<a href="/table/{escape(db)}/{escape(name)}">{escape(h.table)}</a>'
-            if h.error is not None:
-                rows.append(f'<tr class="table-row"><td>{rank}</td><td class="l">{link}</td><td>0</td>'
-                            f'<td class="l"><span class="stalled">UNREADABLE</span></td>'
-                            f'<td class="l" colspan="5">{escape(h.error)}</td></tr>')
-                continue
-            state = '<span class="stalled">STALLED</span>' if h.stalled else ""
-            rows.append(f'<tr class="table-row"><td>{rank}</td><td class="l">{link}</td><td>{h.score} '
-                        f'<span class="bar" style="width:{h.score}px"></span></td><td class="l">{state}</td>'
-                        f"<td>{_ms(h.lag_ms)}</td>"
-                        f"<td>{h.max_sorted_runs} / {h.stop_trigger}</td><td>{h.level0_files}</td>"
-                        f"<td>{h.pending_plans} / {h.inflight_plans}</td><td>{_ms(h.oldest_plan_age_ms)}</td></tr>")
-        head = ('<tr><th>#</th><th class="l">table</th><th>score</th><th class="l"></th><th>lag</th>'
-                "<th>runs / stop</th><th>level-0 files</th><th>plans requested / running</th><th>oldest plan</th>"
-                "</tr>")
-        body = (f"{_LOGOUT}<p>{len(healths)} tables, the least healthy first (docs/operating-tables.md).</p>"
-                f'<table id="tables">{head}{"".join(rows)}</table>')
-        return page("Tables", body)
+        view, top = self._frame(request)
+        now = self.clock()
+        healths = self.operations.table_healths(now=now)
+        return page("Tables", top + tables_body(self.operations, self.deltas, healths, view, now),
+                    refresh_s=view.refresh_s)
+
+    def services(self, request: Request) -> Response:
+        view = View.of(request.path, request.query)
+        now = self.clock()
+        body = view.nav(logout=self.sessions is not None) + services_body(statuses(self.registry, now), now)
+        return page("Services", body, refresh_s=view.refresh_s)
+
+    def _table_id(self, request: Request) -> str:
+        db = check_name(request.params["database"], "database")
+        return f"{db}.{check_name(request.params['table'], 'table')}"
 
     def table(self, request: Request) -> Response:
-        db = check_name(request.params["database"], "database")
-        tid = f"{db}.{check_name(request.params['table'], 'table')}"
+        view, top = self._frame(request)
+        tid = self._table_id(request)
         table = self.operations.get_table(tid)
         snap = table.latest_snapshot()
         splits = every_bucket(table, snap)
-        h = self.operations.health_at(table, self.clock(), (snap, splits))  # figures and pictures of one snapshot
-        types = table.schema.types_of(table.schema.partition_keys)
-        pictures = []
-        for split in sorted(splits, key=lambda s: (s.partition, s.bucket))[:64]:
-            part = "/".join(f"{k}={partition_value_string(v, t)}" for k, v, t in zip(
-                table.schema.partition_keys, split.partition_values, types, strict=True))
-            levels = restore_levels(table, split)
-            shape: dict[int, list[int]] = {}
-            for run in levels.level_sorted_runs():
-                shape.setdefault(run.level, []).append(run.total_size)
-            title = f"{part + ' ' if part else ''}bucket {split.bucket}: {levels.number_of_sorted_runs()} runs"
-            pictures.append(lsm_svg(title, sorted(shape.items()), levels.num_levels - 1))
         now = self.clock()
-        samples = self.history.of(tid)
-        figures = (f'<p id="figures">score {h.score}{" (STALLED: writers wait)" if h.stalled else ""}; lag '
-                   f"{_ms(h.lag_ms)}; sorted runs {h.max_sorted_runs} of {h.stop_trigger}; level-0 files "
-                   f"{h.level0_files}; plans requested {h.pending_plans}, running {h.inflight_plans}; snapshot "
-                   f"{h.snapshot_id}; penalties: "
-                   + ", ".join(f"{escape(k)} {v:.1f}" for k, v in h.penalties.items()) + "</p>")
+        h = self.operations.health_at(table, now, (snap, splits))  # figures and pictures of one snapshot
+        stats = self.operations.snapshot_stats(table, snap) if snap is not None else None
         plans = self.operations.plans_changed_since(tid, now - HOUR_MS)
+        times = plan_times(plans, self.operations.timeline.codec, now)
+        act = activity(self.deltas.recent(table, now), times, now)
+        band = band_of(h.score, getattr(h, "band", None))
+        figures = (f'<p id="figures">score {h.score}{" (STALLED: writers wait)" if h.stalled else ""}; lag '
+                   f"{fmt.duration(h.lag_ms) if h.lag_ms else '0 s'}; sorted runs {h.max_sorted_runs} of "
+                   f"{h.stop_trigger}; level-0 files {h.level0_files}; plans requested {h.pending_plans}, running "
+                   f"{h.inflight_plans}; snapshot {h.snapshot_id}; penalties: "
+                   + ", ".join(f"{escape(k)} {v:.1f}" for k, v in h.penalties.items()) + "</p>")
+        samples = self.history.of(tid)
         span = window_ms(min([p.created_ms for p in plans if p.created_ms >= now - HOUR_MS]
                              + [s.time_ms for s in samples if s.time_ms >= now - HOUR_MS], default=None), now)
         charts = "".join([
@@ -209,10 +211,54 @@ class Console:
             line_svg("level-0 files", [(s.time_ms, float(s.level0_files)) for s in samples], now, span),
             line_svg("plans requested or running", [(s.time_ms, float(s.plans)) for s in samples], now, span)])
         minutes = f"last {span // 60_000} minutes"
-        body = (f'{_LOGOUT}<p><a href="/">All tables</a></p>{figures}<h2>Buckets</h2><div class="buckets">'
-                f'{"".join(pictures) or "<p>no data files</p>"}</div><h2>Compaction plans, {minutes}</h2>'
-                f"{timeline_svg(plans, now, span)}<h2>Lag and backlog, {minutes}</h2>{charts}")
-        return page(tid, body)
+        wanted = partition_filter(view)
+        body = (f"{top}{self._notice(request)}{figures}{summary(h, stats, act, band)}{self._actions(request, tid)}"
+                f"<h2>Buckets</h2>{pictures(table, splits, view, wanted)}"
+                f"<h2>Partitions</h2>{partitions_section(partition_rows(table, h), view, wanted)}"
+                f"<h2>Compaction plans, {minutes}</h2>{timeline_svg(plans, now, span)}{plans_section(times)}"
+                f"<h2>Lag and backlog, {minutes}</h2>{charts}"
+                f"<h2>Snapshots</h2>{snapshots_section(table, view)}"
+                f"<h2>Schema</h2>{schema_section(table)}<h2>Options</h2>{options_section(table)}")
+        return page(tid, body, refresh_s=view.refresh_s)
+
+    def _notice(self, request: Request) -> str:
+        plan = request.query.get("requested", "")
+        if plan.isdigit():
+            return f'<p class="note" id="requested">compaction plan {plan} requested: a compactor runs it</p>'
+        return ""
+
+    def _actions(self, request: Request, tid: str) -> str:
+        """The compaction buttons, for admins only (`console_actions`)."""
+        session_id = _cookie(request.headers, SESSION_COOKIE)
+        if not self.admins.is_admin(request.principal, request.headers, session_id):
+            return ""
+        db, _, name = tid.partition(".")
+        csrf = escape(self.admins.csrf_token(request.headers, session_id))
+        action = escape(f"/table/{db}/{name}/compact")
+        forms = "".join(
+            f'<form class="inline" id="{form_id}" method="post" action="{action}">'
+            f'<input type="hidden" name="{CSRF_FIELD}" value="{csrf}"><input type="hidden" name="full" value="{full}">'
+            f'<button type="submit">{label}</button></form>'
+            for form_id, full, label in (("compact-now", 0, "Compact now"), ("full-compaction", 1, "Full compaction")))
+        return f'<div id="actions"><h2>Actions</h2>{forms}</div>'
+
+    def compact(self, request: Request) -> Response:
+        """A compaction plan of the table, asked by an admin's form (`console_actions`); back to the table's page."""
+        self._refuse_cross_site(request, "compaction")
+        session_id = _cookie(request.headers, SESSION_COOKIE)
+        if not self.admins.is_admin(request.principal, request.headers, session_id):
+            who = request.principal.name if request.principal is not None else "this caller"
+            raise PermissionDeniedError(f"{who} may not request compactions: only an admin token's session may; "
+                                        "nothing changed")
+        form = request.body if isinstance(request.body, dict) else {}
+        self.admins.check_csrf(request.headers, session_id, str(form.get(CSRF_FIELD, "")))
+        full = str(form.get("full", "0"))
+        if full not in ("0", "1"):
+            raise InvalidInputError(f"full={full[:20]!r} must be 0 or 1; nothing changed")
+        tid = self._table_id(request)
+        plan = request_compaction(self.operations, tid, full == "1")
+        db, _, name = tid.partition(".")
+        return _redirect(f"/table/{quote(db)}/{quote(name)}?requested={plan.plan_id}")
 
     def login(self, request: Request) -> Response:
         return _login_form()
@@ -229,9 +275,11 @@ class Console:
         session_id = self.sessions.open(token)
         if session_id is None:
             return _login_form(401, "That token is not valid.")
+        self.admins.logged_in(session_id, token)
         previous = _cookie(request.headers, SESSION_COOKIE)
         if previous is not None:  # the browser's earlier session ends: its cookie is replaced
             self.sessions.close(previous)
+            self.admins.logged_out(previous)
         return _redirect("/", forget_token, f"{SESSION_COOKIE}={session_id}{self._cookie_flags}; "
                                             f"Max-Age={int(self.sessions.lifetime_s)}")
 
@@ -241,6 +289,7 @@ class Console:
         session_id = _cookie(request.headers, SESSION_COOKIE)
         if session_id is not None and self.sessions is not None:
             self.sessions.close(session_id)
+            self.admins.logged_out(session_id)
         return _redirect("/login", f"{_TOKEN_COOKIE}={self._cookie_flags}; Max-Age=0",
                          f"{SESSION_COOKIE}={self._cookie_flags}; Max-Age=0")
 
@@ -248,4 +297,4 @@ class Console:
         reason = _cross_site(request.headers, self.tls)
         if reason is not None:
             raise PermissionDeniedError(f"refused a {what} form posted from another site ({reason}): use the form "
-                                        "on this console's own page")
+                                        "on this console's own page; nothing changed")

@@ -1,13 +1,12 @@
 """The console's pictures, as inline SVG drawn on the server: a bucket's LSM shape, the compaction timeline and
-a line over the last hour. Every text is escaped; sizes are drawn on a log scale so that a 1 KB level-0 file
-and a 1 GB top level are both visible."""
+a line over the last hour. Every text is escaped; sizes are drawn on a linear scale and written as text."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from html import escape
 
+from catalog_svc import console_format as fmt
 from lsmlake.metastore import CompactionPlan
 
 STATE_COLOURS = {"REQUESTED": "#c9a227", "INFLIGHT": "#2f6fd0", "COMPLETED": "#3a9a4a", "ROLLED_BACK": "#c0392b",
@@ -31,29 +30,38 @@ def _span_label(span_ms: int) -> str:
     return f"-{span_ms // 60_000} min"
 
 
-def _width(size: int, most: int, full: float) -> float:
-    """A size's bar width against the largest, on a log scale (never below 3 px)."""
-    return max(3.0, full * math.log1p(size) / math.log1p(max(most, 1)))
+MIN_BAR_PX = 1.5  # a run smaller than this is drawn this wide, so that it is seen at all
 
 
-def lsm_svg(title: str, levels: Sequence[tuple[int, Sequence[int]]], max_level: int) -> str:
-    """A bucket's LSM tree: one row per level 0..max_level; level 0 shows each file (a sorted run each), the
-    others their one sorted run, as bars sized by bytes. `levels` is (level, run sizes) of the non-empty ones."""
-    row_h, label_w, full = 18, 34, 300.0
-    most = max((s for _, runs in levels for s in runs), default=1)
+def lsm_svg(title: str, levels: Sequence[tuple[int, Sequence[tuple[int, int]]]], max_level: int) -> str:
+    """A bucket's LSM tree: one row per level 0..max_level; level 0 shows each of its files (a sorted run each), the
+    others their one sorted run, as bars on a linear scale: a bar's width is its bytes over those of the fullest
+    level, so the fullest level fills its row and twice the bytes is twice the width (a run under `MIN_BAR_PX` is
+    drawn that wide). Each level's bytes, files and runs are written beside it. `levels` is (level, runs as
+    (bytes, files)) of the non-empty levels."""
+    row_h, label_w, full, text_w = 18, 34, 300.0, 190
     by_level = dict(levels)
-    parts = [f'<svg class="lsm" width="{label_w + full + 20:.0f}" height="{(max_level + 1) * row_h + 22}" '
+    fullest = max((sum(b for b, _ in runs) for runs in by_level.values()), default=0) or 1
+    parts = [f'<svg class="lsm" width="{label_w + full + text_w:.0f}" height="{(max_level + 1) * row_h + 22}" '
              f'role="img" aria-label="{escape(title)}"><text x="0" y="12" font-size="11">{escape(title)}</text>']
     for level in range(max_level + 1):
         y = 18 + level * row_h
+        runs = by_level.get(level, ())
         parts.append(f'<text x="0" y="{y + 12}" font-size="10">L{level}</text>')
         x = float(label_w)
-        for size in by_level.get(level, ()):
-            w = _width(size, most, full / max(1, len(by_level.get(level, ()))) if level == 0 else full)
-            colour = "#d9822b" if level == 0 else "#4a7fb5"
-            parts.append(f'<rect class="run" data-level="{level}" x="{x:.1f}" y="{y}" width="{w:.1f}" '
-                         f'height="{row_h - 4}" fill="{colour}"><title>L{level}: {size:,} bytes</title></rect>')
-            x += w + 2
+        colour = "#d9822b" if level == 0 else "#4a7fb5"
+        for size, files in runs:
+            w = max(MIN_BAR_PX, full * size / fullest)
+            parts.append(f'<rect class="run" data-level="{level}" data-bytes="{size}" data-files="{files}" '
+                         f'x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h - 4}" fill="{colour}">'
+                         f"<title>L{level}: {size:,} bytes in {files} file(s)</title></rect>")
+            x += w + (1 if level == 0 else 0)
+        if runs:
+            total, files = sum(b for b, _ in runs), sum(f for _, f in runs)
+            label = f"{fmt.size(total)}, {files} file{'s' if files != 1 else ''}" + (
+                f", {len(runs)} runs" if len(runs) > 1 else "")
+            parts.append(f'<text class="level-size" data-level="{level}" x="{label_w + full + 6:.0f}" y="{y + 12}" '
+                         f'font-size="10">{escape(label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 

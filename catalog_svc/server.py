@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from catalog_svc.metrics import CatalogMetrics
 from catalog_svc.relay import KEEP_DELIVERED_S, KEEP_UNDELIVERED_S, OutboxRelay
 from catalog_svc.rest_api import RestCatalogApi
 from catalog_svc.servicer import CatalogService
+from catalog_svc.status_servicer import CatalogBeat, StatusService, add_to_server
 from lsmlake.auth.sessions import SessionStore
 from lsmlake.catalog.commit.catalog_commits import AFTER_COMMIT, AFTER_SNAPSHOT
 from lsmlake.catalog.data_tokens import (
@@ -35,6 +37,7 @@ from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc
 from lsmlake.rest.http_server import HttpSettings, JsonHttpServer
 from lsmlake.rpc import convert
 from lsmlake.rpc.events import snapshot_events
+from lsmlake.rpc.heartbeat import interval_from_env
 from lsmlake.rpc.service_main import (
     ServiceProcess,
     ServiceSettings,
@@ -255,6 +258,8 @@ class CatalogServer(ServiceProcess[Settings]):
         self.ui_port: int | None = None
         self._ui: JsonHttpServer | None = None
         self.history = HealthHistory()
+        self._status: StatusService | None = None
+        self._beat: CatalogBeat | None = None
 
     def _open(self, server: grpc.Server) -> None:
         s = self.settings
@@ -276,6 +281,8 @@ class CatalogServer(ServiceProcess[Settings]):
             _log.warning("recorded %d snapshot(s) that had no commit record", found)
         self._servicer = CatalogService(ops, metrics=self.metrics)
         catalog_pb2_grpc.add_CatalogServiceServicer_to_server(self._servicer, server)
+        self._status = StatusService(self._store)
+        add_to_server(self._status, server)
         if s.rest_port is not None:
             sec = s.security
             self._rest = JsonHttpServer(RestCatalogApi(ops, self._data_tokens()).routes(), HttpSettings(
@@ -296,6 +303,7 @@ class CatalogServer(ServiceProcess[Settings]):
             self.metrics.watch_http("ui", self._ui)
             if ui.tokens is not None:  # logins check, and sessions re-check, the tokens of the server's own file
                 console.sessions = SessionStore(ui.tokens)
+                console.admins.tokens = ui.tokens
 
     def _data_tokens(self) -> DataTokenVendor:
         s = self.settings
@@ -324,6 +332,9 @@ class CatalogServer(ServiceProcess[Settings]):
             self.rest_port = self._rest.start()
         if self._ui is not None:
             self.ui_port = self._ui.start()
+        assert self._status is not None
+        self._beat = CatalogBeat(self._status.registry, f"{socket.gethostname()}:{self.port}",
+                                 f"{s.host}:{self.port}", interval_from_env()).start()
         self._maintenance = Maintenance(self._operations, self.metrics, s.expire_interval_s,
                                         s.orphan_interval_s, s.reconcile_interval_s,
                                         health_interval_s=s.health_interval_s, history=self.history).start()
@@ -337,6 +348,8 @@ class CatalogServer(ServiceProcess[Settings]):
             self._ui.refuse()
 
     def _stop_parts(self) -> None:
+        if self._beat is not None:  # shown down at once
+            self._beat.stop()
         if self._rest is not None:  # its calls in flight had the grace of the gRPC calls
             self._rest.stop(grace_s=min(5.0, self.settings.grace_s))
         if self._ui is not None:

@@ -15,6 +15,7 @@ import grpc
 
 from compactor_svc.event_feed import EventFeed
 from compactor_svc.fair_queue import DatabaseWeights
+from compactor_svc.heartbeat import compactor_heartbeat
 from compactor_svc.metrics import CompactorMetrics
 from compactor_svc.ownership import Ownership
 from compactor_svc.plan_runs import (
@@ -30,6 +31,7 @@ from lsmlake.catalog.filesystem import check_name
 from lsmlake.errors import InvalidInputError, LakeError
 from lsmlake.proto_gen.lsmlake.v1 import compactor_pb2, compactor_pb2_grpc
 from lsmlake.rpc.catalog_client import CatalogClient
+from lsmlake.rpc.heartbeat import HeartbeatSender
 from lsmlake.rpc.security import ChannelSecurity
 from lsmlake.rpc.service_main import (
     ServiceProcess,
@@ -192,6 +194,7 @@ class CompactorServer(ServiceProcess[Settings]):
         self._catalog: CatalogClient | None = None
         self._scheduler: Scheduler | None = None
         self._feed: EventFeed | None = None
+        self._heartbeat: HeartbeatSender | None = None
 
     def _prepare(self) -> None:
         # Spark first: its JVM is started by fork+exec, which is best done before gRPC has threads of its own;
@@ -214,6 +217,10 @@ class CompactorServer(ServiceProcess[Settings]):
     def _run(self) -> None:
         assert self._scheduler is not None
         self._feed = EventFeed(self.settings.kafka, self.ownership, self._scheduler, self.metrics).start()
+        s = self.settings
+        assert self._catalog is not None
+        self._heartbeat = compactor_heartbeat(self._catalog, s.compactor_id, f"{s.host}:{self.port}", self.ownership,
+                                              self._scheduler.state).start()
 
     def _start_spark(self, attempts: int = 3) -> None:
         """Start the SparkSession, again after a failed JVM launch (seen on a loaded machine)."""
@@ -231,6 +238,8 @@ class CompactorServer(ServiceProcess[Settings]):
                 time.sleep(2.0 * attempt)
 
     def _stop_parts(self) -> None:
+        if self._heartbeat is not None:  # its buckets move to the other replicas now
+            self._heartbeat.stop()
         if self._feed is not None:
             self._feed.stop()
         if self._scheduler is not None:

@@ -13,6 +13,7 @@ import grpc
 from lsmlake.errors import InvalidInputError
 from lsmlake.proto_gen.lsmlake.v1 import writer_pb2, writer_pb2_grpc
 from lsmlake.rpc.catalog_client import CatalogClient
+from lsmlake.rpc.heartbeat import HeartbeatSender
 from lsmlake.rpc.security import ChannelSecurity
 from lsmlake.rpc.service_main import (
     ServiceProcess,
@@ -22,6 +23,7 @@ from lsmlake.rpc.service_main import (
     service_settings,
 )
 from lsmlake.runtime.observability import configure_logging
+from writer_svc.heartbeat import writer_heartbeat
 from writer_svc.kafka_ingest import IngestTopic, KafkaIngest, parse_ingest
 from writer_svc.metrics import WriterMetrics
 from writer_svc.servicer import WriterService
@@ -116,6 +118,7 @@ class WriterServer(ServiceProcess[Settings]):
         self._client: CatalogClient | None = None
         self._tables: Tables | None = None
         self._kafka: KafkaIngest | None = None
+        self._heartbeat: HeartbeatSender | None = None
 
     def _open(self, server: grpc.Server) -> None:
         s = self.settings
@@ -128,6 +131,9 @@ class WriterServer(ServiceProcess[Settings]):
 
     def _run(self) -> None:
         s = self.settings
+        assert self._client is not None and self._tables is not None
+        self._heartbeat = writer_heartbeat(self._client, s.writer_id, f"{s.host}:{self.port}",
+                                           self._tables.commit_user).start()
         if s.ingest:
             assert s.kafka is not None and self._client is not None
             self._kafka = KafkaIngest(s.kafka, s.ingest, s.warehouse, self._client, self.metrics,
@@ -135,6 +141,8 @@ class WriterServer(ServiceProcess[Settings]):
                                       max_poll_records=s.max_poll_records).start()
 
     def _stop_parts(self) -> None:
+        if self._heartbeat is not None:  # shown down at once: no more writes are taken
+            self._heartbeat.stop()
         if self._kafka is not None:
             self._kafka.stop()
         if self._tables is not None:

@@ -56,4 +56,10 @@ def schema_ddl(serial_id: str, blob: str, bigint: str) -> list[str]:
         f" table_id TEXT NOT NULL, file_name TEXT NOT NULL, plan_id {bigint} NOT NULL"
         " REFERENCES lsmlake_plans (plan_id), PRIMARY KEY (table_id, file_name))",
         "CREATE INDEX IF NOT EXISTS lsmlake_plan_files_by_plan ON lsmlake_plan_files (plan_id)",
+        # the last heartbeat of each catalog, writer and compactor process (`services.ServiceRegistry`): in the
+        # store, so that every catalog replica shows the same services
+        "CREATE TABLE IF NOT EXISTS lsmlake_services ("
+        " kind TEXT NOT NULL, instance_id TEXT NOT NULL, address TEXT NOT NULL,"
+        f" started_ms {bigint} NOT NULL, last_ms {bigint} NOT NULL, interval_ms {bigint} NOT NULL,"
+        " stopping INTEGER NOT NULL, status TEXT NOT NULL, PRIMARY KEY (kind, instance_id))",
     ]
