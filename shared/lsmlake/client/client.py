@@ -129,8 +129,8 @@ class Client:
     def drop_database(self, name: str, cascade: bool = False, ignore_if_not_exists: bool = False) -> bool:
         return self._tables.drop_database(name, cascade, ignore_if_not_exists)
 
-    def create_table(self, identifier: str, schema: str | pa.Schema, primary_keys: Sequence[str] = (),
-                     partition_keys: Sequence[str] = (), options: Mapping[str, Any] | None = None,
+    def create_table(self, identifier: str, schema: str | pa.Schema, primary_keys: str | Sequence[str] = (),
+                     partition_keys: str | Sequence[str] = (), options: Mapping[str, Any] | None = None,
                      ignore_if_exists: bool = False, *, comment: str | None = None) -> TableInfo:
         return self._tables.create_table(identifier, schema, primary_keys, partition_keys, options, ignore_if_exists,
                                          comment=comment)

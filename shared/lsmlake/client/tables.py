@@ -51,6 +51,14 @@ class TableInfo:
                 f"schema_id={self.schema_id}, latest_snapshot_id={self.latest_snapshot_id})")
 
 
+def key_names(keys: str | Sequence[str]) -> list[str]:
+    """Key columns as a list, or as comma-separated text (`"id, dt"`, as `lake table create --primary-key` takes
+    them; a text is not a list of one-letter names)."""
+    if isinstance(keys, str):
+        return [k.strip() for k in keys.split(",") if k.strip()]
+    return [str(k) for k in keys]
+
+
 def option_text(value: Any) -> str:
     """An option value as Paimon writes it: booleans as `true`/`false` (as `lake table create --option` takes
     them), everything else by `str`."""
@@ -87,8 +95,8 @@ class Tables:
         req = catalog_pb2.DropDatabaseRequest(name=name, cascade=cascade, ignore_if_not_exists=ignore_if_not_exists)
         return self._conn.call(self._conn.catalog.DropDatabase, req, changes_state=True).dropped
 
-    def create_table(self, identifier: str, schema: str | pa.Schema, primary_keys: Sequence[str] = (),
-                     partition_keys: Sequence[str] = (), options: Mapping[str, Any] | None = None,
+    def create_table(self, identifier: str, schema: str | pa.Schema, primary_keys: str | Sequence[str] = (),
+                     partition_keys: str | Sequence[str] = (), options: Mapping[str, Any] | None = None,
                      ignore_if_exists: bool = False, *, comment: str | None = None) -> TableInfo:
         """Create table `db.t` from a column list (`"id BIGINT NOT NULL, v STRING"`) or a pyarrow.Schema, and its
         database when missing (as `lake table create` does). Option values are sent as text (`{"bucket": 2}` as
@@ -97,6 +105,7 @@ class Tables:
         The definition is checked before anything is created: a bad one raises InvalidInputError naming the
         problem and creates neither the database nor the table."""
         columns = _columns(schema)
+        primary_keys, partition_keys = key_names(primary_keys), key_names(partition_keys)
         opts = {str(k): option_text(v) for k, v in (options or {}).items()}
         db, _ = split_identifier(identifier)
         # the catalog's own reading of the columns (`catalog_svc.requests.table_fields`)

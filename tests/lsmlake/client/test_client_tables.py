@@ -131,3 +131,12 @@ def test_results_have_short_reprs(client: Client) -> None:
     assert repr(snap) == f"WriteResult(snapshot_id={snap.snapshot_id}, rows=1)"
     [s] = client.snapshots("db.wide")
     assert repr(s).startswith(f"SnapshotInfo(id={s.id}, APPEND, ") and "properties" not in repr(s)
+
+
+def test_key_lists_read_as_lake_table_create_reads_them(client: Client) -> None:
+    """`--primary-key id,dt` on the command line; `primary_keys="id, dt"` here (a text was split into letters)."""
+    info = client.create_table("db.keys", "id BIGINT NOT NULL, dt STRING NOT NULL, v INT", primary_keys="id, dt",
+                               partition_keys="dt", options={"bucket": 1})
+    assert (info.primary_keys, info.partition_keys) == (("id", "dt"), ("dt",))
+    assert client.create_table("db.keys2", "id BIGINT NOT NULL", primary_keys=["id"],
+                               options={"bucket": 1}).primary_keys == ("id",)
