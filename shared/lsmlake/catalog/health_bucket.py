@@ -5,8 +5,9 @@
   force-up-level-0 for tables whose readers skip level 0) picks a unit. It became due when the oldest level-0
   files first made a pick: the bucket is replayed with its upper levels and its level-0 files added oldest first,
   and the creation time of the file that made the pick is the moment (never before the bucket's newest
-  upper-level file: a compaction since then started the clock again). A pick that no level-0 file makes (a full
-  compaction of upper levels on schedule) counts from the bucket's newest file.
+  upper-level file: a compaction since then started the clock again). A pick that no level-0 file makes counts
+  from the bucket's newest file; a full compaction on schedule (`compaction.optimization-interval`,
+  `full-compaction.delta-commits`) never from before it was due.
 - an append bucket is due when its compaction rule picks a window of files (Paimon's bucketed rule:
   `compaction.min.file-num` small files that fill `target-file-size`, or `compaction.max.file-num` of any size;
   or a file with too many deleted rows): the window became complete when its newest file was written (with files
@@ -75,6 +76,9 @@ class DueRules:
     now_ms: int
     fallback_ms: int  # the snapshot's time, for files that carry no creation time
     planned: bool = True  # False: the table is not compacted by lsmlake, nothing is ever due
+    # when the full compaction now due on schedule became due: nothing it adds was due before (None: not on
+    # schedule, or every compaction of the table is full)
+    full_since_ms: int | None = None
 
     @staticmethod
     def of(table: FileStoreTable, snapshot_ms: int | None, now_ms: int, planned: bool = True) -> DueRules:
@@ -84,8 +88,22 @@ class DueRules:
             history = compaction_history(table)
         else:  # the walk back through the snapshots answers nothing these options do not ask
             history = CompactionHistory(0, None, float(snapshot_ms or 0))
-        full = planned and (full_compaction_required(table) or full_compaction_due(table, history, now_ms))
-        return DueRules(history, full, now_ms, snapshot_ms or now_ms, planned)
+        fallback = snapshot_ms or now_ms
+        required = planned and full_compaction_required(table)
+        scheduled = planned and not required and full_compaction_due(table, history, now_ms)
+        return DueRules(history, required or scheduled, now_ms, fallback, planned,
+                        _schedule_since(table, history, fallback, now_ms) if scheduled else None)
+
+
+def _schedule_since(table: FileStoreTable, history: CompactionHistory, fallback_ms: int, now_ms: int) -> int:
+    """When a full compaction on schedule became due: the optimisation interval's end; for
+    `full-compaction.delta-commits`, the snapshot's time (the commit that reached the count is not looked for,
+    so the lag is never overstated)."""
+    interval = table.options.get(opts.COMPACTION_OPTIMIZATION_INTERVAL)
+    start = history.last_full_ms if history.last_full_ms is not None else history.first_snapshot_ms
+    if interval is not None and start is not None and now_ms - start > interval:
+        return int(start + interval)
+    return fallback_ms
 
 
 def bucket_health(table: FileStoreTable, split: Split, rules: DueRules) -> BucketHealth:
@@ -101,10 +119,10 @@ def bucket_health(table: FileStoreTable, split: Split, rules: DueRules) -> Bucke
         due = _oldest(level0, rules.fallback_ms) if level0 else None
     elif not rules.planned or not files:
         due = None
-    elif pk:
-        due = _pk_due_since(table, split, rules)
     else:
-        due = _append_due_since(table, split, rules)
+        due = _pk_due_since(table, split, rules) if pk else _append_due_since(table, split, rules)
+        if due is not None and rules.full_since_ms is not None:
+            due = max(due, rules.full_since_ms)
     return BucketHealth(split.partition, tuple(split.partition_values), split.bucket, runs, len(level0), len(files),
                         small_files(table, files), sum(f.file_size for f in files),
                         sum(f.row_count for f in files), deleted, due)

@@ -162,3 +162,23 @@ def test_an_append_table_between_min_and_max_file_num(tmp_path: Path) -> None:
     compact_table(t, full=True)
     done = table_health(cat.get_table("db.some"), [], _created(t)[-1] + DAY)
     assert (done.max_small_files, done.score, done.reasons) == (0, 100, ())  # one file, its bucket's whole data
+
+
+def test_a_full_compaction_on_schedule_is_due_from_the_end_of_the_interval(tmp_path: Path) -> None:
+    """With `compaction.optimization-interval`, a compacted bucket with one more commit is left alone until the
+    interval has passed since the last full compaction; then it is due, and its lag counts from that moment, not
+    from its file."""
+    cat = FileSystemCatalog(str(tmp_path))
+    cat.create_database("db")
+    t = _pk(cat, "t", **{"compaction.optimization-interval": "1 h"})
+    _write(t, 0, 100)
+    compact_table(cat.get_table("db.t"), full=True)
+    full = cat.get_table("db.t").latest_snapshot()
+    assert full is not None
+    _write(cat.get_table("db.t"), 0, 10)  # two runs: universal compaction alone leaves them
+    t = cat.get_table("db.t")
+    before = table_health(t, [], full.time_millis + 59 * MINUTE)
+    assert (before.due_buckets, before.lag_ms, before.score) == (0, 0, 100)
+    after = table_health(t, [], full.time_millis + 75 * MINUTE)
+    assert (after.due_buckets, after.lag_ms) == (1, 15 * MINUTE)
+    assert [r.cause for r in after.reasons] == ["lag"] and (after.score, after.severity) == (70, "warning")
