@@ -21,6 +21,21 @@ def key_value(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def table_option(text: str) -> tuple[str, str]:
+    """`--option KEY=VALUE` of a table: KEY must be an option the registry knows (else the closest ones it does)."""
+    key, value = key_value(text)
+    _known_option(key)
+    return key, value
+
+
+def _known_option(key: str) -> None:
+    from lsmlake.cli.suggest import unknown_option
+    from lsmlake.format import options as opts
+
+    if not opts.is_known(key):
+        raise argparse.ArgumentTypeError(unknown_option(key))
+
+
 def positive(text: str) -> int:
     """An argparse type: a whole number of at least 1."""
     value = non_negative(text)
@@ -78,7 +93,7 @@ def rename_column(text: str) -> RenameColumn:
 def set_option(text: str) -> SetOption:
     from lsmlake.table.schema_change import SetOption
 
-    return SetOption(*key_value(text))
+    return SetOption(*table_option(text))
 
 
 def remove_option(text: str) -> RemoveOption:
@@ -86,4 +101,5 @@ def remove_option(text: str) -> RemoveOption:
 
     if not text.strip():
         raise argparse.ArgumentTypeError("expected an option key")
+    _known_option(text.strip())
     return RemoveOption(text.strip())

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:  # the interface names them; `lake table list` need not import them
     import pyarrow as pa
 
+    from lsmlake.format.predicate import Predicate
     from lsmlake.format.types import DataField
     from lsmlake.table.file_store_table import FileStoreTable
+    from lsmlake.table.scan import Split
     from lsmlake.table.schema_change import SchemaChange
 
 
@@ -69,6 +71,12 @@ class Backend(Protocol):
 
     def write(self, table: FileStoreTable, batches: list[pa.Table], request_id: str | None) -> WriteOutcome:
         """Write checked rows (the table's columns and `_row_kind` codes), not empty."""
+        ...
+
+    def plan_scan(self, table: FileStoreTable, snapshot_id: int | None,
+                  predicate: Predicate | None) -> tuple[FileStoreTable, list[Split]]:
+        """The splits of a scan of `table` at a snapshot (None: the latest), pruned by the predicate (the reader
+        still filters rows by it): planned by the catalog service when there is one."""
         ...
 
     def compact(self, identifier: str, full: bool, partition: Sequence[tuple[str, str]]) -> CompactOutcome:

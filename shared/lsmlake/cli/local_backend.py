@@ -12,7 +12,7 @@ from lsmlake.catalog.expire import expire_snapshots
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.cli.backend import NewTable
 from lsmlake.cli.errors import CliError, UsageError
-from lsmlake.cli.output import plural
+from lsmlake.cli.output import JsonValues, cell, plural
 from lsmlake.errors import CommitStateUnknownError, NotFoundError
 from lsmlake.format import options as opts
 from lsmlake.format.predicate import Predicate
@@ -21,7 +21,8 @@ from lsmlake.ingest.csv_rows import text_value
 from lsmlake.ingest.values import BadValue
 from lsmlake.table.compact import TableCompactResult, compact_table
 from lsmlake.table.file_store_table import FileStoreTable
-from lsmlake.table.postpone import delete_new_files, is_postpone, rescale
+from lsmlake.table.postpone import delete_new_files, every_bucket, is_postpone, rescale
+from lsmlake.table.scan import Split
 from lsmlake.table.schema_change import SchemaChange
 from lsmlake.table.write import CommitMessage
 
@@ -84,6 +85,10 @@ class LocalBackend:
         result = table.write_arrow(batches)
         return LocalWrite(None if result is None else result.snapshot_id)
 
+    def plan_scan(self, table: FileStoreTable, snapshot_id: int | None,
+                  predicate: Predicate | None) -> tuple[FileStoreTable, list[Split]]:
+        return table, table.new_scan(predicate, snapshot_id).plan()
+
     def compact(self, identifier: str, full: bool, partition: Sequence[tuple[str, str]]) -> LocalCompaction:
         table = self.catalog.get_table(identifier)
         return LocalCompaction(compact_table(table, full=full, partition=partition_filter(table, partition)))
@@ -138,9 +143,32 @@ def partition_filter(table: FileStoreTable, pairs: Sequence[tuple[str, str]]
             values[key] = text_value(text, t)
         except BadValue as e:
             raise CliError(f"--partition {key}={text}: not a {t.sql()} value ({e})") from None
+    selected: dict[str, Any] | list[tuple[Any, ...]] = values
     if any(v is None for v in values.values()):
-        return [(k, "is_null") if v is None else (k, "=", v) for k, v in values.items()]
-    return values
+        selected = [(k, "is_null") if v is None else (k, "=", v) for k, v in values.items()]
+    _require_partition(table, selected, pairs)
+    return selected
+
+
+def _require_partition(table: FileStoreTable, selected: dict[str, Any] | list[tuple[Any, ...]],
+                       pairs: Sequence[tuple[str, str]]) -> None:
+    """CliError when no partition of the latest snapshot matches (rows waiting for placement count): a mistyped
+    value is not "nothing to do"."""
+    schema = table.schema
+    keys = list(schema.partition_keys)
+    pred = Predicate.of(selected)
+    partitions = [table.partition_values(p) for p in
+                  {s.partition for s in every_bucket(table, table.snapshots.latest())}]
+    if any(pred.test(dict(zip(keys, values, strict=True))) for values in partitions):
+        return
+    default_name = schema.table_options.get(opts.PARTITION_DEFAULT_NAME)
+    as_json = JsonValues(schema.types_of(keys))
+    names = sorted("/".join(f"{k}={default_name if v is None else cell(v)}"
+                            for k, v in zip(keys, as_json(values), strict=True)) for values in partitions)
+    known = f"its partitions: {', '.join(names[:10])}{' ...' if len(names) > 10 else ''}" if names \
+        else "it has no data"
+    asked = " ".join(f"--partition {k}={v}" for k, v in pairs)
+    raise CliError(f"{asked}: table {table.identifier} has no such partition ({known})")
 
 
 def rescale_messages(table: FileStoreTable, buckets: int, pairs: Sequence[tuple[str, str]]) -> list[CommitMessage]:

@@ -21,9 +21,11 @@ from lsmlake.cli.arguments import (
     remove_option,
     rename_column,
     set_option,
+    table_option,
 )
 from lsmlake.cli.cluster import ENV_STATE_DIR
 from lsmlake.cli.commands import Command
+from lsmlake.cli.suggest import unknown_flags
 from lsmlake.cli.warehouse import ENV_WAREHOUSE
 from lsmlake.rpc.security import ChannelSecurity
 
@@ -31,11 +33,27 @@ PROG = "lake"
 
 
 class _Parser(argparse.ArgumentParser):
-    """Reports usage errors as `lake: error: <message>` (exit code 2)."""
+    """Reports usage errors as `lake: error: <message>` (exit code 2).
+
+    Arguments no parser knows are reported by the command's own parser, with its usage and the closest flags it
+    has: argparse would report them from the top, with the usage of `lake` itself.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: dict[tuple[str, ...], argparse.ArgumentParser] = {}  # set on the top parser only
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(2, f"{PROG}: error: {message}\n")
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            path = tuple(p for p in (getattr(parsed, "command", None), getattr(parsed, "action", None)) if p)
+            self.commands.get(path, self).error(unknown_flags(self.commands.get(path, self), extras))
+        return parsed
 
 
 class _Version(argparse.Action):
@@ -59,7 +77,7 @@ def _version() -> str:
         return "unknown"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = _Parser(prog=PROG, description="Create, write and read tables in the Apache Paimon format.",
                      epilog=h.MAIN_EPILOG, formatter_class=fmt, allow_abbrev=False)
@@ -86,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = group.add_parser(name, help=help_, description=help_, epilog=epilog,
                                                       parents=[common], formatter_class=fmt,
                                                       allow_abbrev=False)
+        path = tuple(p.prog.split()[1:])
+        parser.commands[path] = p
         return p
 
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -112,8 +132,8 @@ def _table_commands(commands: Any, sub: Sub, fmt: type[argparse.HelpFormatter]) 
                    help="comma-separated primary key columns")
     p.add_argument("--partition-key", action="append", metavar="COLS",
                    help="comma-separated partition columns")
-    p.add_argument("--option", action="append", type=key_value, default=[], metavar="KEY=VALUE",
-                   help="a table option such as bucket=4 (repeatable)")
+    p.add_argument("--option", action="append", type=table_option, default=[], metavar="KEY=VALUE",
+                   help="a table option such as bucket=4 (repeatable; the options: docs/options.md)")
     p.add_argument("--comment", help="a table comment")
     p.add_argument("--if-not-exists", action="store_true", help="do nothing if the table exists")
     p.set_defaults(func=Command("table", "cmd_table_create"))
@@ -168,6 +188,11 @@ def _other_commands(commands: Any, sub: Sub) -> None:
     p.add_argument("--output", metavar="FILE", help="write to FILE instead of stdout (required for parquet)")
     p.add_argument("--columns", action="append", metavar="COLS", help="comma-separated columns to read")
     p.add_argument("--limit", type=non_negative, metavar="N", help="at most N rows")
+    p.add_argument("--where", action="append", default=[], metavar="PREDICATE",
+                   help="only rows where PREDICATE holds, e.g. \"dt = '2024-01-01' AND (id < 3 OR id IS NULL)\" "
+                        "(repeatable: all must hold)")
+    p.add_argument("--partition", action="append", type=key_value, default=[], metavar="KEY=VALUE",
+                   help="only the partitions where column KEY equals VALUE (repeatable); an error if none exists")
     p.set_defaults(func=Command("read", "cmd_scan"))
 
     p = sub(commands, "snapshots", "list the snapshots of a table", h.SNAPSHOTS_EPILOG)
@@ -177,8 +202,9 @@ def _other_commands(commands: Any, sub: Sub) -> None:
 
     p = sub(commands, "delete", "delete rows of an append table through deletion vectors", h.DELETE_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
-    p.add_argument("--where", action="append", type=key_value, default=[], metavar="COLUMN=VALUE",
-                   required=True, help="delete rows where COLUMN equals VALUE (repeatable: all must hold)")
+    p.add_argument("--where", action="append", default=[], metavar="PREDICATE", required=True,
+                   help="delete the rows where PREDICATE holds: COLUMN=VALUE, or e.g. \"day = '2024-01-01' AND "
+                        "(id < 3 OR id IS NULL)\" (repeatable: all must hold)")
     p.set_defaults(func=Command("write", "cmd_delete"))
 
     p = sub(commands, "changelog", "print the changelog rows committed by a range of snapshots",

@@ -22,10 +22,12 @@ from lsmlake.cli.progress import Progress
 from lsmlake.client.client import Client
 from lsmlake.client.compaction import CompactResult
 from lsmlake.errors import CommitStateUnknownError
+from lsmlake.format.predicate import Predicate
 from lsmlake.metastore.request_ids import part_request_id
 from lsmlake.rpc.security import ChannelSecurity
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.postpone import delete_new_files
+from lsmlake.table.scan import Split
 from lsmlake.table.schema_change import SchemaChange
 
 #: rows per write request; each part is committed before the next is sent
@@ -123,6 +125,13 @@ class RemoteBackend:
             finally:
                 progress.close()
         return ServiceWrite(snapshot_id, len(parts), before)
+
+    def plan_scan(self, table: FileStoreTable, snapshot_id: int | None,
+                  predicate: Predicate | None) -> tuple[FileStoreTable, list[Split]]:
+        """The catalog plans (pruning by the predicate); the files are read from the warehouse as this process
+        opened it (its storage settings), as `Client.scan` reads them."""
+        with self._client() as client:
+            return table, client.plan_splits(table, snapshot_id=snapshot_id, predicate=predicate)
 
     def compact(self, identifier: str, full: bool, partition: Sequence[tuple[str, str]]) -> CompactOutcome:
         if not self.services.compactor:

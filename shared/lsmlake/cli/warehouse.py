@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from lsmlake.cli.backend import Backend, Services
 from lsmlake.cli.cluster import ClusterState, find_endpoints, is_remote, warehouse_key
-from lsmlake.cli.errors import UsageError
+from lsmlake.cli.errors import CliError, UsageError
 from lsmlake.fs.storage_settings import StorageSettings
 from lsmlake.rpc.security import ChannelSecurity
 
@@ -49,8 +49,9 @@ def cluster_of(args: argparse.Namespace) -> ClusterState | None:
     return find_endpoints(warehouse_of(args), state_dir_arg(args))
 
 
-def open_catalog(args: argparse.Namespace) -> FileSystemCatalog:
-    """The catalog of the warehouse; UsageError when none is given.
+def open_catalog(args: argparse.Namespace, create: bool = False) -> FileSystemCatalog:
+    """The catalog of the warehouse; UsageError when none is given, CliError when a warehouse folder does not
+    exist (unless `create`: `lake table create` makes it), rather than answering as if it were empty.
 
     An object-store warehouse is opened with the AWS environment, overridden by the settings the cluster running
     on it recorded (its endpoint, say, so that `--warehouse s3://bucket/prefix` is enough), overridden by the
@@ -61,6 +62,11 @@ def open_catalog(args: argparse.Namespace) -> FileSystemCatalog:
     warehouse = require_warehouse(args)
     if warehouse.startswith("~"):
         warehouse = os.path.expanduser(warehouse)
+    if not is_remote(warehouse) and not create:
+        folder = warehouse.removeprefix("file://")
+        if not os.path.isdir(folder):
+            raise CliError(f"warehouse {folder} does not exist" if not os.path.exists(folder) else
+                           f"warehouse {folder} is not a folder")
     if is_remote(warehouse):
         state = cluster_of(args)
         if state is not None and state.storage:

@@ -12,6 +12,7 @@ from typing import IO, Any
 
 from lsmlake.catalog.health import read_healths
 from lsmlake.cli.errors import CliError, UsageError
+from lsmlake.cli.local_backend import partition_filter
 from lsmlake.cli.output import JsonValues, cell, human_size, out, plural, print_records
 from lsmlake.cli.warehouse import cluster_of, open_backend, open_catalog
 from lsmlake.format import options as opts
@@ -32,6 +33,8 @@ BucketLevels = tuple[str, int, Levels]  # (partition, bucket, levels)
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
+    if args.partition:  # a partition that does not exist is an error, not "nothing to compact"
+        partition_filter(open_catalog(args).get_table(args.table), args.partition)
     outcome = open_backend(args).compact(args.table, args.full, args.partition)
     for line in outcome.report(args.table):
         out(line)

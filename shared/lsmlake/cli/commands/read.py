@@ -4,15 +4,18 @@ which ends the history older snapshots keep."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
 import pyarrow as pa
 
 from lsmlake.cli.arguments import names
-from lsmlake.cli.errors import UsageError
+from lsmlake.cli.errors import CliError, UsageError
+from lsmlake.cli.filters import where_predicate
 from lsmlake.cli.output import out, output_file, print_records, write_rows
-from lsmlake.cli.progress import Progress, limited, with_progress
+from lsmlake.cli.placement import waiting_rows, waiting_text
+from lsmlake.cli.progress import Progress, Summary, limited, with_progress
 from lsmlake.cli.warehouse import open_backend, open_catalog
 from lsmlake.format import options as opts
 from lsmlake.format.partition import partition_path
@@ -42,21 +45,34 @@ def cmd_scan(args: argparse.Namespace) -> int:
             schema.field(c)  # names an unknown column
     columns = projection if projection is not None else schema.field_names
     out_schema = pa.schema([schema.arrow_schema.field(n) for n in columns])
+    predicate = where_predicate(table, args.where, args.partition)
     snapshot = table.require_snapshot(args.snapshot) if args.snapshot is not None else table.latest_snapshot()
-    splits = table.new_scan(None, snapshot).plan() if snapshot is not None else []
-    total = sum(sp.row_count for sp in splits) if args.limit is None else args.limit
-    tables = with_progress(limited(table.new_read(projection).read_batches(splits), args.limit),
-                           Progress(f"scanning {args.table}", total or None))
+    table, splits = open_backend(args).plan_scan(table, snapshot.id if snapshot else None, predicate) \
+        if snapshot is not None else (table, [])
+    total = sum(sp.row_count for sp in splits)
+    progress = Progress(f"scanning {args.table}", min(total, args.limit) if args.limit is not None else total)
+    tables = with_progress(limited(table.new_read(projection, predicate).read_batches(splits), args.limit),
+                           progress)
     if args.output:
         with output_file(args.output, binary=args.format == "parquet") as f:
-            write_rows(tables, out_schema, args.format, f)
+            rows = write_rows(tables, out_schema, args.format, f)
+        summary = Summary(rows, os.path.getsize(args.output), 1, progress.seconds)
+        out(f"wrote {summary.text()} to {args.output} from {args.table}"
+            + (f" snapshot {snapshot.id}" if snapshot is not None else ""))
     else:
         write_rows(tables, out_schema, args.format, sys.stdout)
+    waiting = waiting_rows(table, snapshot)
+    if waiting:
+        sys.stderr.write(f"note: {waiting_text(args.table, waiting)}\n")
     return 0
 
 
 def cmd_changelog(args: argparse.Namespace) -> int:
     table = open_catalog(args).get_table(args.table)
+    if table.options.get(opts.CHANGELOG_PRODUCER) == opts.ChangelogProducer.NONE:
+        raise CliError(f"table {args.table} has no changelog producer (changelog-producer = none), so its snapshots "
+                       "record no changelog; give it one with `lake table alter "
+                       f"{args.table} --set changelog-producer=input` (or lookup, full-compaction)")
     rows = read_changelog(table, args.from_snapshot, args.to_snapshot)
     write_rows(iter([rows]), rows.schema, args.format, sys.stdout)
     return 0

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # `table list` loads no table layer
 
 
 def cmd_table_create(args: argparse.Namespace) -> int:
-    catalog = open_catalog(args)
+    catalog = open_catalog(args, create=True)
     db, _ = split_identifier(args.table)
     fields = parse_schema_fields(args.schema)
     table = NewTable(args.table, args.schema, fields, names(args.partition_key), names(args.primary_key),

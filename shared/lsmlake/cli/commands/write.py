@@ -14,12 +14,11 @@ from typing import Any
 import pyarrow as pa
 
 from lsmlake.cli.errors import CliError, UsageError
+from lsmlake.cli.filters import where_predicate
 from lsmlake.cli.inputs import Source, input_format, read_rows, read_stdin
 from lsmlake.cli.output import out
 from lsmlake.cli.warehouse import find_services, open_backend, open_catalog
-from lsmlake.ingest.csv_rows import text_value
 from lsmlake.ingest.kafka_offsets import TOPIC_PREFIX
-from lsmlake.ingest.values import BadValue
 
 
 def cmd_write(args: argparse.Namespace) -> int:
@@ -60,15 +59,9 @@ def cmd_delete(args: argparse.Namespace) -> int:
                          f"{services.catalog}: the catalog's commit cannot check that no matching row was appended "
                          "while the delete ran\n")
     table = open_catalog(args).get_table(args.table)
-    terms = []
-    for key, text in args.where:
-        t = table.schema.field(key).type
-        try:
-            value = text_value(text, t)
-        except BadValue as e:
-            raise CliError(f"--where {key}={text}: not a {t.sql()} value ({e})") from None
-        terms.append((key, "=", value))
-    result = table.delete_where(terms)
+    predicate = where_predicate(table, args.where)
+    assert predicate is not None  # --where is required
+    result = table.delete_where(predicate)
     if result is None:
         out(f"no row of {args.table} matched: nothing deleted")
     else:
