@@ -160,8 +160,16 @@ class Scan:
     def __repr__(self) -> str:
         at = (f"tag={self.tag!r}" if self.tag is not None
               else f"snapshot_id={self.snapshot_id}" if self.snapshot_id is not None else "latest")
-        where = f", where={self.predicate.to_text()!r}" if not self.predicate.accepts_all else ""
+        where = f", where={_short(self.predicate)!r}" if not self.predicate.accepts_all else ""
         columns = f", columns=[{shown(list(self.columns))}]" if self.columns != tuple(self.info.arrow_schema.names) \
             else ""
         limit = f", limit={self.limit}" if self.limit is not None else ""
         return f"Scan({self.identifier}, {at}{where}{columns}{limit})"
+
+
+def _short(predicate: Predicate, chars: int = 80) -> str:
+    try:
+        text = predicate.to_text()
+    except ValueError:  # a literal without a text form (bytes that are no UTF-8)
+        return f"<a filter on {', '.join(sorted(predicate.columns()))}>"
+    return text if len(text) <= chars else text[:chars - 3] + "..."

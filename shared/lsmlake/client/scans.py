@@ -17,8 +17,9 @@ from lsmlake.client.connection import Connection
 from lsmlake.client.scan import Scan, ScanPlan
 from lsmlake.client.snapshots import Snapshots
 from lsmlake.client.tables import TableInfo, Tables, table_ident
-from lsmlake.errors import InvalidInputError, NotFoundError
+from lsmlake.errors import InvalidInputError, LakeError, NotFoundError
 from lsmlake.format.predicate import Predicate, Spec
+from lsmlake.format.predicate_text import parse_filter
 from lsmlake.format.schema import SchemaManager
 from lsmlake.fs import open_path
 from lsmlake.fs.storage_settings import join_uri
@@ -56,15 +57,12 @@ class Scans:
         """The catalog's plan of a scan of `table` (from `open_table`) at a snapshot (the newest by default):
         the splits to read with `table.new_read`. Partitions and files are pruned by `predicate`, which is sent
         whole as text; it filters no rows, so the reader must still filter rows by it."""
-        reply = self._plan(table.identifier, snapshot_id, predicate or Predicate())
+        reply = self._plan(table.identifier, snapshot_id, predicate or Predicate(), table.schema.arrow_schema)
         return [split_from_proto(s, table) for s in reply.splits]
 
-    def _plan(self, identifier: str, snapshot_id: int | None, predicate: Predicate) -> catalog_pb2.PlanScanResponse:
-        try:
-            text = predicate.to_text()
-        except ValueError:  # a literal without a text form (bytes that are no UTF-8): plan unpruned, rows still filter
-            text = ""
-        req = catalog_pb2.PlanScanRequest(table=table_ident(identifier), filter=text)
+    def _plan(self, identifier: str, snapshot_id: int | None, predicate: Predicate,
+              schema: pa.Schema) -> catalog_pb2.PlanScanResponse:
+        req = catalog_pb2.PlanScanRequest(table=table_ident(identifier), filter=plan_filter(predicate, schema))
         if snapshot_id is not None:
             req.snapshot_id = snapshot_id
         return self._conn.call(self._conn.catalog.PlanScan, req, changes_state=False)
@@ -111,7 +109,7 @@ class Scans:
 
     def _plan_scan(self, scan: Scan, tagged: bool) -> ScanPlan:
         try:
-            reply = self._plan(scan.identifier, scan.snapshot_id, scan.predicate)
+            reply = self._plan(scan.identifier, scan.snapshot_id, scan.predicate, scan.table.schema.arrow_schema)
         except NotFoundError:
             if not tagged:
                 raise
@@ -146,6 +144,27 @@ class Scans:
         info = self._tables.table(identifier)
         table = self.open_table(info)
         return read_changes(table, start_snapshot, end_snapshot, Predicate.of(where, info.arrow_schema), columns)
+
+
+def _reads_back(predicate: Predicate, schema: pa.Schema) -> str | None:
+    """The predicate's text when the catalog parses it back to the same predicate, else None."""
+    try:
+        text = predicate.to_text()
+        return text if parse_filter(text, schema) == predicate else None
+    except (ValueError, LakeError):  # a literal without a text form (bytes that are no UTF-8, ...)
+        return None
+
+
+def plan_filter(predicate: Predicate, schema: pa.Schema) -> str:
+    """The filter text the catalog plans with: the whole predicate where its text reads back as the same predicate;
+    else the AND of its single terms that do (a weaker filter, so pruning stays safe), since some literals have no
+    text the catalog parses (a TIME, a TIMESTAMP(3) with microseconds) or compare unequal to themselves (NaN). The
+    reader filters rows by the whole predicate either way."""
+    whole = _reads_back(predicate, schema)
+    if whole is not None:
+        return whole
+    kept = [t for t in predicate.terms if _reads_back(Predicate((t,)), schema) is not None]
+    return Predicate(tuple(kept)).to_text()
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

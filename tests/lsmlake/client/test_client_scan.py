@@ -17,7 +17,7 @@ from lsmlake import Client
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.client.scan import ScanPlan
 from lsmlake.errors import InvalidInputError, LakeError, NotFoundError
-from lsmlake.format.predicate import Or, Term
+from lsmlake.format.predicate import Or, Predicate, Term
 from lsmlake.table.changelog import read_changelog
 from lsmlake.table.compact import compact_table
 from lsmlake.table.file_store_table import FileStoreTable
@@ -213,3 +213,30 @@ def test_read_changes_between_two_snapshots(lake: Client, services: ClientServic
     lake.expire("db.delta", retain_min=1, retain_max=1)
     with pytest.raises(NotFoundError, match="expired"):
         lake.read_changes("db.delta", 0)
+
+
+def test_filters_whose_text_the_catalog_cannot_read_back_still_filter(lake: Client, services: ClientServices) -> None:
+    """A TIME literal or a millisecond timestamp written with microseconds has no text the catalog parses back: the
+    scan plans with what does parse (here nothing) and the reader still filters by the whole filter."""
+    lake.create_table("db.times", "id BIGINT NOT NULL, tm TIME, ts TIMESTAMP(3), x DOUBLE", primary_keys=["id"],
+                      options={"bucket": 2})
+    rows = [{"id": i, "tm": dt.time(1, 2, i), "ts": dt.datetime(2024, 1, 2, 3, 4, 5, 1000 * i), "x": i / 2}
+            for i in range(6)]
+    lake.write("db.times", rows, commit_now=True)
+    lib = library(services, "db.times")
+    for where in ({"tm": dt.time(1, 2, 3)}, {"ts": dt.datetime(2024, 1, 2, 3, 4, 5, 2000)},
+                  [("ts", ">", dt.datetime(2024, 1, 2, 3, 4, 5, 3000)), ("id", "<", 5)],
+                  [("x", "!=", float("nan"))]):
+        expected = by_id(lib.to_arrow(predicate=Predicate.of(where, lib.schema.arrow_schema)))
+        assert by_id(lake.scan("db.times", where=where)).equals(expected)
+    assert _ids(lake.scan("db.times", where={"tm": dt.time(1, 2, 3)})) == [3]
+
+
+def _ids(t: pa.Table) -> list[int]:
+    return sorted(t["id"].to_pylist())
+
+
+def test_a_scan_repr_stays_short(lake: Client) -> None:
+    long = " OR ".join(f"id = {i}" for i in range(50))
+    text = repr(lake.new_scan("db.t", where=long))
+    assert text.startswith("Scan(db.t, latest, where='id = 0 OR id = 1") and text.endswith("...')") and len(text) < 110
