@@ -44,6 +44,10 @@ class TableCompactResult:
     snapshot_id: int | None = None
     messages: list[CommitMessage] = field(default_factory=list)
 
+    def __repr__(self) -> str:  # the messages name every file: a repr of them runs to pages
+        return (f"TableCompactResult(snapshot_id={self.snapshot_id}, buckets={len(self.messages)}, "
+                f"files_before={self.files_before}, files_after={self.files_after})")
+
     @property
     def files_before(self) -> int:
         return sum(len(m.deleted_files) for m in self.messages)

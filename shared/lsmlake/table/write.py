@@ -312,6 +312,9 @@ class TableWrite:
         assert self.merge_function is not None
         return fold_rows(self.merge_function, self.fold_keys, rows, g, seq, kinds)
 
+    def __repr__(self) -> str:
+        return f"TableWrite({self.table_path}, files_written={len(self._written)})"
+
     def prepare_commit(self) -> list[CommitMessage]:
         """The commit messages of everything written so far (and forget them)."""
         out = list(self.messages.values())
