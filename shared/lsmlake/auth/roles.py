@@ -50,6 +50,8 @@ METHOD_ROLES: dict[str, Role] = {
     f"/{_C}/ListCompactionPlans": Role.READER,
     f"/{_C}/FindWrites": Role.READER,
     f"/{_C}/ListTableHealth": Role.READER,
+    f"/{_C}/ListTags": Role.READER,
+    f"/{_C}/GetTag": Role.READER,
     # catalog: adding data (what a commit may do beyond APPEND is checked in the commit: `commit_roles`)
     f"/{_C}/Commit": Role.WRITER,
     # catalog: the writer and compactor services' own calls (a compaction replaces a table's files)
@@ -65,6 +67,9 @@ METHOD_ROLES: dict[str, Role] = {
     f"/{_C}/CreateTable": Role.ADMIN,
     f"/{_C}/DropTable": Role.ADMIN,
     f"/{_C}/AlterTable": Role.ADMIN,
+    f"/{_C}/RenameTable": Role.ADMIN,
+    f"/{_C}/CreateTag": Role.ADMIN,
+    f"/{_C}/DeleteTag": Role.ADMIN,
     f"/{_C}/ExpireSnapshots": Role.ADMIN,
     f"/{_C}/RemoveOrphanFiles": Role.ADMIN,
     # writer

@@ -31,7 +31,7 @@ TIMEOUT_S = 30.0
 # What each role is meant to do, written out independently of the code's table.
 READ = {"CatalogService": {"ListDatabases", "GetTable", "ListTables", "GetSnapshot", "ListSnapshots",
                            "LatestSnapshot", "SnapshotAtTime", "PlanScan", "WatchSnapshots", "ListCompactionPlans",
-                           "FindWrites", "ListTableHealth"},
+                           "FindWrites", "ListTableHealth", "ListTags", "GetTag"},
         "CompactorService": {"CompactionStatus", "BucketLevels"}}
 WRITE = {"CatalogService": {"Commit"},
          "WriterService": {"Write", "WriteRows"},
@@ -39,7 +39,7 @@ WRITE = {"CatalogService": {"Commit"},
 SERVICE = {"CatalogService": {"AllocateSequences", "AssignBuckets", "RequestCompaction", "StartCompaction",
                               "CompleteCompaction", "RollbackCompaction"}}
 ADMIN = {"CatalogService": {"CreateDatabase", "DropDatabase", "CreateTable", "DropTable", "AlterTable",
-                            "ExpireSnapshots", "RemoveOrphanFiles"}}
+                            "RenameTable", "CreateTag", "DeleteTag", "ExpireSnapshots", "RemoveOrphanFiles"}}
 
 SERVICES = [(catalog_pb2, catalog_pb2_grpc, "CatalogService"), (writer_pb2, writer_pb2_grpc, "WriterService"),
             (compactor_pb2, compactor_pb2_grpc, "CompactorService")]
