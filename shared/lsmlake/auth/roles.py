@@ -35,6 +35,7 @@ OPEN_SERVICES = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflect
 _C = "lsmlake.v1.CatalogService"
 _W = "lsmlake.v1.WriterService"
 _K = "lsmlake.v1.CompactorService"
+_S = "lsmlake.v1.StatusService"
 
 METHOD_ROLES: dict[str, Role] = {
     # catalog: reading
@@ -72,6 +73,9 @@ METHOD_ROLES: dict[str, Role] = {
     f"/{_C}/DeleteTag": Role.ADMIN,
     f"/{_C}/ExpireSnapshots": Role.ADMIN,
     f"/{_C}/RemoveOrphanFiles": Role.ADMIN,
+    # status: the services' heartbeats, and who is up
+    f"/{_S}/ListServices": Role.READER,
+    f"/{_S}/Heartbeat": Role.SERVICE,
     # writer
     f"/{_W}/Write": Role.WRITER,
     f"/{_W}/WriteRows": Role.WRITER,

@@ -17,6 +17,8 @@ from lsmlake.proto_gen.lsmlake.v1 import (
     catalog_pb2_grpc,
     compactor_pb2,
     compactor_pb2_grpc,
+    status_pb2,
+    status_pb2_grpc,
     writer_pb2,
     writer_pb2_grpc,
 )
@@ -32,23 +34,25 @@ TIMEOUT_S = 30.0
 READ = {"CatalogService": {"ListDatabases", "GetTable", "ListTables", "GetSnapshot", "ListSnapshots",
                            "LatestSnapshot", "SnapshotAtTime", "PlanScan", "WatchSnapshots", "ListCompactionPlans",
                            "FindWrites", "ListTableHealth", "ListTags", "GetTag"},
-        "CompactorService": {"CompactionStatus", "BucketLevels"}}
+        "CompactorService": {"CompactionStatus", "BucketLevels"},
+        "StatusService": {"ListServices"}}
 WRITE = {"CatalogService": {"Commit"},
          "WriterService": {"Write", "WriteRows"},
          "CompactorService": {"TriggerCompaction"}}
 SERVICE = {"CatalogService": {"AllocateSequences", "AssignBuckets", "RequestCompaction", "StartCompaction",
-                              "CompleteCompaction", "RollbackCompaction"}}
+                              "CompleteCompaction", "RollbackCompaction"},
+           "StatusService": {"Heartbeat"}}
 ADMIN = {"CatalogService": {"CreateDatabase", "DropDatabase", "CreateTable", "DropTable", "AlterTable",
                             "RenameTable", "CreateTag", "DeleteTag", "ExpireSnapshots", "RemoveOrphanFiles"}}
 
 SERVICES = [(catalog_pb2, catalog_pb2_grpc, "CatalogService"), (writer_pb2, writer_pb2_grpc, "WriterService"),
-            (compactor_pb2, compactor_pb2_grpc, "CompactorService")]
+            (compactor_pb2, compactor_pb2_grpc, "CompactorService"), (status_pb2, status_pb2_grpc, "StatusService")]
 
 
 def _all_methods() -> dict[str, Any]:
     """Every method of every service in the generated code: path -> MethodDescriptor."""
     out = {}
-    for module in (catalog_pb2, writer_pb2, compactor_pb2):
+    for module in (catalog_pb2, writer_pb2, compactor_pb2, status_pb2):
         for service in module.DESCRIPTOR.services_by_name.values():
             for m in service.methods:
                 out[f"/{service.full_name}/{m.name}"] = m
