@@ -141,12 +141,18 @@ def test_list_table_health_over_grpc_and_the_gauges(tmp_path: Any) -> None:
             assert [t.table.table for t in got] == ["a", "b"]  # a has more runs: worse
             assert [(t.max_sorted_runs, t.level0_files) for t in got] == [(7, 7), (1, 1)]
             assert got[0].lag_ms > 0 and got[0].score < 100
-            # the client derives the colour band from the score (runs 7 of 5..8 cost 27 points: a warning)
-            assert [TableHealthInfo.from_proto(t).severity for t in got] == ["warning", "good"]
+            # the catalog sends the colour band (runs 7 of 5..8 cost 27 points: a warning), the reasons and the
+            # triggers they are measured against, so no client restates the scoring
+            assert [t.severity for t in got] == ["warning", "good"]
+            infos = [TableHealthInfo.from_proto(t) for t in got]
+            assert [i.severity for i in infos] == ["warning", "good"]
+            assert [r.cause for r in got[0].reasons] == ["runs"] and infos[0].reasons[0].startswith("runs: 7")
+            assert (infos[0].due_buckets, infos[0].compaction_trigger, infos[0].primary_key) == (1, 5, True)
+            assert (infos[1].due_buckets, infos[1].reasons) == (0, ())
             assert all(not t.buckets for t in got)
             one = stub.ListTableHealth(catalog_pb2.ListTableHealthRequest(
                 table=common_pb2.TableIdentifier(database="db", table="b"), with_buckets=True), timeout=30).tables
-            assert [(b.bucket, b.sorted_runs, b.rows) for b in one[0].buckets] == [(0, 1, 20)]
+            assert [(b.bucket, b.sorted_runs, b.rows, b.due) for b in one[0].buckets] == [(0, 1, 20, False)]
             # one run, nothing due: no lag however long it has waited
             assert one[0].buckets[0].lag_ms == one[0].lag_ms == 0 and one[0].score == 100 and not one[0].error
             with pytest.raises(grpc.RpcError) as e:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from lsmlake.catalog.health_score import band
 from lsmlake.client.connection import Connection
 from lsmlake.client.tables import table_ident
 from lsmlake.errors import InvalidInputError
@@ -32,13 +31,14 @@ class BucketHealthInfo:
     rows: int  # deleted ones included
     deleted_rows: int  # marked by the bucket's deletion vectors
     lag_ms: int  # how long the compaction now due has waited (docs/operating-tables.md); 0: nothing due
+    due: bool = False  # a compaction of this bucket is due (what `lake compact` would compact now)
 
     @staticmethod
     def from_proto(p: catalog_pb2.BucketHealth) -> BucketHealthInfo:
         # the catalog sends a null partition value as "", which Paimon's directories cannot hold either
         return BucketHealthInfo(tuple(v or None for v in p.partition_values), p.bucket, p.sorted_runs,
                                 p.level0_files, p.files, p.small_files, p.size_bytes, p.rows, p.deleted_rows,
-                                p.lag_ms)
+                                p.lag_ms, p.due)
 
 
 @dataclass(frozen=True)
@@ -60,19 +60,24 @@ class TableHealthInfo:
     penalties: Mapping[str, float] = field(default_factory=dict)
     buckets: tuple[BucketHealthInfo, ...] = ()  # with `with_buckets` only
     error: str | None = None  # the table could not be read: why (the figures are empty, the score 0)
-
-    @property
-    def severity(self) -> str:
-        """The score's band for colouring: `good` (>= 80), `warning` (50..79), `bad` (< 50, stalled, or an
-        error)."""
-        return band(self.score, self.stalled, self.error)
+    severity: str = "good"  # the score's band: `good` (>= 80), `warning` (50..79), `bad` (< 50, stalled, or error)
+    reasons: tuple[str, ...] = ()  # why it lost points, each "cause: sentence" (error, stalled, then penalties)
+    due_buckets: int = 0  # buckets with a compaction due
+    compaction_trigger: int = 0  # num-sorted-run.compaction-trigger (primary-key tables)
+    max_small_files: int = 0  # small files of the worst bucket
+    min_file_num: int = 0  # compaction.min.file-num (append tables)
+    max_file_num: int = 0  # compaction.max.file-num (append tables)
+    primary_key: bool = True  # else an append table, measured by its small files
 
     @staticmethod
     def from_proto(p: catalog_pb2.TableHealth) -> TableHealthInfo:
         return TableHealthInfo(f"{p.table.database}.{p.table.table}", p.score, p.stalled, p.lag_ms, p.max_sorted_runs,
                                p.stop_trigger, p.level0_files, p.pending_plans, p.inflight_plans,
                                p.oldest_plan_age_ms, p.snapshot_id, dict(p.penalties),
-                               tuple(BucketHealthInfo.from_proto(b) for b in p.buckets), p.error or None)
+                               tuple(BucketHealthInfo.from_proto(b) for b in p.buckets), p.error or None,
+                               p.severity, tuple(f"{r.cause}: {r.detail}" for r in p.reasons), p.due_buckets,
+                               p.compaction_trigger, p.max_small_files, p.min_file_num, p.max_file_num,
+                               p.primary_key)
 
 
 class Health:

@@ -391,7 +391,10 @@ def health_to_proto(h: TableHealth, with_buckets: bool) -> catalog_pb2.TableHeal
         table=common_pb2.TableIdentifier(database=db, table=name), score=h.score, stalled=h.stalled, lag_ms=h.lag_ms,
         max_sorted_runs=h.max_sorted_runs, stop_trigger=h.stop_trigger, level0_files=h.level0_files,
         pending_plans=h.pending_plans, inflight_plans=h.inflight_plans, oldest_plan_age_ms=h.oldest_plan_age_ms,
-        snapshot_id=h.snapshot_id, penalties=dict(h.penalties), error=h.error or "")
+        snapshot_id=h.snapshot_id, penalties=dict(h.penalties), error=h.error or "", severity=h.severity,
+        reasons=[catalog_pb2.HealthReason(cause=r.cause, detail=r.detail) for r in h.reasons],
+        due_buckets=h.due_buckets, compaction_trigger=h.compaction_trigger, max_small_files=h.max_small_files,
+        min_file_num=h.min_file_num, max_file_num=h.max_file_num, primary_key=h.primary_key)
     if with_buckets:
         out.buckets.extend(catalog_pb2.BucketHealth(
             partition=b.partition, partition_values=[partition_value_string(v, t) or ""
@@ -399,5 +402,5 @@ def health_to_proto(h: TableHealth, with_buckets: bool) -> catalog_pb2.TableHeal
                                                                      strict=True)],
             bucket=b.bucket, sorted_runs=b.sorted_runs, level0_files=b.level0_files, files=b.files,
             small_files=b.small_files, size_bytes=b.size_bytes, rows=b.rows, deleted_rows=b.deleted_rows,
-            lag_ms=b.lag_ms(h.now_ms)) for b in h.buckets)
+            lag_ms=b.lag_ms(h.now_ms), due=b.due) for b in h.buckets)
     return out
