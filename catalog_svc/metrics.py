@@ -77,8 +77,8 @@ class CatalogMetrics:
                                      "delivered, or undelivered (dropped, never published).", ["state"], registry=r)
 
         # per table, set by the maintenance thread every --health-interval (docs/operating-tables.md)
-        self.table_lag = Gauge("lsmlake_table_compaction_lag_seconds", "Age of the oldest file not yet compacted "
-                               "(level 0, or postponed) of any bucket of the table.", ["table"], registry=r)
+        self.table_lag = Gauge("lsmlake_table_compaction_lag_seconds", "How long the compaction now due has "
+                               "waited, the table's worst bucket (0: none is due).", ["table"], registry=r)
         self.table_runs = Gauge("lsmlake_table_sorted_runs_max", "Sorted runs of the table's worst bucket.",
                                 ["table"], registry=r)
         self.table_level0 = Gauge("lsmlake_table_level0_files", "Level-0 (and postponed) files of the table.",
