@@ -125,7 +125,8 @@ class Term:
         if self.op == "is_not_null":
             return f.is_valid()
         if self.op == "in":
-            return f.isin(list(self.value))
+            # an empty value set has no type, which Arrow refuses to compare: match nothing, typed by the column
+            return f.isin(list(self.value)) if self.value else f.is_null() & f.is_valid()
         return {"=": f == self.value, "!=": f != self.value, "<": f < self.value, "<=": f <= self.value,
                 ">": f > self.value, ">=": f >= self.value}[self.op]
 
@@ -352,10 +353,10 @@ def _build(spec: Spec, schema: pa.Schema | None) -> Predicate:
     for item in spec:
         if isinstance(item, (Term, Predicate)):
             children.append(item)
-        elif isinstance(item, tuple):
+        elif isinstance(item, tuple) and item and isinstance(item[0], str):
             children.append(Term(*item))
-        elif isinstance(item, (str, Mapping)):
-            children.append(_build(item, schema))
+        elif isinstance(item, (str, Mapping, Sequence)):
+            children.append(_build(item, schema))  # a nested list is an AND too
         else:
             raise InvalidInputError(f"a filter term is (column, op, value), a Term or a Predicate, not {item!r}")
     return Predicate(tuple(children))

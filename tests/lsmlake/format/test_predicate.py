@@ -141,3 +141,18 @@ predicates = st.recursive(terms(), lambda inner: st.builds(
 def test_the_text_form_parses_back_to_an_equal_predicate(p: Predicate) -> None:
     assert parse_filter(p.to_text(), SCHEMA) == p
     assert Predicate.of(str(p), SCHEMA) == p
+
+
+def test_an_empty_in_list_matches_no_row_of_any_type() -> None:
+    table = pa.table({"dt": ["a", None], "id": pa.array([1, None], pa.int64())})
+    for column in ("dt", "id"):
+        expr = Predicate.of([(column, "in", [])]).expression()
+        assert expr is not None and table.filter(expr).num_rows == 0
+        assert not Term(column, "in", []).test("a") and not Term(column, "in", []).may_match(0, 9, 0, 2)
+
+
+def test_nested_lists_are_ands() -> None:
+    assert Predicate.of([[("id", "=", 1)], [[("id", ">", 0)], Term("dt", "=", "a")]]) == And(
+        ("id", "=", 1), ("id", ">", 0), ("dt", "=", "a"))
+    with pytest.raises(InvalidInputError, match="unknown filter operator"):
+        Predicate.of([("id", "~", 1)])
