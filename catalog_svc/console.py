@@ -197,12 +197,14 @@ class Console:
         plans = self.operations.plans_changed_since(tid, now - HOUR_MS)
         times = plan_times(plans, self.operations.timeline.codec, now)
         act = activity(self.deltas.recent(table, now), times, now)
-        band = band_of(h.score, getattr(h, "band", None))
+        band = band_of(h.score, h.severity)
         figures = (f'<p id="figures">score {h.score}{" (STALLED: writers wait)" if h.stalled else ""}; lag '
                    f"{fmt.duration(h.lag_ms) if h.lag_ms else '0 s'}; sorted runs {h.max_sorted_runs} of "
                    f"{h.stop_trigger}; level-0 files {h.level0_files}; plans requested {h.pending_plans}, running "
                    f"{h.inflight_plans}; snapshot {h.snapshot_id}; penalties: "
                    + ", ".join(f"{escape(k)} {v:.1f}" for k, v in h.penalties.items()) + "</p>")
+        reasons = "".join(f'<li class="reason" data-cause="{escape(r.cause)}">{escape(str(r))}</li>' for r in h.reasons)
+        figures += f'<ul id="reasons">{reasons}</ul>' if reasons else ""
         samples = self.history.of(tid)
         span = window_ms(min([p.created_ms for p in plans if p.created_ms >= now - HOUR_MS]
                              + [s.time_ms for s in samples if s.time_ms >= now - HOUR_MS], default=None), now)

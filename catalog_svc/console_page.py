@@ -34,6 +34,7 @@ LOGOUT = '<form class="logout" method="post" action="/logout"><button type="subm
 # health bands of the score (0..100): green from 80, amber from 50, red below
 BANDS = ((80, "green"), (50, "amber"), (0, "red"))
 _BAND_COLOURS = {"green": "#2e7d32", "amber": "#c77c02", "red": "#c0392b"}
+_SEVERITY_COLOURS = {"good": "green", "warning": "amber", "bad": "red"}  # `lsmlake.catalog.health_score.band`
 
 
 def page(title: str, body: str, status: int = 200, headers: tuple[tuple[str, str], ...] = (),
@@ -118,13 +119,11 @@ def filter_form(name: str, value: str, view: View, label: str, keep: Callable[[s
             f'<button type="submit">Filter</button></form>')
 
 
-def band_of(score: int, band: object = None) -> str:
-    """The colour band of a health score: the health's own band when it has one, else by `BANDS`."""
-    if isinstance(band, str) and band.lower() in _BAND_COLOURS:
-        return band.lower()
-    name = getattr(band, "name", None) or getattr(band, "value", None)
-    if isinstance(name, str) and name.lower() in _BAND_COLOURS:
-        return name.lower()
+def band_of(score: int, severity: str | None = None) -> str:
+    """The colour of a health score: of the health's own `severity` (good, warning, bad: a stalled or unreadable
+    table is bad whatever its score), else by `BANDS`."""
+    if severity in _SEVERITY_COLOURS:
+        return _SEVERITY_COLOURS[severity]
     return next(b for least, b in BANDS if score >= least)
 
 

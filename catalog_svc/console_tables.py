@@ -53,8 +53,9 @@ def _row(rank: int, h: TableHealth, figures: tuple[FileStats, Activity] | None |
                  f'<td class="write-rate">{fmt.rate(act.rows_per_s, "rows")}<br>{fmt.rate(act.bytes_per_s)}</td>'
                  f'<td class="compaction">{fmt.rate(act.compacted_per_s)}</td>'
                  f'<td class="write-amp">{fmt.ratio(act.write_amplification)}</td>')
-    band = band_of(h.score, getattr(h, "band", None))
-    return (f'{head}<td class="score">{score_html(h.score, band)}</td><td class="l">{state}</td>{cells}'
+    band = band_of(h.score, h.severity)
+    why = escape("; ".join(str(r) for r in h.reasons), quote=True)
+    return (f'{head}<td class="score" title="{why}">{score_html(h.score, band)}</td><td class="l">{state}</td>{cells}'
             f"<td>{_lag(h.lag_ms)}</td><td>{h.max_sorted_runs} / {h.stop_trigger}</td><td>{h.level0_files}</td>"
             f"<td>{h.pending_plans} / {h.inflight_plans}</td><td>{_lag(h.oldest_plan_age_ms)}</td></tr>")
 
@@ -81,7 +82,8 @@ def tables_body(operations: CatalogOperations, deltas: SnapshotDeltas, healths: 
     search = filter_form("q", q, view, "Table name contains", keep=lambda k: k == "refresh")
     shown = f"{len(matching):,} of {len(healths):,} tables match" if q else f"{len(healths):,} tables"
     return (f"<p>{search} {shown}, the least healthy first (docs/operating-tables.md). Health: "
-            f'{score_html(80, "green")} from 80, {score_html(50, "amber")} from 50, {score_html(0, "red")} below. '
+            f'{score_html(80, "green")} from 80, {score_html(50, "amber")} from 50, {score_html(0, "red")} below or '
+            "stalled (hover over a score for its reasons). "
             "Rates, compaction (bytes rewritten per second) and write amplification ((bytes written + bytes "
             "compaction wrote) / bytes written) are of the last hour.</p>"
             f'{paging}<table id="tables">{head}{"".join(rows)}</table>')

@@ -169,8 +169,7 @@ def _rows(browser: WebDriver, css: str) -> list[list[str]]:
     return [[c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in browser.find_elements(By.CSS_SELECTOR, css)]
 
 
-def _band(score: int) -> str:
-    return "green" if score >= 80 else "amber" if score >= 50 else "red"
+COLOURS = {"good": "green", "warning": "amber", "bad": "red"}  # of the library's health severities
 
 
 def _live(ops: CatalogOperations, tid: str) -> tuple[int, int, int]:
@@ -238,8 +237,11 @@ def test_the_table_list_shows_each_table_s_figures_and_health_band(cluster: Clus
         assert health is not None
         badge = row.find_element(By.CSS_SELECTOR, "td.score .band")
         assert abs(int(badge.text) - health.score) <= 1  # a second later, lag may have cost a point
-        assert badge.get_attribute("data-band") == _band(int(badge.text))
+        assert badge.get_attribute("data-band") == COLOURS[health.severity]
+        assert row.find_element(By.CSS_SELECTOR, "td.score").get_attribute("title") == "; ".join(
+            str(r) for r in health.reasons)
     assert "STALLED" in rows["shop.busy"].text and "STALLED" not in rows["shop.sized"].text
+    assert rows["shop.busy"].find_element(By.CSS_SELECTOR, "td.score .band").get_attribute("data-band") == "red"
 
     # write amplification: (bytes written + bytes compaction wrote) / bytes written, from the snapshots' deltas
     table = cluster.ops.get_table("shop.compacted")
@@ -342,6 +344,11 @@ def test_snapshots_schema_and_options_are_the_library_s(cluster: Cluster, browse
     assert [r[2] for r in schema] == ["primary key", "", "primary key, partition key"]
     options = _rows(browser, "tr.option-row")
     assert {r[0]: r[1] for r in options} == table.schema.options
+    health = cluster.ops.table_health("shop.busy")
+    assert health is not None and health.stalled
+    reasons = browser.find_elements(By.CSS_SELECTOR, "#reasons li.reason")
+    assert [r.get_attribute("data-cause") for r in reasons] == [r.cause for r in health.reasons]
+    assert reasons[0].get_attribute("data-cause") == "stalled"
 
 
 # -- the compaction buttons ------------------------------------------------------------------------------------------
