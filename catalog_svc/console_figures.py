@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lsmlake.catalog.timeline import PlanCodec
+from lsmlake.errors import NotFoundError
 from lsmlake.format.manifest import ADD, DELETE
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.metastore import COMPLETED, CompactionPlan
@@ -107,13 +108,20 @@ class SnapshotDeltas:
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[str, str, int], SnapshotDelta] = OrderedDict()
 
-    def of(self, table: FileStoreTable, snap: Snapshot) -> SnapshotDelta:
-        key = (table.path, table.table_uuid, snap.id)
+    def known(self, table: FileStoreTable, snapshot_id: int) -> SnapshotDelta | None:
+        """The delta of a snapshot read before; None when it was not (or no longer is) kept."""
+        key = (table.path, table.table_uuid, snapshot_id)
         with self._lock:
             found = self._cache.get(key)
             if found is not None:
                 self._cache.move_to_end(key)
-                return found
+            return found
+
+    def of(self, table: FileStoreTable, snap: Snapshot) -> SnapshotDelta:
+        found = self.known(table, snap.id)
+        if found is not None:
+            return found
+        key = (table.path, table.table_uuid, snap.id)
         entries = table.manifests.entries(table.manifests.read_list(snap.delta_manifest_list))
         added = [e.file for e in entries if e.kind == ADD]
         deleted = [e.file for e in entries if e.kind == DELETE]
@@ -131,10 +139,16 @@ class SnapshotDeltas:
         """The deltas of the table's snapshots committed in the last `window_ms`, the newest `limit`, oldest first."""
         out: list[SnapshotDelta] = []
         for sid in reversed(table.snapshots.ids()[-limit:]):
-            snap = table.snapshots.snapshot(sid)
-            if snap.time_millis < now_ms - window_ms:
+            # a page refreshed every few seconds reads only the snapshots committed since the last
+            delta = self.known(table, sid)
+            if delta is None:
+                try:
+                    delta = self.of(table, table.snapshots.snapshot(sid))
+                except NotFoundError:  # expired while listed: older ones are gone too
+                    break
+            if delta.time_ms < now_ms - window_ms:
                 break
-            out.append(self.of(table, snap))
+            out.append(delta)
         return out[::-1]
 
 

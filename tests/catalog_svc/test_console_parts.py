@@ -5,15 +5,19 @@ written."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from catalog_svc import console_format as fmt
-from catalog_svc.console_figures import PlanTimes, SnapshotDelta, activity
+from catalog_svc.console_figures import PlanTimes, SnapshotDelta, SnapshotDeltas, activity
 from catalog_svc.console_page import View, band_of, int_param, pager
 from catalog_svc.console_svg import MIN_BAR_PX, lsm_svg
+from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import InvalidInputError
 from lsmlake.metastore import CompactionPlan
+from lsmlake.table.compact import compact_table
 
 NOW = 1_700_000_000_000
 MIN = 60_000
@@ -115,3 +119,24 @@ def test_figures_are_written_one_way() -> None:
                                                                                   "10 min", "2.5 h"]
     assert fmt.rate(2048) == "2 KB/s" and fmt.rate(12.34, "rows") == "12.3 rows/s"
     assert fmt.ratio(None) == "–" and fmt.ratio(1.755) == "1.75x"
+
+
+def test_kept_deltas_answer_as_a_fresh_read_does_after_more_commits(tmp_path: Path) -> None:
+    cat = FileSystemCatalog(str(tmp_path))
+    cat.create_database("db")
+    table = cat.create_table("db.t", "id BIGINT NOT NULL", primary_keys=["id"], options={"bucket": "1"})
+    kept = SnapshotDeltas()
+    for i in range(3):
+        table.write_arrow(pa.table({"id": pa.array(range(i * 10, i * 10 + 10), pa.int64())}))
+    now = table.snapshots.latest().time_millis + 1000  # type: ignore[union-attr]
+    assert [d.snapshot_id for d in kept.recent(table, now)] == [1, 2, 3]
+    compact_table(table, full=True)
+    table.write_arrow(pa.table({"id": pa.array([99], pa.int64())}))
+    now += 60_000
+    first = kept.recent(table, now)
+    assert first == SnapshotDeltas().recent(table, now)
+    assert [(d.snapshot_id, d.kind) for d in first] == [(1, "APPEND"), (2, "APPEND"), (3, "APPEND"), (4, "COMPACT"),
+                                                        (5, "APPEND")]
+    assert first[3].deleted_files == 3 and first[3].added_rows == 30 and first[4].added_rows == 1
+    assert kept.recent(table, now, limit=2) == first[-2:]
+    assert kept.recent(table, now + 2 * 3_600_000) == []  # all older than the window
