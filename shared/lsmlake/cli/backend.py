@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:  # the interface names them; `lake table list` need not import them
     import pyarrow as pa
 
+    from lsmlake.cli.progress import Progress
     from lsmlake.format.predicate import Predicate
     from lsmlake.format.types import DataField
     from lsmlake.table.file_store_table import FileStoreTable
@@ -69,8 +70,10 @@ class Backend(Protocol):
         """False when the table did not exist (and `if_exists`)."""
         ...
 
-    def write(self, table: FileStoreTable, batches: list[pa.Table], request_id: str | None) -> WriteOutcome:
-        """Write checked rows (the table's columns and `_row_kind` codes), not empty."""
+    def write(self, table: FileStoreTable, batches: list[pa.Table], request_id: str | None,
+              progress: Progress) -> WriteOutcome:
+        """Write checked rows (the table's columns and `_row_kind` codes), not empty, as one commit (a cluster may
+        have to take several: its outcome says so), counting them on `progress`."""
         ...
 
     def plan_scan(self, table: FileStoreTable, snapshot_id: int | None,
@@ -79,8 +82,10 @@ class Backend(Protocol):
         still filters rows by it): planned by the catalog service when there is one."""
         ...
 
-    def compact(self, identifier: str, full: bool, partition: Sequence[tuple[str, str]]) -> CompactOutcome:
-        """Compact the table, or the partitions whose columns equal the given texts."""
+    def compact(self, identifier: str, full: bool, partition: Sequence[tuple[str, str]],
+                timeout_s: float | None = None) -> CompactOutcome:
+        """Compact the table, or the partitions whose columns equal the given texts; `timeout_s` bounds the wait
+        for a compactor service."""
         ...
 
     def rescale(self, identifier: str, buckets: int, partition: Sequence[tuple[str, str]]) -> tuple[int | None, int]:

@@ -112,10 +112,19 @@ row kinds:
 commit:
   All files of one invocation are written as ONE commit (one snapshot). Every file is read and
   checked before anything is written; if anything fails, nothing is committed and the data files
-  already written are deleted. Prints: wrote R rows from F files to DB.TABLE in snapshot S.
-  Through the writer service (a cluster from `lake up`, or --catalog and --writer) the rows go in
-  parts of 100,000, each committed before the next; with --request-id ID a run that failed midway
-  can be repeated as is: parts already committed are not written again.
+  already written are deleted. Readers see all of the rows or none of them.
+  Prints: wrote R rows from F files to DB.TABLE in snapshot S: N data files, SIZE, SECONDS.
+  Through a cluster (`lake up`, or --catalog-service) it is ONE commit too, of any size: the data
+  files are written into the warehouse by this command, numbered with the catalog's sequence numbers
+  (and buckets, for bucket = -1), and committed once through the catalog service. With
+  --request-id ID a run after a failure can be repeated as is: a run after a success finds the first
+  run's snapshot and writes nothing. Only a caller the catalog does not let number rows (with tokens:
+  role writer; it needs service or admin) writes through the writer service instead, in parts of
+  100,000 rows, each its own commit, and the output says so: "in N commits ..., which readers may see
+  one by one".
+  A postpone-bucket table (bucket = -2) keeps written rows in bucket-postpone, unread until a
+  compaction places them: the command prints how many wait and what places them.
+  On a terminal a progress line on stderr shows rows, rate and time left.
 """
 
 SCAN_EPILOG = """\
@@ -136,6 +145,16 @@ output formats:
   parquet  the table's Arrow schema (needs --output).
   table    an aligned text table for people.
 The rows are those of the latest snapshot, or of --snapshot N (time travel).
+
+--where PREDICATE keeps the rows where it holds: `column OP literal` (OP = != <> < <= > >=),
+`column IN (lit, ...)`, `column IS [NOT] NULL`, joined by AND and OR, with parentheses; text literals
+in single quotes ('it''s'), numbers bare, each parsed with its column's type:
+  lake scan shop.orders --where "dt = '2024-01-01' AND (id < 3 OR id IS NULL)"
+Several --where, and --partition KEY=VALUE, must all hold. Partitions and files that cannot match are
+skipped (through a cluster the catalog plans the scan), then the rows are filtered.
+With --output the command ends with: wrote R rows, SIZE, 1 file, SECONDS to FILE from DB.TABLE
+snapshot S. A postpone-bucket table's rows that wait for placement are not read; a note on stderr
+counts them.
 """
 
 DELETE_EPILOG = """\
@@ -143,8 +162,12 @@ Append tables with deletion-vectors.enabled = true delete rows without rewriting
 positions of the matching rows go into the bucket's deletion vectors, committed as one OVERWRITE
 snapshot. (Primary-key tables delete by writing -D rows: `lake write` with a _row_kind column.)
 
+--where takes the predicate language of `lake scan --where` (COLUMN=VALUE is one of its terms);
+several --where must all hold.
+
 examples:
   lake --warehouse wh delete db.events --where dt=2026-11-21 --where user_id=42
+  lake --warehouse wh delete db.events --where "dt = '2026-11-21' AND (user_id = 42 OR user_id IS NULL)"
 """
 
 CHANGELOG_EPILOG = """\
@@ -250,12 +273,15 @@ drops deleted rows. Append tables concatenate small files (compaction.min.file-n
 --partition KEY=VALUE (repeatable, for different partition columns) restricts the compaction to the
 partitions whose columns equal the values; a value is parsed with the column's type (a DATE as
 2024-01-31), and the table's partition.default-name (__DEFAULT_PARTITION__) means null.
-Prints: compacted DB.TABLE in snapshot S: F files -> G files (files rewritten or moved, and their
-replacements), or: nothing to compact in DB.TABLE.
+A partition that does not exist is an error (the table's partitions are listed).
+Prints: compacted DB.TABLE in snapshot S: F files -> G files in B buckets; wrote R rows, SIZE,
+N files, SECONDS (files rewritten or moved, and their replacements), or: nothing to compact in
+DB.TABLE (SECONDS). On a terminal a line on stderr shows how long it has been running.
 Through a cluster (`lake up`, or --compactor-service), the compactor service compacts and the command
-waits for it (within the client's 60 s deadline): it prints how many of the named buckets were compacted
-and the COMPACT snapshots, then each bucket that was not (owned by another compactor replica, its plan
-failed, or timed out) with the reason.
+waits for it, up to --timeout SECONDS (default 60; the line on stderr counts the time): it prints how
+many of the named buckets were compacted and the COMPACT snapshots, then each bucket that was not
+(owned by another compactor replica, its plan failed, or timed out) with the reason; buckets still
+queued at the timeout are compacted later.
 """
 
 LEVELS_EPILOG = """\

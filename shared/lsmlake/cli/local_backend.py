@@ -12,9 +12,11 @@ from lsmlake.catalog.expire import expire_snapshots
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.cli.backend import NewTable
 from lsmlake.cli.errors import CliError, UsageError
-from lsmlake.cli.output import JsonValues, cell, plural
+from lsmlake.cli.output import JsonValues, cell, human_size, plural
+from lsmlake.cli.progress import Progress, Summary, Waiting, duration, with_progress
 from lsmlake.errors import CommitStateUnknownError, NotFoundError
 from lsmlake.format import options as opts
+from lsmlake.format.manifest import ADD
 from lsmlake.format.predicate import Predicate
 from lsmlake.format.snapshot import OVERWRITE
 from lsmlake.ingest.csv_rows import text_value
@@ -30,24 +32,39 @@ from lsmlake.table.write import CommitMessage
 @dataclass(frozen=True)
 class LocalWrite:
     snapshot_id: int | None
+    files: int
+    size: int
+    seconds: float
 
     def report(self, identifier: str, rows: int, files: str) -> str:
         if self.snapshot_id is None:
             return f"wrote 0 rows from {files} to {identifier}: nothing to commit"
-        return f"wrote {rows} row{'s' if rows != 1 else ''} from {files} to {identifier} in snapshot {self.snapshot_id}"
+        return (f"wrote {plural(rows, 'row')} from {files} to {identifier} in snapshot {self.snapshot_id}: "
+                f"{plural(self.files, 'data file')}, {human_size(self.size)}, {duration(self.seconds)}")
+
+
+def added_files(table: FileStoreTable, snapshot_id: int) -> tuple[int, int]:
+    """How many data files a snapshot added, and their bytes (from its delta manifests)."""
+    snap = table.snapshots.snapshot(snapshot_id)
+    added = [e.file for m in table.manifests.read_list(snap.delta_manifest_list)
+             for e in table.manifests.read_manifest(m.file_name) if e.kind == ADD]
+    return len(added), sum(f.file_size for f in added)
 
 
 @dataclass(frozen=True)
 class LocalCompaction:
     result: TableCompactResult
+    seconds: float
 
     def report(self, identifier: str) -> list[str]:
         r = self.result
         if r.snapshot_id is None:
-            return [f"nothing to compact in {identifier}"]
+            return [f"nothing to compact in {identifier} ({duration(self.seconds)})"]
         before, after = plural(r.files_before, "file"), plural(r.files_after, "file")
+        new = [f for m in r.messages for f in m.new_files]
+        written = Summary(sum(f.row_count for f in new), sum(f.file_size for f in new), len(new), self.seconds)
         return [f"compacted {identifier} in snapshot {r.snapshot_id}: {before} -> {after} "
-                f"in {plural(len(r.messages), 'bucket')}"]
+                f"in {plural(len(r.messages), 'bucket')}; wrote {written.text()}"]
 
 
 class LocalBackend:
@@ -79,19 +96,29 @@ class LocalBackend:
             return False
         return True
 
-    def write(self, table: FileStoreTable, batches: list[pa.Table], request_id: str | None) -> LocalWrite:
+    def write(self, table: FileStoreTable, batches: list[pa.Table], request_id: str | None,
+              progress: Progress) -> LocalWrite:
         if request_id:
-            raise UsageError("--request-id needs the writer service: run `lake up`, or pass --catalog and --writer")
-        result = table.write_arrow(batches)
-        return LocalWrite(None if result is None else result.snapshot_id)
+            raise UsageError("--request-id needs a cluster: run `lake up`, or pass --catalog-service")
+        # one write per input: files are written as each one goes in, so the bar moves input by input
+        result = table.write_arrow(with_progress(batches, progress))
+        if result is None:
+            return LocalWrite(None, 0, 0, progress.seconds)
+        return LocalWrite(result.snapshot_id, *added_files(table, result.snapshot_id), progress.seconds)
 
     def plan_scan(self, table: FileStoreTable, snapshot_id: int | None,
                   predicate: Predicate | None) -> tuple[FileStoreTable, list[Split]]:
         return table, table.new_scan(predicate, snapshot_id).plan()
 
-    def compact(self, identifier: str, full: bool, partition: Sequence[tuple[str, str]]) -> LocalCompaction:
+    def compact(self, identifier: str, full: bool, partition: Sequence[tuple[str, str]],
+                timeout_s: float | None = None) -> LocalCompaction:
+        """`timeout_s` is for a compactor service's answer: here the command runs until the work is done."""
         table = self.catalog.get_table(identifier)
-        return LocalCompaction(compact_table(table, full=full, partition=partition_filter(table, partition)))
+        selected = partition_filter(table, partition)
+        # the library reports no progress inside a compaction: the line shows the time it has taken
+        with Waiting(f"compacting {identifier}") as waiting:
+            result = compact_table(table, full=full, partition=selected)
+        return LocalCompaction(result, waiting.seconds)
 
     def rescale(self, identifier: str, buckets: int, partition: Sequence[tuple[str, str]]) -> tuple[int | None, int]:
         table = self.catalog.get_table(identifier)

@@ -18,6 +18,7 @@ from lsmlake.cli.arguments import (
     key_value,
     non_negative,
     positive,
+    positive_seconds,
     remove_option,
     rename_column,
     set_option,
@@ -169,14 +170,14 @@ def _table_commands(commands: Any, sub: Sub, fmt: type[argparse.HelpFormatter]) 
 
 def _other_commands(commands: Any, sub: Sub) -> None:
     """Every command but `table`, in the order `lake --help` lists them."""
-    p = sub(commands, "write", "write rows from files as one commit", h.WRITE_EPILOG)
+    p = sub(commands, "write", "write rows from files as one commit (through a cluster too)", h.WRITE_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
     p.add_argument("files", nargs="+", metavar="FILE", help="input files; '-' reads stdin")
     p.add_argument("--input-format", choices=("parquet", "csv", "jsonl", "json"),
                    help="the format of every input (required for '-'; default: from the extension)")
     p.add_argument("--request-id", metavar="ID",
-                   help="name this write (through the writer service): the same command run again after a "
-                        "failure writes each part once (parts are ID/0, ID/1, ...)")
+                   help="name this write (through a cluster): the same command run again writes the rows once "
+                        "(after a success it finds the first run's snapshot)")
     p.set_defaults(func=Command("write", "cmd_write"))
 
     p = sub(commands, "scan", "read the rows of a table", h.SCAN_EPILOG)
@@ -230,6 +231,9 @@ def _other_commands(commands: Any, sub: Sub) -> None:
                    help="full compaction: every bucket into one sorted run on the highest level")
     p.add_argument("--partition", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                    help="compact only the partitions where column KEY equals VALUE (repeatable)")
+    p.add_argument("--timeout", type=positive_seconds, metavar="SECONDS", default=None,
+                   help="through a cluster: how long to wait for the compactor (default: 60); buckets not done by "
+                        "then are compacted later")
     p.set_defaults(func=Command("compaction", "cmd_compact"))
 
     p = sub(commands, "rescale", "change the bucket count of a postpone-bucket table's partitions",

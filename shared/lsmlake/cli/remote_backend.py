@@ -18,10 +18,10 @@ from lsmlake.cli.backend import CompactOutcome, NewTable, Services, WriteOutcome
 from lsmlake.cli.errors import UsageError
 from lsmlake.cli.local_backend import LocalBackend, rescale_messages
 from lsmlake.cli.output import plural
-from lsmlake.cli.progress import Progress
+from lsmlake.cli.progress import Progress, Waiting, duration
 from lsmlake.client.client import Client
 from lsmlake.client.compaction import CompactResult
-from lsmlake.errors import CommitStateUnknownError
+from lsmlake.errors import CommitStateUnknownError, PermissionDeniedError
 from lsmlake.format.predicate import Predicate
 from lsmlake.metastore.request_ids import part_request_id
 from lsmlake.rpc.security import ChannelSecurity
@@ -33,30 +33,41 @@ from lsmlake.table.schema_change import SchemaChange
 #: rows per write request; each part is committed before the next is sent
 PART_ROWS = 100_000
 ALTER_TIMEOUT_S = 60
+#: how long `lake compact` waits for the compactor by default (`--timeout`)
+COMPACT_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
 class ServiceWrite:
+    """A write through the writer service in parts of PART_ROWS rows, each its own commit."""
+
     snapshot_id: int
     parts: int
     parts_before: int  # parts an earlier run of the command (same --request-id) had written
+    seconds: float
+    why: str  # why not one commit through the catalog
 
     def report(self, identifier: str, rows: int, files: str) -> str:
         earlier = f" ({self.parts_before} of {self.parts} part(s) had been written before)" if self.parts_before else ""
-        return (f"wrote {rows:,} rows from {files} to {identifier} through the writer service: "
-                f"snapshot {self.snapshot_id}{earlier}")
+        commits = "one commit" if self.parts == 1 else (
+            f"in {self.parts} commits of up to {PART_ROWS:,} rows, which readers may see one by one")
+        return (f"wrote {plural(rows, 'row')} from {files} to {identifier} through the writer service, {commits}: "
+                f"snapshot {self.snapshot_id}{earlier}, {duration(self.seconds)} (not one commit through the catalog: "
+                f"{self.why})")
 
 
 @dataclass(frozen=True)
 class ServiceCompaction:
     result: CompactResult
+    seconds: float
 
     def report(self, identifier: str) -> list[str]:
         r = self.result
         named = r.buckets_queued + r.buckets_elsewhere
         snaps = ", ".join(map(str, r.snapshot_ids)) or "none needed"
         lines = [f"compacted {identifier} through the compactor service: {len(r.compacted):,} of "
-                 f"{plural(named, 'bucket')} of snapshot {r.request_snapshot_id}, COMPACT snapshot(s) {snaps}"]
+                 f"{plural(named, 'bucket')} of snapshot {r.request_snapshot_id}, COMPACT snapshot(s) {snaps}, "
+                 f"{duration(self.seconds)}"]
         if r.not_compacted:
             lines.append(f"not compacted: {plural(len(r.not_compacted), 'bucket')}")
             for n in r.not_compacted:
@@ -64,7 +75,7 @@ class ServiceCompaction:
                 lines.append(f"  {where + ' ' if where else ''}bucket {n.bucket}: {n.reason}")
         if r.timed_out and r.wait_limit_s is not None:
             lines.append(f"the compactor stopped waiting after {r.wait_limit_s:.1f} s (the call's deadline less a "
-                         "margin); the buckets still queued are compacted later")
+                         "margin); the buckets still queued are compacted later (a longer --timeout waits for them)")
         return lines
 
 
@@ -106,11 +117,29 @@ class RemoteBackend:
         with self._client() as client:
             return client.drop_table(identifier, ignore_if_not_exists=if_exists)
 
-    def write(self, table: FileStoreTable, batches: list[pa.Table], request_id: str | None) -> WriteOutcome:
-        if not self.services.writer:
-            raise MissingServiceError("write", self.services, "writer", "LAKE_WRITER")
+    def write(self, table: FileStoreTable, batches: list[pa.Table], request_id: str | None,
+              progress: Progress) -> WriteOutcome:
+        """One commit through the catalog (`staged_write`); a caller the catalog does not let number rows (role
+        writer, when tokens are checked) writes through the writer service instead, in parts, and is told so."""
+        from lsmlake.cli.staged_write import staged_write
+        from lsmlake.rpc.catalog_client import CatalogClient
+
+        catalog = CatalogClient(self.services.catalog, security=self.security)
+        try:
+            with self._client() as client:
+                return staged_write(client, catalog, self.local.catalog.get_table(table.identifier), batches,
+                                    request_id, progress)
+        except PermissionDeniedError as e:
+            if not self.services.writer:
+                raise
+            refused = str(e)
+        finally:
+            catalog.close()
+        return self._write_in_parts(table, batches, request_id, Progress(progress.what, progress.total), refused)
+
+    def _write_in_parts(self, table: FileStoreTable, batches: list[pa.Table], request_id: str | None,
+                        progress: Progress, refused: str) -> WriteOutcome:
         data = pa.concat_tables(batches, promote_options="default")
-        progress = Progress(f"writing {table.identifier}", data.num_rows)
         parts = range(0, data.num_rows, PART_ROWS)
         before = 0
         snapshot_id = 0
@@ -124,7 +153,7 @@ class RemoteBackend:
                     progress.add(min(PART_ROWS, data.num_rows - lo))
             finally:
                 progress.close()
-        return ServiceWrite(snapshot_id, len(parts), before)
+        return ServiceWrite(snapshot_id, len(parts), before, progress.seconds, refused)
 
     def plan_scan(self, table: FileStoreTable, snapshot_id: int | None,
                   predicate: Predicate | None) -> tuple[FileStoreTable, list[Split]]:
@@ -133,12 +162,17 @@ class RemoteBackend:
         with self._client() as client:
             return table, client.plan_splits(table, snapshot_id=snapshot_id, predicate=predicate)
 
-    def compact(self, identifier: str, full: bool, partition: Sequence[tuple[str, str]]) -> CompactOutcome:
+    def compact(self, identifier: str, full: bool, partition: Sequence[tuple[str, str]],
+                timeout_s: float | None = None) -> CompactOutcome:
+        """Waits up to `timeout_s` (default COMPACT_TIMEOUT_S) for the compactor, showing how long so far."""
         if not self.services.compactor:
             raise MissingServiceError("compact", self.services, "compactor", "LAKE_COMPACTOR")
-        with self._client() as client:
-            return ServiceCompaction(client.compact(identifier, full=full, wait=True,
-                                                    partition=dict(partition) or None))
+        limit = timeout_s if timeout_s is not None else COMPACT_TIMEOUT_S
+        with self._client() as client, Waiting(f"compacting {identifier} through the compactor service",
+                                               limit) as waiting:
+            result = client.compact(identifier, full=full, wait=True, partition=dict(partition) or None,
+                                    timeout_s=limit)
+        return ServiceCompaction(result, waiting.seconds)
 
     def rescale(self, identifier: str, buckets: int, partition: Sequence[tuple[str, str]]) -> tuple[int | None, int]:
         """The new files are written into the shared warehouse, then committed through the catalog (admin)."""

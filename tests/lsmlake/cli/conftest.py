@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +57,12 @@ class Lake:
 @pytest.fixture
 def lake(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Lake:
     return Lake(tmp_path / "warehouse", capsys)
+
+
+_SIZE = re.compile(r"\b\d+(\.\d)? (B|KB|MB|GB|TB)\b")
+_TIME = re.compile(r"\b(\d+\.\d s|\d+m\d\ds|\d+h\d\dm)\b")
+
+
+def untimed(text: str) -> str:
+    """Output with its byte sizes as SIZE and durations as TIME: what varies from run to run."""
+    return _TIME.sub("TIME", _SIZE.sub("SIZE", text))

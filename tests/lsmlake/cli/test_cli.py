@@ -22,7 +22,7 @@ from lsmlake.cli.output import human_size
 from lsmlake.cli.progress import Progress, with_progress
 from lsmlake.errors import CommitConflictError
 from lsmlake.table.commit import FileStoreCommit
-from tests.lsmlake.cli.conftest import Lake
+from tests.lsmlake.cli.conftest import Lake, untimed
 
 LAKE = Path(sys.executable).parent / "lake"
 
@@ -157,7 +157,7 @@ def test_write_parquet_and_scan_every_format(lake: Lake, tmp_path: Path) -> None
     src = tmp_path / "orders.parquet"
     pq.write_table(orders_arrow(), src)
     out = lake.ok("write", "shop.orders", str(src))
-    assert out == "wrote 3 rows from 1 file to shop.orders in snapshot 1\n"
+    assert untimed(out) == "wrote 3 rows from 1 file to shop.orders in snapshot 1: 2 data files, SIZE, TIME\n"
 
     rows = by_id(lake.jsonl("scan", "shop.orders"))
     assert rows[1] == {"id": 1, "dt": "2024-01-01", "amount": "12.50", "day": "2024-01-01",
@@ -209,7 +209,7 @@ def test_write_csv_and_jsonl_with_row_kinds(lake: Lake, tmp_path: Path) -> None:
                       '{"id": 4, "dt": "2024-01-02", "amount": 4.25, "day": "2024-01-02", '
                       '"ts": "2024-01-02T00:00:01"}\n')
     out = lake.ok("write", "shop.orders", first, more)
-    assert out == "wrote 4 rows from 2 files to shop.orders in snapshot 1\n"
+    assert untimed(out).startswith("wrote 4 rows from 2 files to shop.orders in snapshot 1: ")
     rows = by_id(lake.jsonl("scan", "shop.orders"))
     assert rows[1]["amount"] == "10.00" and rows[1]["ts"] == "2024-01-01T10:00:00.000"
     assert rows[2]["amount"] == "20.50" and rows[2]["note"] == ""
@@ -380,7 +380,7 @@ def test_compact_and_levels(lake: Lake, tmp_path: Path) -> None:
             *KV_OPTIONS)
     assert lake.ok("levels", "db.kv") == "no data files\n"
     assert lake.ok("levels", "db.kv", "--format", "jsonl") == ""
-    assert lake.ok("compact", "db.kv") == "nothing to compact in db.kv\n"
+    assert untimed(lake.ok("compact", "db.kv")) == "nothing to compact in db.kv (TIME)\n"
     assert lake.snapshot_ids("db.kv") == []
 
     # one big batch, then two small ones overlapping it in key range (updates and a delete)
@@ -410,7 +410,8 @@ def test_compact_and_levels(lake: Lake, tmp_path: Path) -> None:
 
     # a normal compaction: everything on level 0 goes up to the max level
     out = lake.ok("compact", "db.kv")
-    assert out.startswith("compacted db.kv in snapshot 4: 3 files -> ") and out.endswith(" in 1 bucket\n")
+    assert out.startswith("compacted db.kv in snapshot 4: 3 files -> ")
+    assert untimed(out).endswith(" in 1 bucket; wrote 3,001 rows, SIZE, 1 file, TIME\n")
     snaps = lake.jsonl("snapshots", "db.kv")
     assert [s["commit_kind"] for s in snaps] == ["APPEND", "APPEND", "APPEND", "COMPACT"]
     assert snaps[-1]["total_record_count"] == len(before)  # the delete is gone on the max level
@@ -433,12 +434,12 @@ def test_compact_and_levels(lake: Lake, tmp_path: Path) -> None:
 
     # a full compaction: one sorted run on the max level, rows unchanged; then nothing is left to do
     out = lake.ok("compact", "db.kv", "--full")
-    assert out == "compacted db.kv in snapshot 8: 2 files -> 1 file in 1 bucket\n"
+    assert untimed(out).startswith("compacted db.kv in snapshot 8: 2 files -> 1 file in 1 bucket; wrote ")
     assert scan_sorted(lake, "db.kv") == before
     files = lake.jsonl("levels", "db.kv", "--format", "jsonl")
     assert [(f["level"], f["run"]) for f in files] == [(2, 1)] and files[0]["rows"] == len(before)
     assert lake.ok("levels", "db.kv").startswith("bucket 0: 1 sorted run, highest level 2 (max 2), ")
-    assert lake.ok("compact", "db.kv", "--full") == "nothing to compact in db.kv\n"
+    assert untimed(lake.ok("compact", "db.kv", "--full")) == "nothing to compact in db.kv (TIME)\n"
     kinds = [s["commit_kind"] for s in lake.jsonl("snapshots", "db.kv")]
     assert kinds == ["APPEND"] * 3 + ["COMPACT"] + ["APPEND"] * 2 + ["COMPACT"] * 2
 
@@ -479,7 +480,7 @@ def test_compact_one_partition(lake: Lake, tmp_path: Path) -> None:
     assert lake.snapshot_ids("db.p") == [1, 2, 3]
 
     out = lake.ok("compact", "db.p", "--partition", "day=2024-01-02")
-    assert out == "compacted db.p in snapshot 4: 3 files -> 1 file in 1 bucket\n"
+    assert untimed(out).startswith("compacted db.p in snapshot 4: 3 files -> 1 file in 1 bucket; wrote ")
     # `lake files` names the partition folders, with a DATE as its day number
     day1, day2 = "day=19723", "day=19724"
     assert {f["partition"] for f in files} == {day1, day2}
@@ -509,9 +510,10 @@ def test_compact_append_table(lake: Lake, tmp_path: Path) -> None:
     files = lake.jsonl("levels", "logs.events", "--format", "jsonl")
     assert len(files) == 3 and all(f["min_key"] == [] and f["level"] == 0 for f in files)
     # three small files are fewer than compaction.min.file-num (5): nothing is due, but --full merges them
-    assert lake.ok("compact", "logs.events") == "nothing to compact in logs.events\n"
+    assert untimed(lake.ok("compact", "logs.events")) == "nothing to compact in logs.events (TIME)\n"
     out = lake.ok("compact", "logs.events", "--full")
-    assert out == "compacted logs.events in snapshot 4: 3 files -> 1 file in 1 bucket\n"
+    assert untimed(out) == ("compacted logs.events in snapshot 4: 3 files -> 1 file in 1 bucket; wrote 6 rows, SIZE, "
+                            "1 file, TIME\n")
     assert lake.jsonl("snapshots", "logs.events")[-1]["commit_kind"] == "COMPACT"
     assert lake.jsonl("scan", "logs.events") == before  # the same rows, in the same order
     assert [f["rows"] for f in lake.jsonl("levels", "logs.events", "--format", "jsonl")] == [6]
@@ -565,7 +567,7 @@ def test_write_errors_before_reading(lake: Lake, tmp_path: Path) -> None:
                                "--input-format", "jsonl")
     # a named write needs the writer service, which a bare warehouse folder does not have
     err = lake.fails("write", "shop.orders", good, "--request-id", "r1", code=2)
-    assert "--request-id needs the writer service" in err
+    assert "--request-id needs a cluster" in err
     assert len(lake.snapshot_ids("shop.orders")) == 1
 
 
@@ -618,7 +620,7 @@ def test_console_script(tmp_path: Path) -> None:
             '{"id": 2, "dt": "2024-01-02"}\n')
     r = run_lake("write", "shop.orders", "-", "--input-format", "jsonl", warehouse=wh, stdin=rows)
     assert r.returncode == 0, r.stderr
-    assert r.stdout == "wrote 2 rows from 1 file to shop.orders in snapshot 1\n"
+    assert untimed(r.stdout) == "wrote 2 rows from 1 file to shop.orders in snapshot 1: 2 data files, SIZE, TIME\n"
     r = run_lake("scan", "shop.orders", warehouse=wh)
     assert r.returncode == 0, r.stderr
     got = by_id([json.loads(x) for x in r.stdout.splitlines()])
@@ -745,10 +747,10 @@ def test_health_ranks_the_tables(lake: Lake, tmp_path: Path) -> None:
     assert text.splitlines()[0].split()[:3] == ["table", "score", "stalled"] and "db.calm" in text
 
 
-def test_a_catalog_service_without_a_writer_or_compactor_changes_nothing_here(lake: Lake, tmp_path: Path) -> None:
-    """With only `--catalog-service` given, `lake write` and `compact` do not write files into the warehouse from
-    the CLI process: each fails naming the flag that is missing, and the table is left as it was. `lake delete`,
-    which cannot go through the catalog, says that it commits itself."""
+def test_a_catalog_service_without_a_compactor_compacts_nothing_here(lake: Lake, tmp_path: Path) -> None:
+    """With only `--catalog-service` given, `lake compact` does not compact from the CLI process: it fails naming
+    the flag that is missing, and the table is left as it was; `lake write` commits through the catalog, as one
+    snapshot. `lake delete`, which cannot go through the catalog, says that it commits itself."""
     from tests.support.local_server import local_server
 
     lake.ok("table", "create", "db.t", "--schema", "id BIGINT NOT NULL, v STRING", "--primary-key", "id",
@@ -758,14 +760,19 @@ def test_a_catalog_service_without_a_writer_or_compactor_changes_nothing_here(la
     for name in ("db.t", "db.a"):
         write_rows(lake, tmp_path, name, "id,v", [f"{i},x" for i in range(3)])
         write_rows(lake, tmp_path, name, "id,v", [f"{i},y" for i in range(3)])
-    before = {name: (lake.snapshot_ids(name), lake.listing(name)) for name in ("db.t", "db.a")}
+    before = (lake.snapshot_ids("db.t"), lake.listing("db.t"))
     rows = write_text(tmp_path / "more.csv", "id,v\n7,z\n")
     with local_server(str(lake.warehouse)) as cat:
         extra = ["--catalog-service", f"127.0.0.1:{cat.server.port}"]
-        assert "pass --writer-service HOST:PORT" in lake.fails(*extra, "write", "db.t", rows, code=2)
         assert "pass --compactor-service HOST:PORT" in lake.fails(*extra, "compact", "db.t", "--full", code=2)
+        assert (lake.snapshot_ids("db.t"), lake.listing("db.t")) == before
+        out = lake.ok(*extra, "write", "db.t", rows)
+        assert untimed(out) == ("wrote 1 row from 1 file to db.t in snapshot 3, one commit through the catalog "
+                                "service: 1 data file, SIZE, TIME\n")
         code, out, err = lake(*extra, "delete", "db.a", "--where", "id=1")
         assert code == 0 and "deleted the matching rows of db.a in snapshot 3" in out, (out, err)
         assert f"not through the catalog service 127.0.0.1:{cat.server.port}" in err, err
-    assert (lake.snapshot_ids("db.t"), lake.listing("db.t")) == before["db.t"]
+    latest = lake.table("db.t").snapshots.latest()
+    assert latest is not None and latest.commit_user.startswith("lake-write-")
+    assert sorted(r["id"] for r in lake.jsonl("scan", "db.t")) == [0, 1, 2, 7]
     assert sorted(r["id"] for r in lake.jsonl("scan", "db.a")) == [0, 0, 2, 2]

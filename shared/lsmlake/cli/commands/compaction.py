@@ -35,7 +35,7 @@ BucketLevels = tuple[str, int, Levels]  # (partition, bucket, levels)
 def cmd_compact(args: argparse.Namespace) -> int:
     if args.partition:  # a partition that does not exist is an error, not "nothing to compact"
         partition_filter(open_catalog(args).get_table(args.table), args.partition)
-    outcome = open_backend(args).compact(args.table, args.full, args.partition)
+    outcome = open_backend(args).compact(args.table, args.full, args.partition, args.timeout)
     for line in outcome.report(args.table):
         out(line)
     return 0

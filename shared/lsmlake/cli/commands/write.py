@@ -16,7 +16,9 @@ import pyarrow as pa
 from lsmlake.cli.errors import CliError, UsageError
 from lsmlake.cli.filters import where_predicate
 from lsmlake.cli.inputs import Source, input_format, read_rows, read_stdin
-from lsmlake.cli.output import out
+from lsmlake.cli.output import out, plural
+from lsmlake.cli.placement import waiting_rows, waiting_text
+from lsmlake.cli.progress import Progress, Waiting
 from lsmlake.cli.warehouse import find_services, open_backend, open_catalog
 from lsmlake.ingest.kafka_offsets import TOPIC_PREFIX
 
@@ -34,18 +36,23 @@ def cmd_write(args: argparse.Namespace) -> int:
     batches: list[pa.Table] = []
     total = 0
     for name, fmt in zip(args.files, formats, strict=True):
-        src: Source = read_stdin() if name == "-" else name
-        rows = read_rows(src, "<stdin>" if name == "-" else name, fmt, table.schema, args.table)
+        with Waiting(f"reading {'<stdin>' if name == '-' else name}"):
+            src: Source = read_stdin() if name == "-" else name
+            rows = read_rows(src, "<stdin>" if name == "-" else name, fmt, table.schema, args.table)
         if rows.num_rows:
             batches.append(rows)
             total += rows.num_rows
-    nfiles = len(args.files)
-    files_text = f"{nfiles} file{'s' if nfiles != 1 else ''}"
+    files_text = plural(len(args.files), "file")
     if not batches:
         out(f"wrote 0 rows from {files_text} to {args.table}: nothing to commit")
         return 0
-    outcome = open_backend(args).write(table, batches, args.request_id)
+    backend = open_backend(args)
+    outcome = backend.write(table, batches, args.request_id, Progress(f"writing {args.table}", total))
     out(outcome.report(args.table, total, files_text))
+    waiting = waiting_rows(table)
+    if waiting:
+        services = find_services(args)
+        out(waiting_text(args.table, waiting, compactor=services is not None and services.compactor is not None))
     return 0
 
 

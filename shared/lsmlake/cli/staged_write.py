@@ -1,0 +1,125 @@
+"""`lake write` through a cluster as ONE commit, whatever its size: the data files are written here, into the
+shared warehouse, and committed once through the catalog service, as a Spark job's are.
+
+1. rows are numbered with sequence numbers the catalog hands out (`AllocateSequences`), the one authority every
+   writer replica and ingestion path numbers with, so a change written later still wins; a dynamic-bucket
+   table's keys get their buckets from the catalog too (`AssignBuckets`, committed by the catalog itself);
+2. the files are committed in one `Commit` (APPEND) under a commit user of this write (`lake-write-<request
+   id>` with --request-id): a commit whose outcome is unknown is sent again with the same user and identifier,
+   which the catalog applies once; a run of the same --request-id after a success finds the first run's
+   snapshot and writes nothing;
+3. a commit that definitely failed deletes the files; after an unknown outcome they stay (a snapshot may name
+   them).
+
+Readers see all of the rows or none. The catalog's sequence numbers and bucket assignments are the writer
+service's calls (role `service` when tokens are checked): a caller without it gets PermissionDeniedError before
+anything is committed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from lsmlake.cli.output import human_size, plural
+from lsmlake.cli.progress import Progress, duration
+from lsmlake.client.client import Client
+from lsmlake.errors import CommitStateUnknownError
+from lsmlake.rpc.catalog_client import CatalogClient
+from lsmlake.table.dynamic_bucket import Assignment, is_dynamic
+from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.write import CommitMessage
+
+COMMIT_ATTEMPTS = 3  # a commit whose outcome is unknown is sent again, idempotently
+
+
+class CatalogSequences:
+    """The catalog as the sequence-number authority of one table (see `lsmlake.table.sequence_numbers`)."""
+
+    def __init__(self, client: CatalogClient, table_id: str, table_uuid: str) -> None:
+        self.client = client
+        self.table_id = table_id
+        self.table_uuid = table_uuid
+
+    def allocate(self, counts: Mapping[tuple[bytes, int], int]) -> dict[tuple[bytes, int], int]:
+        return self.client.allocate_sequences(self.table_id, counts, self.table_uuid)
+
+
+class CatalogBuckets:
+    """The catalog as the bucket assigner of one dynamic-bucket table (see `lsmlake.table.dynamic_bucket`)."""
+
+    def __init__(self, client: CatalogClient, table_id: str, table_uuid: str) -> None:
+        self.client = client
+        self.table_id = table_id
+        self.table_uuid = table_uuid
+
+    def assign(self, keys: Sequence[tuple[bytes, np.ndarray]]) -> list[Assignment]:
+        return self.client.assign_buckets(self.table_id, keys, self.table_uuid)
+
+    def index_messages(self) -> list[CommitMessage]:
+        return []  # the catalog committed every assignment before answering
+
+
+@dataclass(frozen=True)
+class StagedWrite:
+    """What a staged write committed: its snapshot (an earlier run's, with `again`), its data files, bytes."""
+
+    snapshot_id: int
+    again: bool
+    files: int
+    size: int
+    seconds: float
+
+    def report(self, identifier: str, rows: int, files: str) -> str:
+        if self.again:
+            return (f"wrote 0 rows from {files} to {identifier}: this --request-id was written before, in snapshot "
+                    f"{self.snapshot_id} (nothing written again)")
+        return (f"wrote {plural(rows, 'row')} from {files} to {identifier} in snapshot {self.snapshot_id}, one commit "
+                f"through the catalog service: {plural(self.files, 'data file')}, {human_size(self.size)}, "
+                f"{duration(self.seconds)}")
+
+
+def staged_write(client: Client, catalog: CatalogClient, table: FileStoreTable, batches: list[pa.Table],
+                 request_id: str | None, progress: Progress) -> StagedWrite:
+    """Write `batches` into `table` (opened on the shared warehouse) and commit them once through the catalog."""
+    table_uuid = table.table_uuid
+    write = table.new_write(CatalogSequences(catalog, table.identifier, table_uuid),
+                            CatalogBuckets(catalog, table.identifier, table_uuid) if is_dynamic(table.schema)
+                            else None)
+    user = f"lake-write-{request_id}" if request_id else f"lake-write-{uuid.uuid4()}"
+    if request_id:
+        # a run after a success: the catalog would refuse a second commit under this name with other files
+        earlier = next((s.id for s in table.snapshots.snapshots() if s.commit_user == user), None)
+        if earlier is not None:
+            progress.close()
+            return StagedWrite(earlier, True, 0, 0, progress.seconds)
+    try:
+        for batch in batches:
+            write.write(batch)
+            progress.add(batch.num_rows)
+        messages = write.prepare_commit()
+        result = None
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                result = client.commit(table.identifier, messages, commit_user=user, commit_identifier=1)
+                break
+            except CommitStateUnknownError:
+                if attempt == COMMIT_ATTEMPTS:
+                    raise
+        assert result is not None
+    except CommitStateUnknownError:
+        raise  # the files stay: the snapshot may name them
+    except BaseException:
+        write.abort()
+        raise
+    finally:
+        progress.close()
+    if result.already_committed:
+        write.abort()  # this run's files: the earlier run's snapshot holds the rows
+    new = [f for m in messages for f in m.new_files]
+    return StagedWrite(result.snapshot_id, result.already_committed, len(new), sum(f.file_size for f in new),
+                       progress.seconds)
