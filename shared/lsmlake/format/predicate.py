@@ -397,6 +397,6 @@ def literal_text(v: Any) -> str:
     if isinstance(v, float):
         return repr(v) if math.isfinite(v) else f"'{v}'"
     if isinstance(v, (bytes, bytearray)):
-        v = bytes(v).decode("utf-8", errors="strict")
+        return f"X'{bytes(v).hex().upper()}'"  # any bytes, UTF-8 or not
     text = v.isoformat(sep=" ") if hasattr(v, "isoformat") and hasattr(v, "hour") and hasattr(v, "day") else str(v)
     return "'" + text.replace("'", "''") + "'"

@@ -5,6 +5,7 @@ into a `Predicate`; this module stays below it so that every layer can build pre
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -30,17 +31,33 @@ Syntax = Leaf | Group
 
 def cast_literal(value: Any, arrow_type: pa.DataType, column: str) -> Any:
     """`value` as a value of the column's type (a text is parsed, a number converted where it is exact)."""
+    errors = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError)
     try:
         try:
-            return pa.scalar(value, type=arrow_type).as_py()
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError):
+            wanted = _temporal(value, arrow_type)
+            out = pa.scalar(wanted, type=arrow_type).as_py()
+            if isinstance(wanted, (dt.time, dt.datetime)) and out != wanted:
+                raise ValueError("finer than the column")  # Arrow truncates: the literal would not be what was asked
+            return out
+        except errors:
             return pa.scalar(value).cast(arrow_type).as_py()
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError):
+    except errors:
         raise InvalidInputError(f"filter on {column!r}: {value!r} is not a valid {arrow_type}") from None
 
 
-_TOKEN = re.compile(r"""\s*(?:(?P<str>'(?:[^']|'')*')|(?P<ident>"(?:[^"]|"")*")|(?P<op><=|>=|!=|<>|==|=|<|>)"""
-                    r"""|(?P<punct>[(),])|(?P<word>[^\s(),=<>!'"]+))""")
+def _temporal(value: Any, arrow_type: pa.DataType) -> Any:
+    """A text read as a time or a timestamp (ISO-8601), which Arrow's casts from text do not all read."""
+    if not isinstance(value, str):
+        return value
+    if pa.types.is_time(arrow_type):
+        return dt.time.fromisoformat(value.strip())
+    if pa.types.is_timestamp(arrow_type):
+        return dt.datetime.fromisoformat(value.strip())
+    return value
+
+
+_TOKEN = re.compile(r"""\s*(?:(?P<hex>[xX]'[0-9a-fA-F]*')|(?P<str>'(?:[^']|'')*')|(?P<ident>"(?:[^"]|"")*")"""
+                    r"""|(?P<op><=|>=|!=|<>|==|=|<|>)|(?P<punct>[(),])|(?P<word>[^\s(),=<>!'"]+))""")
 _OPS = {"=": "=", "==": "=", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 Token = tuple[str, str]
 
@@ -62,6 +79,10 @@ def _tokens(text: str) -> list[Token]:
 
 def _literal(token: Token, column: str, arrow_type: pa.DataType) -> Any:
     kind, raw = token
+    if kind == "hex":
+        if (len(raw) - 3) % 2:
+            raise InvalidInputError(f"filter on {column!r}: {raw} needs two hex digits a byte")
+        return cast_literal(bytes.fromhex(raw[2:-1]), arrow_type, column)
     if kind == "str":
         text = raw[1:-1].replace("''", "'")
     elif kind == "word" and raw.upper() == "NULL":

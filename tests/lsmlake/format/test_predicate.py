@@ -17,7 +17,8 @@ from lsmlake.format.predicate_text import parse_filter
 
 SCHEMA = pa.schema([("dt", pa.string()), ("id", pa.int64()), ("x", pa.float64()), ("d", pa.date32()),
                     ("p", pa.decimal128(10, 2)), ("b", pa.bool_()), ("order", pa.int32()), ("a b", pa.string()),
-                    ("Or", pa.int64())])
+                    ("Or", pa.int64()), ("t", pa.time32("ms")), ("t6", pa.time64("us")), ("ts", pa.timestamp("ms")),
+                    ("tsz", pa.timestamp("us", tz="UTC")), ("bin", pa.binary())])
 
 
 def test_text_and_term_forms_build_the_same_tree() -> None:
@@ -104,6 +105,16 @@ def test_sql_null_semantics_in_rows_and_values() -> None:
         assert [r["id"] for r in table.to_pylist() if p.test(r)] == rows, text
 
 
+def test_temporal_literals_are_read_from_text() -> None:
+    p = Predicate.of("t < '01:02:03.004' AND ts >= '2024-01-02 03:04:05.123' AND tsz = '2024-01-02T03:04:05Z'", SCHEMA)
+    assert p.children == (Term("t", "<", dt.time(1, 2, 3, 4000)),
+                          Term("ts", ">=", dt.datetime(2024, 1, 2, 3, 4, 5, 123000)),
+                          Term("tsz", "=", dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)))
+    assert Predicate.of(p.to_text(), SCHEMA) == p
+    with pytest.raises(InvalidInputError, match="'ts': '2024-01-02 03:04:05.123456' is not a valid timestamp"):
+        Predicate.of("ts = '2024-01-02 03:04:05.123456'", SCHEMA)  # finer than the column: it cannot be equal
+
+
 def test_identifiers_and_literals_that_need_quoting() -> None:
     p = Predicate.of([("a b", "=", "it's"), ("order", ">", 1), ("Or", "=", 2)], SCHEMA)
     assert p.to_text() == "\"a b\" = 'it''s' AND order > 1 AND \"Or\" = 2"
@@ -117,6 +128,9 @@ _VALUES: dict[str, st.SearchStrategy[Any]] = {
     "x": st.floats(allow_nan=False, width=64), "d": st.dates(), "p": st.decimals("-1e6", "1e6", places=2),
     "b": st.booleans(), "order": st.integers(-2**31, 2**31 - 1), "a b": st.text(max_size=3),
     "Or": st.integers(-5, 5),
+    "t": st.times().map(lambda t: t.replace(microsecond=t.microsecond // 1000 * 1000)), "t6": st.times(),
+    "ts": st.datetimes(dt.datetime(1900, 1, 1)).map(lambda t: t.replace(microsecond=t.microsecond // 1000 * 1000)),
+    "tsz": st.datetimes(dt.datetime(1900, 1, 1), timezones=st.just(dt.UTC)), "bin": st.binary(max_size=3),
 }
 
 
