@@ -12,8 +12,9 @@ from lsmlake.catalog.expire import expire_snapshots
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.cli.backend import NewTable
 from lsmlake.cli.errors import CliError, UsageError
-from lsmlake.cli.output import JsonValues, cell, human_size, plural
+from lsmlake.cli.output import JsonValues
 from lsmlake.cli.progress import Progress, Summary, Waiting, duration, with_progress
+from lsmlake.cli.records import cell, human_size, plural
 from lsmlake.errors import CommitStateUnknownError, NotFoundError
 from lsmlake.format import options as opts
 from lsmlake.format.manifest import ADD

@@ -11,7 +11,6 @@ import io
 import json
 import math
 import os
-import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
@@ -22,28 +21,8 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 from lsmlake.cli.errors import CliError, arrow_errors
+from lsmlake.cli.records import cell, print_table
 from lsmlake.format.types import AnyType, to_arrow_type
-
-
-def out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
-
-
-def human_size(n: int) -> str:
-    """Bytes for people: 845 B, 12.3 KB, 1.2 MB (units of 1024)."""
-    if n < 1024:
-        return f"{n} B"
-    value = float(n)
-    for unit in ("KB", "MB", "GB"):
-        value /= 1024
-        if value < 1024:
-            return f"{value:.1f} {unit}"
-    return f"{value / 1024:.1f} TB"
-
 
 # -- values in their JSON form -------------------------------------------------------------------
 
@@ -192,49 +171,6 @@ def _csv_ready(table: pa.Table) -> pa.Table:
             col = pa.array(texts, type=pa.string())
         columns.append(col)
     return pa.table(columns, names=table.column_names)
-
-
-def cell(v: Any) -> str:
-    """A JSON-form value as one cell of a text table."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (dict, list)):
-        return json.dumps(v, ensure_ascii=False)
-    return str(v).replace("\r", "\\r").replace("\n", "\\n").replace("\t", "\\t")
-
-
-def print_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Iterable[int] = (),
-                stream: IO[str] | None = None) -> None:
-    """An aligned text table: a header, a rule, then the rows."""
-    stream = stream or sys.stdout
-    right = set(right)
-    widths = [len(h) for h in header]
-    for r in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, r, strict=True)]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [c.rjust(w) if i in right else c.ljust(w)
-                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
-        return "  ".join(parts).rstrip()
-
-    stream.write(line(header) + "\n")
-    stream.write("  ".join("-" * w for w in widths) + "\n")
-    for r in rows:
-        stream.write(line(r) + "\n")
-
-
-def print_records(records: Sequence[dict[str, Any]], keys: Sequence[str], fmt: str,
-                  numeric: Iterable[str] = ()) -> None:
-    """Records as JSON lines (`jsonl`) or as an aligned table with the `numeric` keys to the right."""
-    if fmt == "jsonl":
-        for r in records:
-            out(json.dumps({k: r[k] for k in keys}, ensure_ascii=False))
-        return
-    num = set(numeric)
-    print_table(keys, [[cell(r[k]) for k in keys] for r in records],
-                right=[i for i, k in enumerate(keys) if k in num])
 
 
 def _numeric(t: pa.DataType) -> bool:

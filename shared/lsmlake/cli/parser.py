@@ -26,6 +26,7 @@ from lsmlake.cli.arguments import (
 )
 from lsmlake.cli.cluster import ENV_STATE_DIR
 from lsmlake.cli.commands import Command
+from lsmlake.cli.formats import FORMAT_HELP, RECORD_FORMATS
 from lsmlake.cli.suggest import unknown_flags
 from lsmlake.cli.warehouse import ENV_WAREHOUSE
 from lsmlake.rpc.security import ChannelSecurity
@@ -141,8 +142,7 @@ def _table_commands(commands: Any, sub: Sub, fmt: type[argparse.HelpFormatter]) 
 
     p = sub(actions, "list", "list the tables of a database", h.LIST_EPILOG)
     p.add_argument("database", metavar="DB")
-    p.add_argument("--format", choices=("text", "jsonl", "json"), default="text",
-                   help="text: one name per line (default); jsonl: {\"table\": ...} per line; json: a list")
+    p.add_argument("--format", choices=RECORD_FORMATS, default="table", help=FORMAT_HELP)
     p.set_defaults(func=Command("table", "cmd_table_list"))
 
     p = sub(actions, "describe", "show the columns, keys and options of a table", h.DESCRIBE_EPILOG)
@@ -198,7 +198,7 @@ def _other_commands(commands: Any, sub: Sub) -> None:
 
     p = sub(commands, "snapshots", "list the snapshots of a table", h.SNAPSHOTS_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
-    p.add_argument("--format", choices=("jsonl", "table"), default="jsonl", help="default: jsonl")
+    p.add_argument("--format", choices=RECORD_FORMATS, default="jsonl", help="default: jsonl; " + FORMAT_HELP)
     p.set_defaults(func=Command("read", "cmd_snapshots"))
 
     p = sub(commands, "delete", "delete rows of an append table through deletion vectors", h.DELETE_EPILOG)
@@ -221,7 +221,7 @@ def _other_commands(commands: Any, sub: Sub) -> None:
     p.add_argument("table", metavar="DB.TABLE")
     p.add_argument("--snapshot", type=non_negative, metavar="N",
                    help="files of snapshot N (default: the latest)")
-    p.add_argument("--format", choices=("jsonl", "table"), default="jsonl", help="default: jsonl")
+    p.add_argument("--format", choices=RECORD_FORMATS, default="jsonl", help="default: jsonl; " + FORMAT_HELP)
     p.set_defaults(func=Command("read", "cmd_files"))
 
     p = sub(commands, "compact", "compact the data files of a table into one COMPACT snapshot",
@@ -296,7 +296,7 @@ def _other_commands(commands: Any, sub: Sub) -> None:
     p.add_argument("--metastore", metavar="URL", default=None,
                    help="the catalog's metadata store, for the plans (default: $LSMLAKE_METASTORE, else the "
                         "warehouse's SQLite file if there is one)")
-    p.add_argument("--format", choices=("table", "jsonl"), default="table", help="default: table")
+    p.add_argument("--format", choices=RECORD_FORMATS, default="table", help=FORMAT_HELP)
     p.set_defaults(func=Command("compaction", "cmd_health"))
 
     p = sub(commands, "timeline", "list the compaction plans of a table and their states", h.TIMELINE_EPILOG)
@@ -306,13 +306,13 @@ def _other_commands(commands: Any, sub: Sub) -> None:
                         "runs on the warehouse, else the warehouse's SQLite file)")
     p.add_argument("--state", action="append", default=None, metavar="STATE", type=str.upper,
                    help="only plans in this state (repeatable)")
-    p.add_argument("--format", choices=("table", "jsonl"), default="table", help="default: table")
+    p.add_argument("--format", choices=RECORD_FORMATS, default="table", help=FORMAT_HELP)
     p.set_defaults(func=Command("compaction", "cmd_timeline"))
 
     p = sub(commands, "levels", "show the LSM levels and sorted runs of every bucket", h.LEVELS_EPILOG)
     p.add_argument("table", metavar="DB.TABLE")
     p.add_argument("--snapshot", type=non_negative, metavar="N",
                    help="levels of snapshot N (default: the latest)")
-    p.add_argument("--format", choices=("table", "jsonl"), default="table",
-                   help="table: a text picture per bucket (default); jsonl: one object per file")
+    p.add_argument("--format", choices=RECORD_FORMATS, default="table",
+                   help="table: a text picture per bucket (default); jsonl, csv, json: one record per file")
     p.set_defaults(func=Command("compaction", "cmd_levels"))

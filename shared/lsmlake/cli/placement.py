@@ -18,7 +18,7 @@ def waiting_rows(table: FileStoreTable, snapshot: Snapshot | None = None) -> int
 
 def waiting_text(identifier: str, rows: int, compactor: bool = False) -> str:
     """What to tell about `rows` rows waiting; `compactor`: a cluster's compactor service will place them."""
-    from lsmlake.cli.output import plural
+    from lsmlake.cli.records import plural
 
     how = ("the cluster's compactor service places them (or `lake compact` now)" if compactor else
            f"run `lake compact {identifier}` to place them (a cluster's compactor service does it by itself)")

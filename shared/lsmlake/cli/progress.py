@@ -141,7 +141,7 @@ class Summary:
     seconds: float
 
     def text(self) -> str:
-        from lsmlake.cli.output import human_size, plural
+        from lsmlake.cli.records import human_size, plural
 
         return (f"{plural(self.rows, 'row')}, {human_size(self.bytes)}, {plural(self.files, 'file')}, "
                 f"{duration(self.seconds)}")

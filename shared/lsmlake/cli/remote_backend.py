@@ -17,8 +17,8 @@ import pyarrow as pa
 from lsmlake.cli.backend import CompactOutcome, NewTable, Services, WriteOutcome
 from lsmlake.cli.errors import UsageError
 from lsmlake.cli.local_backend import LocalBackend, rescale_messages
-from lsmlake.cli.output import plural
 from lsmlake.cli.progress import Progress, Waiting, duration
+from lsmlake.cli.records import plural
 from lsmlake.client.client import Client
 from lsmlake.client.compaction import CompactResult
 from lsmlake.errors import CommitStateUnknownError, PermissionDeniedError

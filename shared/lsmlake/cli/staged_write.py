@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from lsmlake.cli.output import human_size, plural
 from lsmlake.cli.progress import Progress, duration
+from lsmlake.cli.records import human_size, plural
 from lsmlake.client.client import Client
 from lsmlake.errors import CommitStateUnknownError
 from lsmlake.rpc.catalog_client import CatalogClient

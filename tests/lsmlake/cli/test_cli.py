@@ -18,8 +18,8 @@ import pytest
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.cli import main as cli
-from lsmlake.cli.output import human_size
 from lsmlake.cli.progress import Progress, with_progress
+from lsmlake.cli.records import human_size
 from lsmlake.errors import CommitConflictError
 from lsmlake.table.commit import FileStoreCommit
 from tests.lsmlake.cli.conftest import Lake, untimed
@@ -91,7 +91,7 @@ def test_warehouse_from_environment(lake: Lake, monkeypatch: pytest.MonkeyPatch,
     assert cli.main(["table", "create", "db.t", "--schema", "a INT"]) == 0
     capsys.readouterr()
     assert cli.main(["table", "list", "db"]) == 0
-    assert capsys.readouterr().out == "t\n"
+    assert capsys.readouterr().out == "table\n-----\nt\n"
     # --warehouse is also accepted after the command name
     other = lake.warehouse.parent / "other"
     assert cli.main(["table", "create", "db.u", "--schema", "a INT", "--warehouse", str(other)]) == 0
@@ -105,10 +105,12 @@ def test_warehouse_from_environment(lake: Lake, monkeypatch: pytest.MonkeyPatch,
 def test_table_lifecycle(lake: Lake) -> None:
     create_orders(lake, "shop.orders", "--comment", "all orders")
     lake.ok("table", "create", "shop.events", "--schema", "ts TIMESTAMP(6), msg STRING")
-    assert lake.ok("table", "list", "shop").split() == ["events", "orders"]
+    assert lake.ok("table", "list", "shop").split() == ["table", "------", "events", "orders"]
     assert lake.jsonl("table", "list", "shop", "--format", "jsonl") == [{"table": "events"},
                                                                         {"table": "orders"}]
-    assert json.loads(lake.ok("table", "list", "shop", "--format", "json")) == ["events", "orders"]
+    assert json.loads(lake.ok("table", "list", "shop", "--format", "json")) == [{"table": "events"},
+                                                                                {"table": "orders"}]
+    assert lake.ok("table", "list", "shop", "--format", "csv") == "table\nevents\norders\n"
 
     d = json.loads(lake.ok("table", "describe", "shop.orders", "--format", "json"))
     assert d["table"] == "shop.orders"
@@ -126,7 +128,7 @@ def test_table_lifecycle(lake: Lake) -> None:
     assert lake.table("shop.orders").schema.field_names[0] == "id"
 
     lake.ok("table", "drop", "shop.events")
-    assert lake.ok("table", "list", "shop").split() == ["orders"]
+    assert lake.ok("table", "list", "shop").split()[2:] == ["orders"]
     assert "does not exist" in lake.fails("table", "drop", "shop.events")
     lake.ok("table", "drop", "shop.events", "--if-exists")
 
@@ -449,7 +451,7 @@ def test_compact_and_levels(lake: Lake, tmp_path: Path) -> None:
     assert "snapshot 99" in lake.fails("levels", "db.kv", "--snapshot", "99")
     assert "does not exist" in lake.fails("levels", "db.zzz")
     assert "does not exist" in lake.fails("compact", "db.zzz")
-    assert "invalid choice" in lake.fails("levels", "db.kv", "--format", "csv", code=2)
+    assert "invalid choice" in lake.fails("levels", "db.kv", "--format", "xml", code=2)
 
 
 def test_compact_one_partition(lake: Lake, tmp_path: Path) -> None:
@@ -637,7 +639,7 @@ def test_console_script(tmp_path: Path) -> None:
     # python -m lsmlake.cli.main works too
     r = subprocess.run([sys.executable, "-m", "lsmlake.cli.main", "--warehouse", str(wh), "table", "list", "shop"],
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and r.stdout == "orders\n"
+    assert r.returncode == 0 and r.stdout == "table\n------\norders\n"
 
 
 def test_changelog_command(lake: Lake, tmp_path: Path) -> None:

@@ -71,7 +71,7 @@ def test_usage_error_imports_nothing_heavy() -> None:
 
 def test_table_list_imports_its_command_only(warehouse: str) -> None:
     code, out, modules = _run("--warehouse", warehouse, "table", "list", "db")
-    assert (code, out) == (0, "orders")
+    assert (code, out) == (0, "table\n------\norders")
     assert _loaded(modules, HEAVY) == []
     assert _loaded(modules, ("lsmlake.cli.commands",)) == ["lsmlake.cli.commands", "lsmlake.cli.commands.table"]
     # the services' client is imported only when there is a cluster to talk to

@@ -53,4 +53,4 @@ def test_a_warehouse_folder_that_does_not_exist(lake: Lake, tmp_path: Path) -> N
     assert f"warehouse {a_file} is not a folder" in lake.fails("--warehouse", str(a_file), "table", "list", "db")
     # creating a table creates the warehouse
     lake.ok("--warehouse", str(missing), "table", "create", "db.t", "--schema", "id INT")
-    assert lake.ok("--warehouse", str(missing), "table", "list", "db") == "t\n"
+    assert lake.ok("--warehouse", str(missing), "table", "list", "db", "--format", "csv") == "table\nt\n"

@@ -18,7 +18,7 @@ from lsmlake.cli.cluster import (
     warehouse_key,
 )
 from lsmlake.cli.errors import UsageError
-from lsmlake.cli.output import out
+from lsmlake.cli.records import out
 from lsmlake.cli.warehouse import ENV_WAREHOUSE, state_dir_arg, warehouse_dir, warehouse_of
 
 #: the warehouse of `lake up --s3` when no s3:// warehouse is given

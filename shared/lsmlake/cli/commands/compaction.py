@@ -13,7 +13,8 @@ from typing import IO, Any
 from lsmlake.catalog.health import read_healths
 from lsmlake.cli.errors import CliError, UsageError
 from lsmlake.cli.local_backend import partition_filter
-from lsmlake.cli.output import JsonValues, cell, human_size, out, plural, print_records
+from lsmlake.cli.output import JsonValues
+from lsmlake.cli.records import cell, human_size, out, plural, print_records
 from lsmlake.cli.warehouse import cluster_of, open_backend, open_catalog
 from lsmlake.format import options as opts
 from lsmlake.mergetree.levels import Levels, writers_stall
@@ -169,8 +170,8 @@ def cmd_rescale(args: argparse.Namespace) -> int:
 def cmd_levels(args: argparse.Namespace) -> int:
     table = open_catalog(args).get_table(args.table)
     buckets = bucket_levels(table, args.snapshot)
-    if args.format == "jsonl":
-        print_records(level_records(table, buckets), LEVEL_KEYS, "jsonl")
+    if args.format != "table":
+        print_records(level_records(table, buckets), LEVEL_KEYS, args.format)
     else:
         print_levels(table, buckets, sys.stdout, index_keys(table, args.snapshot))
     return 0
@@ -220,7 +221,7 @@ def cmd_health(args: argparse.Namespace) -> int:
          "lag_s": round(h.lag_ms / 1000, 1), "runs": h.max_sorted_runs, "stop_trigger": h.stop_trigger,
          "level0_files": h.level0_files, "requested": h.pending_plans, "inflight": h.inflight_plans,
          "oldest_plan_s": round(h.oldest_plan_age_ms / 1000, 1), "error": h.error or ""} for h in healths]
-    if args.format == "jsonl":
+    if args.format != "table":  # for programs: a boolean, and no error as null
         for r in records:
             r["stalled"], r["error"] = bool(r["stalled"]), r["error"] or None
     print_records(records, HEALTH_KEYS, args.format, HEALTH_KEYS[1:2] + HEALTH_KEYS[3:-1])

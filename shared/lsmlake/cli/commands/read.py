@@ -13,9 +13,10 @@ import pyarrow as pa
 from lsmlake.cli.arguments import names
 from lsmlake.cli.errors import CliError, UsageError
 from lsmlake.cli.filters import where_predicate
-from lsmlake.cli.output import out, output_file, print_records, write_rows
+from lsmlake.cli.output import output_file, write_rows
 from lsmlake.cli.placement import waiting_rows, waiting_text
 from lsmlake.cli.progress import Progress, Summary, limited, with_progress
+from lsmlake.cli.records import out, print_records
 from lsmlake.cli.warehouse import open_backend, open_catalog
 from lsmlake.format import options as opts
 from lsmlake.format.partition import partition_path
@@ -86,7 +87,7 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
     table = open_catalog(args).get_table(args.table)
     numeric = ("id", "schema_id", "time_millis", "total_record_count", "delta_record_count",
                "commit_identifier")
-    print_records(snapshot_records(table), SNAPSHOT_KEYS, args.format, numeric)
+    print_records(snapshot_records(table), SNAPSHOT_KEYS, args.format, numeric, times=("time_millis",))
     return 0
 
 

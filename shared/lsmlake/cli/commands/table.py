@@ -10,7 +10,7 @@ from lsmlake.catalog.filesystem import split_identifier
 from lsmlake.cli.arguments import names
 from lsmlake.cli.backend import NewTable
 from lsmlake.cli.errors import UsageError
-from lsmlake.cli.output import out, print_table
+from lsmlake.cli.records import out, print_records, print_table
 from lsmlake.cli.warehouse import open_backend, open_catalog
 from lsmlake.format.types import parse_schema_fields
 
@@ -39,11 +39,7 @@ def cmd_table_create(args: argparse.Namespace) -> int:
 
 def cmd_table_list(args: argparse.Namespace) -> int:
     tables = open_catalog(args).list_tables(args.database)
-    if args.format == "json":
-        out(json.dumps(tables))
-    else:
-        for n in tables:
-            out(json.dumps({"table": n}) if args.format == "jsonl" else n)
+    print_records([{"table": n} for n in tables], ("table",), args.format)
     return 0
 
 

@@ -16,9 +16,9 @@ import pyarrow as pa
 from lsmlake.cli.errors import CliError, UsageError
 from lsmlake.cli.filters import where_predicate
 from lsmlake.cli.inputs import Source, input_format, read_rows, read_stdin
-from lsmlake.cli.output import out, plural
 from lsmlake.cli.placement import waiting_rows, waiting_text
 from lsmlake.cli.progress import Progress, Waiting
+from lsmlake.cli.records import out, plural
 from lsmlake.cli.warehouse import find_services, open_backend, open_catalog
 from lsmlake.ingest.kafka_offsets import TOPIC_PREFIX
 
