@@ -27,7 +27,7 @@ from lsmlake.cli.arguments import (
 from lsmlake.cli.cluster import ENV_STATE_DIR
 from lsmlake.cli.commands import Command
 from lsmlake.cli.formats import FORMAT_HELP, RECORD_FORMATS
-from lsmlake.cli.suggest import unknown_flags
+from lsmlake.cli.suggest import invalid_choice, unknown_flags
 from lsmlake.cli.warehouse import ENV_WAREHOUSE
 from lsmlake.rpc.security import ChannelSecurity
 
@@ -47,7 +47,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(2, f"{PROG}: error: {message}\n")
+        self.exit(2, f"{PROG}: error: {invalid_choice(message)}\n")
 
     def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                    namespace: argparse.Namespace | None = None) -> argparse.Namespace:

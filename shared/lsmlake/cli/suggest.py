@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 from collections.abc import Iterable, Sequence
 
 
@@ -27,3 +28,15 @@ def unknown_option(key: str) -> str:
     from lsmlake.format import options as opts
 
     return f"unknown table option {key!r}{did_you_mean(key, opts.REGISTRY)} (the options: docs/options.md)"
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<word>[^']*)' \(choose from (?P<choices>.*)\)$")
+
+
+def invalid_choice(message: str) -> str:
+    """argparse's "invalid choice: 'scna' (choose from ...)" with the closest choices; other messages as they are."""
+    m = _INVALID_CHOICE.search(message)
+    if m is None:
+        return message
+    choices = re.findall(r"'([^']*)'", m.group("choices"))
+    return message + did_you_mean(m.group("word"), choices)

@@ -21,6 +21,18 @@ def test_an_unknown_flag_gets_the_usage_of_its_command(lake: Lake, args: list[st
     assert hint in err
 
 
+@pytest.mark.parametrize(("args", "usage", "word", "meant"), [
+    (["scna", "db.t"], "usage: lake ", "scna", "scan"),
+    (["table", "lst", "db"], "usage: lake table ", "lst", "list"),
+    (["scan", "db.t", "--format", "jsnl"], "usage: lake scan ", "jsnl", "jsonl"),
+])
+def test_a_mistyped_command_or_choice_gets_the_closest_ones(lake: Lake, args: list[str], usage: str, word: str,
+                                                             meant: str) -> None:
+    err = lake.fails(*args, code=2)
+    assert err.startswith(usage) and f"invalid choice: '{word}'" in err
+    assert err.endswith(f") (did you mean {meant}?)\n")
+
+
 def test_an_unknown_table_option_gets_the_closest_known_ones(lake: Lake) -> None:
     err = lake.fails("table", "create", "db.t", "--schema", "id INT", "--option", "buckt=2", code=2)
     assert err.startswith("usage: lake table create ")
