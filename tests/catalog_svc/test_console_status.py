@@ -1,7 +1,7 @@
 """The catalog's status service over real gRPC, with two catalog replicas over one warehouse and metadata store:
 the writer's and compactor's heartbeat senders (their services' own modules) report to one replica and the other
 lists them; each replica lists itself; a stopped service is down at once, a silent one after the missed beats;
-bad heartbeats are refused and recorded nowhere."""
+bad heartbeats are refused and recorded nowhere; with tokens, a service token reports and a reader lists."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ from compactor_svc.state import CompactorState, RunningPlan
 from lsmlake.metastore.services import MISSED_BEATS
 from lsmlake.proto_gen.lsmlake.v1 import status_pb2, status_pb2_grpc
 from lsmlake.rpc.catalog_client import CatalogClient
+from lsmlake.rpc.heartbeat import HeartbeatSender
+from lsmlake.rpc.security import ChannelSecurity, ServerSecurity
 from tests.support.local_server import Local, local_server
+from tests.support.security import Tokens
 from writer_svc.heartbeat import writer_heartbeat
 
 TIMEOUT_S = 30.0
@@ -106,3 +109,27 @@ def test_bad_heartbeats_are_refused_and_recorded_nowhere(replicas: tuple[Local, 
         status_pb2_grpc.StatusServiceStub(a.channel).Heartbeat(request_, timeout=TIMEOUT_S)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in (e.value.details() or "")
     assert set(_by_id(a)) == set(before)
+
+
+def test_with_tokens_a_service_token_beats_and_a_reader_lists(tmp_path: Path, tokens: Tokens) -> None:
+    warehouse = str(tmp_path / "wh")
+    with local_server(warehouse, security=ServerSecurity(auth_tokens=tokens.file), expire_interval_s=0,
+                      orphan_interval_s=0, reconcile_interval_s=0, health_interval_s=0) as local:
+        target = f"127.0.0.1:{local.server.port}"
+
+        def sender(token: str) -> tuple[CatalogClient, HeartbeatSender]:
+            client = CatalogClient(target, timeout_s=10, security=ChannelSecurity(token=token))
+            return client, writer_heartbeat(client, f"writer-{token[:4]}", "h:1", "u", BEAT_S)
+
+        service_client, service = sender(tokens.service)
+        writer_client, writer = sender(tokens.writer)
+        reader_client = CatalogClient(target, timeout_s=10, security=ChannelSecurity(token=tokens.reader))
+        try:
+            assert service.beat() and not writer.beat()  # a writer token may not report a service
+            listing = reader_client.call(status_pb2_grpc.StatusServiceStub(reader_client.channel).ListServices,
+                                         status_pb2.ListServicesRequest(), changes_state=False)
+            ids = {s.instance_id for s in listing.services}
+            assert f"writer-{tokens.service[:4]}" in ids and f"writer-{tokens.writer[:4]}" not in ids
+        finally:
+            for c in (service_client, writer_client, reader_client):
+                c.close()
