@@ -127,8 +127,7 @@ class RemoteBackend:
         catalog = CatalogClient(self.services.catalog, security=self.security)
         try:
             with self._client() as client:
-                return staged_write(client, catalog, self.local.catalog.get_table(table.identifier), batches,
-                                    request_id, progress)
+                return staged_write(client, catalog, table, batches, request_id, progress)
         except PermissionDeniedError as e:
             if not self.services.writer:
                 raise

@@ -17,7 +17,7 @@ from lsmlake.cli.output import output_file, write_rows
 from lsmlake.cli.placement import waiting_rows, waiting_text
 from lsmlake.cli.progress import Progress, Summary, limited, with_progress
 from lsmlake.cli.records import out, print_records
-from lsmlake.cli.warehouse import open_backend, open_catalog
+from lsmlake.cli.warehouse import find_services, open_backend, open_catalog
 from lsmlake.format import options as opts
 from lsmlake.format.partition import partition_path
 from lsmlake.table.changelog import read_changelog
@@ -50,8 +50,11 @@ def cmd_scan(args: argparse.Namespace) -> int:
     snapshot = table.require_snapshot(args.snapshot) if args.snapshot is not None else table.latest_snapshot()
     table, splits = open_backend(args).plan_scan(table, snapshot.id if snapshot else None, predicate) \
         if snapshot is not None else (table, [])
-    total = sum(sp.row_count for sp in splits)
-    progress = Progress(f"scanning {args.table}", min(total, args.limit) if args.limit is not None else total)
+    # a filter leaves an unknown share of the planned rows: then the line counts rows without a total
+    total = None if predicate is not None else sum(sp.row_count for sp in splits)
+    if total is not None and args.limit is not None:
+        total = min(total, args.limit)
+    progress = Progress(f"scanning {args.table}", total)
     tables = with_progress(limited(table.new_read(projection, predicate).read_batches(splits), args.limit),
                            progress)
     if args.output:
@@ -64,7 +67,9 @@ def cmd_scan(args: argparse.Namespace) -> int:
         write_rows(tables, out_schema, args.format, sys.stdout)
     waiting = waiting_rows(table, snapshot)
     if waiting:
-        sys.stderr.write(f"note: {waiting_text(args.table, waiting)}\n")
+        services = find_services(args)
+        compactor = services is not None and services.compactor is not None
+        sys.stderr.write(f"note: {waiting_text(args.table, waiting, compactor)}\n")
     return 0
 
 
