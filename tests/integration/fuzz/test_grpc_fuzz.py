@@ -34,6 +34,7 @@ WATCH_S = 3.0  # a valid WatchSnapshots streams until its deadline; a refusal co
 
 plan_ids = st.one_of(st.sampled_from(("1", "2", "3", "0", "-1", "01", " 1", "1e3", "99999999999999999999")), texts)
 not_seeded_db = texts.filter(lambda n: n != "db")  # dropping the seeded tables would leave nothing to fuzz
+tag_names = st.one_of(st.sampled_from(("t1", "", "../t", "t/1", "x" * 300, "tag-")), texts)
 not_seeded_table = st.builds(lambda d, t: {"database": d, "table": t}, st.sampled_from(("db", "gone", "../db")),
                              texts.filter(lambda n: n not in TABLES))
 columns = st.lists(st.fixed_dictionaries({"name": st.one_of(st.sampled_from(COLUMNS), texts),
@@ -123,13 +124,25 @@ REQUESTS: dict[str, st.SearchStrategy[Any]] = {
     "/lsmlake.v1.CatalogService/AlterTable": message_of(
         catalog_pb2.AlterTableRequest, lsmlake__v1__AlterTableRequest__table=st.one_of(
             st.just({"database": "db", "table": "alt"}), identifiers())),
+    "/lsmlake.v1.CatalogService/RenameTable": message_of(
+        catalog_pb2.RenameTableRequest, lsmlake__v1__RenameTableRequest__table=not_seeded_table),
+    "/lsmlake.v1.CatalogService/ListTags": message_of(catalog_pb2.ListTagsRequest),
+    "/lsmlake.v1.CatalogService/GetTag": message_of(
+        catalog_pb2.GetTagRequest, lsmlake__v1__GetTagRequest__tag=tag_names),
+    "/lsmlake.v1.CatalogService/CreateTag": message_of(
+        catalog_pb2.CreateTagRequest, lsmlake__v1__CreateTagRequest__tag=tag_names),
+    "/lsmlake.v1.CatalogService/DeleteTag": message_of(
+        catalog_pb2.DeleteTagRequest, lsmlake__v1__DeleteTagRequest__tag=tag_names),
     "/lsmlake.v1.CatalogService/Commit": message_of(catalog_pb2.CommitRequest, depth=5),
     "/lsmlake.v1.CatalogService/GetSnapshot": message_of(catalog_pb2.GetSnapshotRequest),
     "/lsmlake.v1.CatalogService/ListSnapshots": message_of(catalog_pb2.ListSnapshotsRequest),
     "/lsmlake.v1.CatalogService/LatestSnapshot": message_of(catalog_pb2.LatestSnapshotRequest),
     "/lsmlake.v1.CatalogService/SnapshotAtTime": message_of(catalog_pb2.SnapshotAtTimeRequest),
     "/lsmlake.v1.CatalogService/PlanScan": message_of(
-        catalog_pb2.PlanScanRequest, lsmlake__v1__PredicateTerm__column=st.one_of(st.sampled_from(COLUMNS), texts)),
+        catalog_pb2.PlanScanRequest, lsmlake__v1__PredicateTerm__column=st.one_of(st.sampled_from(COLUMNS), texts),
+        lsmlake__v1__PlanScanRequest__filter=st.one_of(st.sampled_from((
+            "id = 1 OR (dt < '2024-01-02' AND v IS NOT NULL)", "id IN (1, 2", "(((", "nope = 1", "id = 'x'", "v >",
+            "id = 1 AND", "dt = X'ff'")), texts)),
     "/lsmlake.v1.CatalogService/ExpireSnapshots": message_of(catalog_pb2.ExpireSnapshotsRequest),
     "/lsmlake.v1.CatalogService/RemoveOrphanFiles": message_of(catalog_pb2.RemoveOrphanFilesRequest),
     "/lsmlake.v1.CatalogService/WatchSnapshots": message_of(catalog_pb2.WatchSnapshotsRequest),
