@@ -1,9 +1,11 @@
 """The backend over the services of a cluster (`lsmlake.client.Client`).
 
-Every change goes through a service: with a catalog service given, rows are never written, nor tables compacted,
-from this process behind the catalog's back. A write without a writer service, or a compaction without a
-compactor service, is refused with the flag that is missing (`MissingServiceError`); `lake rescale` writes its
-files here and commits them through the catalog, as Spark's executors do.
+Every change goes through a service: with a catalog service given, nothing is committed behind the catalog's back.
+`lake write` writes its data files here, numbered by the catalog, and commits them once through the catalog
+(`staged_write.py`), as Spark's executors do, so a write of any size is one snapshot as it is locally; a token
+that may not number rows writes through the writer service in parts instead, and says so. A compaction without a
+compactor service is refused with the flag that is missing (`MissingServiceError`); `lake rescale` writes its
+files here and commits them through the catalog.
 """
 
 from __future__ import annotations
