@@ -28,3 +28,15 @@ def test_reprs_name_counts_not_files(tmp_path: Path) -> None:
     assert repr(result) == (f"TableCompactResult(snapshot_id={result.snapshot_id}, buckets=2, files_before=6, "
                             "files_after=2)")
     assert result.files_before == 6 and result.messages[0].deleted_files[0].file_name not in repr(result)
+
+
+def test_a_commit_message_names_counts(tmp_path: Path) -> None:
+    catalog = FileSystemCatalog(str(tmp_path))
+    catalog.create_database("db")
+    table = catalog.create_table("db.t", parse_schema_fields("id BIGINT NOT NULL, v STRING"), [], ["id"],
+                                 {"bucket": "1"})
+    w = table.new_write()
+    w.write(pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": ["y"] * 3}))
+    [message] = w.prepare_commit()
+    assert repr(message) == f"CommitMessage(partition={message.partition.hex()}, bucket=0, new_files=1)"
+    assert message.new_files[0].file_name not in repr(message)
