@@ -23,8 +23,8 @@ class CommitMessage:
 
     def __repr__(self) -> str:
         # a message can carry thousands of files, each with its statistics: name the counts, not the files
-        counts = {"new_files": self.new_files, "deleted_files": self.deleted_files,
-                  "changelog_files": self.changelog_files, "new_index_files": self.new_index_files,
-                  "deleted_index_files": self.deleted_index_files}
+        counts: dict[str, list[DataFileMeta] | list[IndexEntry]] = {
+            "new_files": self.new_files, "deleted_files": self.deleted_files, "changelog_files": self.changelog_files,
+            "new_index_files": self.new_index_files, "deleted_index_files": self.deleted_index_files}
         parts = ", ".join(f"{k}={len(v)}" for k, v in counts.items() if v)
         return f"CommitMessage(partition={self.partition.hex()}, bucket={self.bucket}{', ' + parts if parts else ''})"
