@@ -147,7 +147,7 @@ def test_lake_up_s3_runs_the_cluster_on_a_local_s3_server(tmp_path: Path, monkey
         first = csv_file(tmp_path / "a.csv", [f"{i},a{i}" for i in range(100)])
         second = csv_file(tmp_path / "b.csv", [f"{i},b{i}" for i in range(0, 100, 2)])
         for path in (first, second):
-            assert "through the writer service" in lake(capsys, "--warehouse", wh, "write", "shop.orders", path)
+            assert "one commit through the catalog service" in lake(capsys, "--warehouse", wh, "write", "shop.orders", path)
         expected = [(i, f"{'b' if i % 2 == 0 else 'a'}{i}") for i in range(100)]
         assert scan(capsys, wh, "shop.orders") == expected
 
@@ -206,7 +206,7 @@ def test_lake_up_on_an_s3_warehouse_with_credentials_in_its_uri(s3_server: S3Ser
         lake(capsys, "--warehouse", wh, "table", "create", "db.t", "--schema", "id BIGINT NOT NULL, v STRING",
              "--primary-key", "id", "--option", "bucket=1")
         rows = csv_file(tmp_path / "rows.csv", [f"{i},x{i}" for i in range(10)])
-        assert "through the writer service" in lake(capsys, "--warehouse", wh, "write", "db.t", rows)
+        assert "one commit through the catalog service" in lake(capsys, "--warehouse", wh, "write", "db.t", rows)
         assert scan(capsys, wh, "db.t") == [(i, f"x{i}") for i in range(10)]
         err = lake(capsys, "--warehouse", wh, "compact", "db.t", code=2)
         assert "pass --compactor-service HOST:PORT" in err, err
