@@ -147,7 +147,8 @@ def test_lake_up_s3_runs_the_cluster_on_a_local_s3_server(tmp_path: Path, monkey
         first = csv_file(tmp_path / "a.csv", [f"{i},a{i}" for i in range(100)])
         second = csv_file(tmp_path / "b.csv", [f"{i},b{i}" for i in range(0, 100, 2)])
         for path in (first, second):
-            assert "one commit through the catalog service" in lake(capsys, "--warehouse", wh, "write", "shop.orders", path)
+            wrote = lake(capsys, "--warehouse", wh, "write", "shop.orders", path)
+            assert "one commit through the catalog service" in wrote
         expected = [(i, f"{'b' if i % 2 == 0 else 'a'}{i}") for i in range(100)]
         assert scan(capsys, wh, "shop.orders") == expected
 
