@@ -33,7 +33,7 @@ def _table(cat: FileSystemCatalog, name: str, writes: int, **options: str) -> An
 
 def _created(t: Any) -> list[int]:
     """Creation times of the table's files, oldest first."""
-    times = [f.creation_time_ms for s in t.plan() for f in s.files]
+    times = [f.creation_epoch_ms for s in t.plan() for f in s.files]
     assert None not in times
     return sorted(c for c in times if c is not None)
 

@@ -7,7 +7,11 @@
   and the creation time of the file that made the pick is the moment (never before the bucket's newest
   upper-level file: a compaction since then started the clock again). A pick that no level-0 file makes counts
   from the bucket's newest file; a full compaction on schedule (`compaction.optimization-interval`,
-  `full-compaction.delta-commits`) never from before it was due.
+  `full-compaction.delta-commits`) never from before it was due. A gentle lookup table (`lookup-compact` =
+  gentle) is asked as the compactor service would with a fresh trigger count (its level 0 moves up only at every
+  `lookup-compact.max-interval`-th trigger, a count only the compactor holds), not as `lake compact`, which moves
+  level 0 up at once.
+- creation times are on the clock of `now`: the stored value is local wall-clock time written as if UTC.
 - an append bucket is due when its compaction rule picks a window of files (Paimon's bucketed rule:
   `compaction.min.file-num` small files that fill `target-file-size`, or `compaction.max.file-num` of any size;
   or a file with too many deleted rows): the window became complete when its newest file was written (with files
@@ -29,6 +33,7 @@ from dataclasses import dataclass, replace
 from lsmlake.format import options as opts
 from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.data_file_meta import DataFileMeta
+from lsmlake.mergetree.compact.force_up_level0 import TriggerCount
 from lsmlake.table.append_compaction import AppendCompactManager
 from lsmlake.table.compact import (
     CompactionHistory,
@@ -142,7 +147,9 @@ def small_files(table: FileStoreTable, files: Sequence[DataFileMeta]) -> int:
 
 
 def _created(f: DataFileMeta, fallback_ms: int) -> int:
-    return f.creation_time_ms if f.creation_time_ms is not None else fallback_ms
+    # on the clock of `now` and of snapshot times: the stored creation time is local wall-clock time
+    created = f.creation_epoch_ms
+    return created if created is not None else fallback_ms
 
 
 def _oldest(files: Sequence[DataFileMeta], fallback_ms: int) -> int:
@@ -151,8 +158,11 @@ def _oldest(files: Sequence[DataFileMeta], fallback_ms: int) -> int:
 
 def _pk_due_since(table: FileStoreTable, split: Split, rules: DueRules) -> int | None:
     def due(files: Sequence[DataFileMeta]) -> bool:
+        # a gentle lookup table's level 0 moves up only at every max-interval-th trigger the compactor counts; the
+        # catalog cannot see that count, so it asks as a compactor with a fresh count would (not as `lake compact`,
+        # which moves level 0 up at once): otherwise a quiet gentle table would show lag growing for good
         manager = merge_tree_manager(table, replace(split, files=tuple(files)), lambda: rules.now_ms / 1000,
-                                     rules.history, with_vectors=False)
+                                     rules.history, with_vectors=False, triggers=TriggerCount())
         return manager.plan(rules.full) is not None
 
     if not due(split.files):

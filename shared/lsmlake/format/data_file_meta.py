@@ -67,6 +67,15 @@ class DataFileMeta:
     # the definitions of those of `extra`'s fields that lsmlake's schema lacks (`avro_schemas.extra_fields`)
     extra_fields: ExtraFields = field(default=(), compare=False, hash=False)
 
+    @property
+    def creation_epoch_ms(self) -> int | None:
+        """When the file was written, as epoch milliseconds (the stored value is local wall-clock time written as
+        if it were UTC, as Paimon writes it: read back in the local zone, as Paimon's `creationTimeEpochMillis`)."""
+        if self.creation_time_ms is None:
+            return None
+        wall = (_EPOCH + dt.timedelta(milliseconds=self.creation_time_ms)).replace(tzinfo=None)
+        return int(wall.timestamp() * 1000)
+
     def path_in(self, bucket_dir: str) -> str:
         """Where the file is: its external path (Paimon's `data-file.external-paths`), else in its bucket folder."""
         return self.external_path or f"{bucket_dir}/{self.file_name}"

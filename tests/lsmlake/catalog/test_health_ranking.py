@@ -38,7 +38,7 @@ def _append(cat: FileSystemCatalog, name: str, writes: int, **options: str) -> F
 
 def _created(t: FileStoreTable) -> list[int]:
     """Creation times of the table's live files, oldest first."""
-    times = [f.creation_time_ms for s in t.new_scan(all_levels=True).plan() for f in s.files]
+    times = [f.creation_epoch_ms for s in t.new_scan(all_levels=True).plan() for f in s.files]
     assert all(c is not None for c in times)
     return sorted(c for c in times if c is not None)
 
