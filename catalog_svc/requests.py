@@ -1,8 +1,7 @@
 """Reading the catalog's table, scan, sequence, bucket and expiration requests into lsmlake's types, within bounds.
 
-Column names are quoted in `...` for the schema parser and its type parser recurses per nesting level,
-so both are bounded before either sees them; sequence ranges are bounded so that a request cannot take
-numbers near the end of the range the commit checks allow.
+Column names and types are bounded (`lsmlake.catalog.column_limits`) before the schema parser sees them; sequence
+ranges are bounded so that a request cannot take numbers near the end of the range the commit checks allow.
 """
 
 from __future__ import annotations
@@ -12,51 +11,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from lsmlake.catalog.column_limits import check_column, check_columns
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.types import DataField, parse_schema_fields
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2
 from lsmlake.table.schema_change import AddColumn, RemoveOption, RenameColumn, SchemaChange, SetOption
 
-MAX_COLUMNS = 10_000
-MAX_COLUMN_NAME_CHARS = 255
-MAX_TYPE_CHARS = 4_096
-MAX_TYPE_NESTING = 32
 MAX_RANGES = 10_000
 MAX_SEQUENCES_PER_RANGE = 1 << 40  # far above any flush; keeps 2^62 (the commit checks' bound) out of reach
 MAX_KEY_HASHES = 1_000_000  # per AssignBuckets request: 4 bytes each, well inside gRPC's message limit
 
 
-def check_column(where: str, name: str, type_text: str) -> None:
-    """InvalidInputError naming `where` for a column name or type text the schema parser must not see."""
-    if not name or len(name) > MAX_COLUMN_NAME_CHARS or "`" in name or "\x00" in name:
-        shown = name if len(name) <= 60 else f"{name[:40]}... ({len(name)} chars)"
-        raise InvalidInputError(f"{where}: column name {shown!r} is invalid: 1 to {MAX_COLUMN_NAME_CHARS} characters, "
-                                "no backtick or NUL")
-    if len(type_text) > MAX_TYPE_CHARS:
-        raise InvalidInputError(f"{where}: the type of column {name!r} is {len(type_text)} characters long; "
-                                f"at most {MAX_TYPE_CHARS}")
-    depth = deepest = 0
-    for ch in type_text:
-        depth += (ch in "<(") - (ch in ">)")
-        deepest = max(deepest, depth)
-    if deepest > MAX_TYPE_NESTING:
-        raise InvalidInputError(f"{where}: the type of column {name!r} is nested {deepest} levels deep; "
-                                f"at most {MAX_TYPE_NESTING}")
-
-
-def check_columns(columns: Sequence[catalog_pb2.Column]) -> None:
-    if not columns:
-        raise InvalidInputError("columns must not be empty")
-    if len(columns) > MAX_COLUMNS:
-        raise InvalidInputError(f"columns has {len(columns)} entries; at most {MAX_COLUMNS}")
-    for i, c in enumerate(columns):
-        check_column(f"columns[{i}]", c.name, c.type)
-
-
 def table_fields(columns: Sequence[catalog_pb2.Column]) -> tuple[DataField, ...]:
     """The fields of a CreateTable request's columns, with their comments."""
-    check_columns(columns)
+    check_columns([(c.name, c.type) for c in columns])
     fields = parse_schema_fields(", ".join(f"`{c.name}` {c.type}" for c in columns))
     return tuple(dataclasses.replace(f, description=c.comment or None) for f, c in zip(fields, columns, strict=True))
 

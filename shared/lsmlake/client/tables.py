@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from lsmlake.catalog.column_limits import check_columns
 from lsmlake.catalog.filesystem import split_identifier
 from lsmlake.client.connection import Connection
 from lsmlake.client.schema import TableSchemaInfo, shown
@@ -105,6 +106,7 @@ class Tables:
         The definition is checked before anything is created: a bad one raises InvalidInputError naming the
         problem and creates neither the database nor the table."""
         columns = _columns(schema)
+        check_columns([(c.name, c.type) for c in columns])  # the catalog's bounds, checked before its parser's
         primary_keys, partition_keys = key_names(primary_keys), key_names(partition_keys)
         opts = {str(k): option_text(v) for k, v in (options or {}).items()}
         db, _ = split_identifier(identifier)

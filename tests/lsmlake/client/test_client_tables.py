@@ -4,6 +4,7 @@ DeleteTag), each checked against the library's own view of the warehouse."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -46,6 +47,22 @@ def test_create_table_creates_a_missing_database_and_refuses_a_bad_definition_fi
         with pytest.raises(InvalidInputError):
             client.create_table("never.t", "id BIGINT NOT NULL", **bad)
         assert "never" not in client.list_databases()
+
+
+@pytest.mark.parametrize(("db", "schema", "problem"), [
+    ("long_name", "id INT, " + "c" * 300 + " INT", "column name 'cccc"),
+    ("deep_type", "id INT, a " + "ARRAY<" * 40 + "INT" + ">" * 40, "column 'a' is nested 40 levels deep"),
+    ("backtick", pa.schema([pa.field("id", pa.int32()), pa.field("a`b", pa.int32())]),
+     "column name 'a`b' is invalid"),
+], ids=["long_name", "deep_type", "backtick"])
+def test_create_table_refuses_columns_the_catalog_refuses_before_creating_the_database(
+        client: Client, db: str, schema: str | pa.Schema, problem: str) -> None:
+    # the catalog's bounds on column names and types (which its schema parser needs) hold in the client too,
+    # so a definition the catalog would refuse leaves no new database behind
+    before = client.list_databases()
+    with pytest.raises(InvalidInputError, match=re.escape(problem)):
+        client.create_table(f"{db}.t", schema)
+    assert client.list_databases() == before and db not in before
 
 
 def test_schema_is_typed_and_agrees_with_the_library(client: Client, services: ClientServices) -> None:
