@@ -253,18 +253,25 @@ class PlanRunner:
         if outcome != "empty":
             self.state.count_failed()
 
-    def recover(self, table_ids: Sequence[str]) -> None:
-        """Roll back the INFLIGHT plans of owned buckets left by other owners; run them and REQUESTED ones."""
+    def recover(self, table_ids: Sequence[str], inflight: bool = True) -> bool:
+        """Roll back the INFLIGHT plans of owned buckets left by other owners; run them and REQUESTED ones.
+
+        `inflight` False: adopt only the REQUESTED plans (the periodic look for plans others requested); an INFLIGHT
+        plan's owner may still be at work, and only a change of ownership says it is not. False when every plan
+        slot was taken before all were run, or a plan waits for one of this compactor's running plans of its buckets to
+        end (the caller looks again soon).
+        """
+        states = [S.COMPACTION_PLAN_STATE_REQUESTED] + ([S.COMPACTION_PLAN_STATE_INFLIGHT] if inflight else [])
+        complete = True
         for table_id in table_ids:
             try:
-                plans = self.timeline.plans(table_id, [S.COMPACTION_PLAN_STATE_REQUESTED,
-                                                       S.COMPACTION_PLAN_STATE_INFLIGHT])
+                plans = self.timeline.plans(table_id, states)
             except LakeError as e:
                 _log.warning("cannot list the plans of %s: %s", table_id, e)
                 continue
             for plan in plans:
                 if self.should_stop():
-                    return
+                    return True
                 first = plan.units[0]
                 if not self.ownership.owns(table_id, first.partition, first.bucket):
                     continue
@@ -285,9 +292,16 @@ class PlanRunner:
                 if plan.state == S.COMPACTION_PLAN_STATE_REQUESTED:
                     if plan.attempts >= MAX_ATTEMPTS:
                         self._retire(table_id, plan)
-                    elif not self.launch(table_id, plan):
-                        self.state.ask_recovery()  # every plan slot is taken: the next round runs it
-                        return
+                        continue
+                    running = {k for r in self.state.running for k in r.keys}
+                    if any((table_id, u.partition, u.bucket) in running for u in plan.units):
+                        complete = False  # two plans of one bucket would conflict: after the running one ends
+                        continue
+                    _log.info("running plan %s of %s found REQUESTED on the timeline (%d bucket(s)%s)",
+                              plan.plan_id, table_id, len(plan.units), ", full" if plan.full else "")
+                    if not self.launch(table_id, plan):
+                        return False  # every plan slot is taken: a later round runs it
+        return complete
 
     def _retire(self, table_id: str, plan: catalog_pb2.CompactionPlan) -> None:
         """End a plan that failed MAX_ATTEMPTS times (ROLLED_BACK, inputs released); its buckets are re-planned."""

@@ -23,7 +23,12 @@ is refused at once, its dirty buckets are dropped with the reason (logged once p
 reconciliation does not mark it; `lake health` shows the reason as the table's error.
 
 Recovery of the plans other owners left (`plan_runs.py`) runs when buckets are gained (at start and at
-every rebalance) and after a plan request fails (its reply lost, or its inputs held by a pending plan).
+every rebalance) and after a plan request fails (its reply lost, or its inputs held by a pending plan). Plans others
+request on the catalog's timeline (the console's "compact now" and "full compaction") reach no compactor by an
+event, so every `requested_interval_s` the planning thread also looks for the REQUESTED plans of the tables and
+runs those whose first bucket it owns (`PlanRunner.recover` without INFLIGHT plans, whose owners may still be at
+work); the others are left to their owners. The catalog lists plans one table at a time, so a look costs one
+ListCompactionPlans call per table.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ S = catalog_pb2.CompactionPlanState
 HELD_RETRY_S = 1.0  # a bucket whose files a pending plan holds is looked at again after this
 TICK_S = 0.5  # the planning thread looks at the dirty buckets at least this often
 RETRY_ROUND_S = 1.0  # after a round that failed as a whole
+REQUESTED_INTERVAL_S = 5.0  # how often the timeline is looked at for plans others requested
 ROUND_BUDGET_S = 60.0  # a round takes no new table after this long: the rest wait, keeping their queue place
 
 
@@ -90,7 +96,8 @@ class Scheduler:
                  metrics: CompactorMetrics, compactor_id: str, trigger: FullCompactionTrigger,
                  max_plan_bytes: int = 2 << 30, max_plan_buckets: int = 64, reconcile_interval_s: float = 30.0,
                  round_budget_s: float = ROUND_BUDGET_S, weights: DatabaseWeights | None = None,
-                 deadline: PlanDeadline | None = None, concurrent_plans: int = 1) -> None:
+                 deadline: PlanDeadline | None = None, concurrent_plans: int = 1,
+                 requested_interval_s: float = REQUESTED_INTERVAL_S) -> None:
         self.warehouse = warehouse
         self.catalog = FileSystemCatalog(warehouse)
         self.timeline = timeline
@@ -101,6 +108,7 @@ class Scheduler:
         self.max_plan_bytes = max_plan_bytes
         self.max_plan_buckets = max_plan_buckets
         self.reconcile_interval_s = reconcile_interval_s
+        self.requested_interval_s = requested_interval_s
         self.state = CompactorState()
         self.buckets = Buckets(ownership, metrics, self.state.lock)
         self.queue = FairQueue()
@@ -112,6 +120,7 @@ class Scheduler:
         self.runner = PlanRunner(warehouse, timeline, spark, ownership, metrics, compactor_id, self.buckets,
                                  self.state, self._loop.is_stopping, deadline, concurrent_plans)
         self._reconcile_due = 0.0
+        self._requested_due = 0.0
         self._refused: dict[str, str] = {}  # table -> why it is not compacted (as last logged)
 
     @property
@@ -205,9 +214,9 @@ class Scheduler:
             self._loop.sleep(RETRY_ROUND_S)
 
     def _round(self) -> None:
-        """Recover plans and reconcile when due, then plan and run the ready dirty buckets, table by table."""
-        if self.state.take_recovery():
-            self.runner.recover(self.catalog.table_ids())
+        """Recover plans (or adopt the REQUESTED ones) and reconcile when due, then plan and run the ready dirty
+        buckets, table by table."""
+        self._recover()
         if time.monotonic() >= self._reconcile_due:
             self._reconcile_due = time.monotonic() + self.reconcile_interval_s
             self._reconcile()
@@ -237,6 +246,17 @@ class Scheduler:
                     self.buckets.attempt_failed(k, f"planning failed: {type(e).__name__}: {e}")
         if self.buckets.round_done():
             self._loop.wake()  # the others wait for their pause to end (the 0.5 s tick finds them)
+
+    def _recover(self) -> None:
+        """Recover the plans others left when asked, else adopt the REQUESTED ones when it is time to look."""
+        now = time.monotonic()
+        if self.state.take_recovery():
+            self._requested_due = now + self.requested_interval_s  # this looks at the REQUESTED plans too
+            if not self.runner.recover(self.catalog.table_ids()):
+                self.state.ask_recovery()
+        elif now >= self._requested_due:
+            self._requested_due = now + self.requested_interval_s
+            self.runner.recover(self.catalog.table_ids(), inflight=False)  # what it could not run: at the next look
 
     def _demand(self, table_id: str, keys: list[BucketKey]) -> Demand:
         """The table's place in the fair queue: its (or its database's) priority and share, and whether its writers

@@ -24,7 +24,7 @@ from compactor_svc.plan_runs import (
     DEFAULT_DEADLINE_S,
     PlanDeadline,
 )
-from compactor_svc.scheduler import ROUND_BUDGET_S, Scheduler
+from compactor_svc.scheduler import REQUESTED_INTERVAL_S, ROUND_BUDGET_S, Scheduler
 from compactor_svc.servicer import CompactorService
 from compactor_svc.triggers import STRATEGIES, FullCompactionTrigger
 from lsmlake.catalog.filesystem import check_name
@@ -61,6 +61,7 @@ class Settings(ServiceSettings):
     max_plan_bytes: int = 2 << 30
     max_plan_buckets: int = 64
     reconcile_interval_s: float = 30.0
+    requested_interval_s: float = REQUESTED_INTERVAL_S  # how often to look for plans others requested
     round_budget_s: float = ROUND_BUDGET_S
     weights: DatabaseWeights = field(default_factory=DatabaseWeights)  # databases' priority and share
     grace_s: float = 30.0
@@ -94,6 +95,10 @@ class Settings(ServiceSettings):
         p.add_argument("--max-plan-buckets", type=int, default=64)
         p.add_argument("--reconcile-interval", type=float, default=30.0,
                        help="seconds between looks at every owned bucket (finds lost events)")
+        p.add_argument("--requested-plans-interval", type=float, default=REQUESTED_INTERVAL_S, metavar="SECONDS",
+                       help="seconds between looks for plans others requested on the catalog's timeline (the "
+                            "console's compaction buttons); each look lists every table's plans "
+                            f"(default {REQUESTED_INTERVAL_S:g})")
         p.add_argument("--round-budget", type=float, default=ROUND_BUDGET_S, metavar="SECONDS",
                        help="a planning round takes no new table after this long; the rest keep their place in "
                             f"the queue (default {ROUND_BUDGET_S:g})")
@@ -134,8 +139,10 @@ class Settings(ServiceSettings):
             trigger = FullCompactionTrigger(a.full_trigger, a.full_delta_commits, a.full_delta_seconds)
         except InvalidInputError as e:
             p.error(str(e))
-        if min(a.reconcile_interval, a.max_plan_bytes, a.max_plan_buckets, a.round_budget) <= 0:
-            p.error("--reconcile-interval, --max-plan-bytes, --max-plan-buckets and --round-budget must be positive")
+        if min(a.reconcile_interval, a.requested_plans_interval, a.max_plan_bytes, a.max_plan_buckets,
+               a.round_budget) <= 0:
+            p.error("--reconcile-interval, --requested-plans-interval, --max-plan-bytes, --max-plan-buckets and "
+                    "--round-budget must be positive")
         try:
             weights = DatabaseWeights(_weights(a.database_priority, "--database-priority", None),
                                       _weights(a.database_share, "--database-share", 1))
@@ -151,6 +158,7 @@ class Settings(ServiceSettings):
         return Settings(warehouse=a.warehouse, catalog=a.catalog, kafka=a.kafka, spark_master=a.spark_master,
                         spark_conf=tuple(conf), trigger=trigger, max_plan_bytes=a.max_plan_bytes,
                         max_plan_buckets=a.max_plan_buckets, reconcile_interval_s=a.reconcile_interval,
+                        requested_interval_s=a.requested_plans_interval,
                         round_budget_s=a.round_budget, weights=weights, deadline=deadline,
                         concurrent_plans=a.concurrent_plans, **common, **extra)
 
@@ -210,7 +218,8 @@ class CompactorServer(ServiceProcess[Settings]):
         self._scheduler = Scheduler(s.warehouse, self._catalog.timeline, self._spark, self.ownership, self.metrics,
                                     s.compactor_id, s.trigger, s.max_plan_bytes, s.max_plan_buckets,
                                     s.reconcile_interval_s, round_budget_s=s.round_budget_s, weights=s.weights,
-                                    deadline=s.deadline, concurrent_plans=s.concurrent_plans).start()
+                                    deadline=s.deadline, concurrent_plans=s.concurrent_plans,
+                                    requested_interval_s=s.requested_interval_s).start()
         compactor_pb2_grpc.add_CompactorServiceServicer_to_server(
             CompactorService(s.warehouse, self._scheduler, self.ownership, s.compactor_id), server)
 
