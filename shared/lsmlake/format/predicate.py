@@ -49,19 +49,29 @@ def canonical_op(op: str) -> str:
     return name
 
 
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING: Any = _Missing()  # a value left out, told apart from None (a comparison with NULL)
+
+
 @dataclass(frozen=True)
 class Term:
     """One comparison of a column with a literal (IN takes a collection of literals, IS [NOT] NULL none)."""
 
     column: str
     op: str
-    value: Any = None
+    value: Any = _MISSING
 
     def __post_init__(self) -> None:
         if not isinstance(self.column, str) or not self.column:
             raise InvalidInputError(f"a filter term needs a column name, got {self.column!r}")
         op = canonical_op(self.op)
         object.__setattr__(self, "op", op)
+        if self.value is _MISSING and op not in _UNARY:
+            raise InvalidInputError(f"filter term {self.column!r} {op}: the value is missing; give (column, op, value)")
         if op in _UNARY:
             object.__setattr__(self, "value", None)
         elif op == "in":
@@ -126,9 +136,12 @@ class Term:
             return f.is_valid()
         if self.op == "in":
             # an empty value set has no type, which Arrow refuses to compare: match nothing, typed by the column
-            return f.isin(list(self.value)) if self.value else f.is_null() & f.is_valid()
-        return {"=": f == self.value, "!=": f != self.value, "<": f < self.value, "<=": f <= self.value,
-                ">": f > self.value, ">=": f >= self.value}[self.op]
+            if not self.value:
+                return f.is_null() & f.is_valid()
+            nanos = next((v for v in self.value if _has_nanos(v)), None)
+            return f.isin(pa.array(self.value, _nano_type(nanos)) if nanos is not None else list(self.value))
+        v = pa.scalar(self.value, _nano_type(self.value)) if _has_nanos(self.value) else self.value
+        return {"=": f == v, "!=": f != v, "<": f < v, "<=": f <= v, ">": f > v, ">=": f >= v}[self.op]
 
     def bind(self, schema: pa.Schema) -> Term:
         """This term with its column checked against `schema` and its literals cast to the column's type."""
@@ -379,6 +392,16 @@ def _only(p: Predicate, keep: set[str]) -> Predicate | None:
             continue
         children.append(sub)
     return Predicate(tuple(children), p.any) if children else None
+
+
+def _has_nanos(v: Any) -> bool:
+    """Whether `v` is a timestamp with nanoseconds (a pandas.Timestamp, as Arrow gives them), which Arrow would
+    read as microseconds, dropping them, unless told the type."""
+    return bool(getattr(v, "nanosecond", 0))
+
+
+def _nano_type(v: Any) -> pa.DataType:
+    return pa.timestamp("ns", tz=None if v.tzinfo is None else "UTC")
 
 
 def quote_identifier(name: str) -> str:

@@ -34,26 +34,52 @@ def cast_literal(value: Any, arrow_type: pa.DataType, column: str) -> Any:
     errors = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError)
     try:
         try:
-            wanted = _temporal(value, arrow_type)
+            wanted, nanos = _temporal(value, arrow_type)
             out = pa.scalar(wanted, type=arrow_type).as_py()
             if isinstance(wanted, (dt.time, dt.datetime)) and out != wanted:
                 raise ValueError("finer than the column")  # Arrow truncates: the literal would not be what was asked
+            if nanos:
+                # beyond Python's microseconds: added in Arrow, whose `as_py` keeps them (as pandas.Timestamp)
+                out = pa.scalar(pa.scalar(wanted, type=arrow_type).cast(pa.int64()).as_py() + nanos,
+                                type=arrow_type).as_py()
             return out
+        except _Finer:
+            raise
         except errors:
             return pa.scalar(value).cast(arrow_type).as_py()
+    except _Finer:
+        raise InvalidInputError(f"filter on {column!r}: {value!r} is not a valid {arrow_type}: it is finer than the "
+                                "column holds") from None
     except errors:
         raise InvalidInputError(f"filter on {column!r}: {value!r} is not a valid {arrow_type}") from None
 
 
-def _temporal(value: Any, arrow_type: pa.DataType) -> Any:
-    """A text read as a time or a timestamp (ISO-8601), which Arrow's casts from text do not all read."""
-    if not isinstance(value, str):
-        return value
+class _Finer(ValueError):
+    """A text with nonzero fraction digits beyond the column's unit: no value of the column equals it."""
+
+
+_FRACTION = re.compile(r"(\d:\d\d)\.(\d+)")
+_UNIT_DIGITS = {"s": 0, "ms": 3, "us": 6, "ns": 9}
+
+
+def _temporal(value: Any, arrow_type: pa.DataType) -> tuple[Any, int]:
+    """A text read as a time or a timestamp (ISO-8601), which Arrow's casts from text do not all read, and the
+    nanoseconds beyond its microseconds: Python reads at most six fraction digits (3.11 drops the rest silently),
+    so the digits past six are counted here, and refused when nonzero past the column's unit."""
+    if not isinstance(value, str) or not (pa.types.is_time(arrow_type) or pa.types.is_timestamp(arrow_type)):
+        return value, 0
+    text = value.strip()
+    nanos = 0
+    fraction = _FRACTION.search(text)
+    if fraction is not None:
+        digits = fraction.group(2)
+        if digits[_UNIT_DIGITS[arrow_type.unit]:].strip("0"):
+            raise _Finer(text)
+        nanos = int(digits[6:9].ljust(3, "0"))
+        text = text[:fraction.start(2)] + digits[:6] + text[fraction.end(2):]
     if pa.types.is_time(arrow_type):
-        return dt.time.fromisoformat(value.strip())
-    if pa.types.is_timestamp(arrow_type):
-        return dt.datetime.fromisoformat(value.strip())
-    return value
+        return dt.time.fromisoformat(text), nanos
+    return dt.datetime.fromisoformat(text), nanos
 
 
 _TOKEN = re.compile(r"""\s*(?:(?P<hex>[xX]'[0-9a-fA-F]*')|(?P<str>'(?:[^']|'')*')|(?P<ident>"(?:[^"]|"")*")"""
@@ -89,6 +115,9 @@ def _literal(token: Token, column: str, arrow_type: pa.DataType) -> Any:
         raise InvalidInputError(f"filter on {column!r}: a comparison with NULL is never true; use IS [NOT] NULL")
     elif kind == "word":
         text = raw
+    elif kind == "ident":
+        text = raw[1:-1].replace('""', '"').replace("'", "''")
+        raise InvalidInputError(f"filter on {column!r}: {raw} names a column; write text in single quotes ('{text}')")
     else:
         raise InvalidInputError(f"filter on {column!r}: expected a value, found {raw!r}")
     return cast_literal(text, arrow_type, column)

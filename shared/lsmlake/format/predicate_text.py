@@ -5,8 +5,10 @@ the catalog's `PlanScan`): `dt = '2024-01-02' AND (id < 3 OR id IS NULL)`.
     atom   := '(' filter ')' | column OP literal | column IN (literal, ...) | column IS [NOT] NULL
 
 OP is one of = == != <> < <= > >=; AND binds tighter than OR; keywords are case-insensitive; a column is a bare
-name or in double quotes (`"order"`, with `""` for a quote inside); literals are numbers, `true`/`false` or quoted text
-(`'it''s'`), parsed by the column's type, so `d < '2024-02-01'` on a date column compares dates.
+name or in double quotes (`"order"`, with `""` for a quote inside); literals are numbers, `true`/`false` or text in
+single quotes (`'it''s'`), parsed by the column's type, so `d < '2024-02-01'` on a date column compares dates. A time
+or timestamp literal keeps every fraction digit its column holds (nine on TIMESTAMP(9)); one finer than the column
+is refused, as no value of the column could equal it.
 
 Where it is safe (the deletion-vector rules): partition terms skip partitions, key terms skip files
 by their key statistics, and every term filters rows only after the merge, so a filtered read

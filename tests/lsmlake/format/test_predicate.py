@@ -62,6 +62,17 @@ def test_aliases_and_value_checks() -> None:
     assert Predicate.of({"dt": None}) == Predicate.of([("dt", "is_null")])
 
 
+def test_a_term_without_its_value_says_so() -> None:
+    for op in ("=", ">=", "in"):
+        with pytest.raises(InvalidInputError, match=f"'id' {op}: the value is missing"):
+            Term("id", op)
+        with pytest.raises(InvalidInputError, match=f"'id' {op}: the value is missing"):
+            Predicate.of([("id", op)])
+    with pytest.raises(InvalidInputError, match="'id' >= NULL is never true; use IS NULL or IS NOT NULL"):
+        Term("id", ">=", None)  # a value given as None is a comparison with NULL
+    assert Term("id", "is_null") == Term("id", "is_null", None)
+
+
 def test_a_schema_checks_columns_and_types_literals() -> None:
     p = Predicate.of([("dt", "=", 1), ("id", ">=", "2"), ("d", "<", "2024-02-01"), ("p", "in", [1.5, "2"]),
                       ("x", "<", 1)], SCHEMA)

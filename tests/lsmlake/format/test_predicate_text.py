@@ -36,6 +36,8 @@ def test_terms_are_typed_by_their_column() -> None:
     ("id = 1 OR", "ends with OR"), ("(id = 1", "not closed"), ("id = 1)", "expected AND, OR"),
     ("id = NULL", "IS \\[NOT\\] NULL"), ("id IN (1, 2", "ends too early"), ("= 1", "expected a column"),
     ("id IS 5", "IS NULL or IS NOT NULL"), ("id IN 1", "parenthesised"), ("id >=", "ends too early"),
+    ('s = "a"', r"""'s': "a" names a column; write text in single quotes \('a'\)"""),
+    ('id IN (1, "x")', r"""'id': "x" names a column; write text in single quotes \('x'\)"""),
 ])
 def test_bad_filters_are_refused_with_the_reason(text: str, message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
