@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import InvalidInputError
-from lsmlake.format.predicate import Predicate
+from lsmlake.format.predicate import Predicate, Term
 from lsmlake.format.types import parse_type, to_arrow_type
 from lsmlake.table.file_store_table import FileStoreTable
 
@@ -81,3 +83,21 @@ def test_a_literal_finer_than_its_column_is_refused(column_type: str, literal: s
 def test_trailing_zero_digits_are_exact_at_any_precision(column_type: str, literal: str, value: object) -> None:
     schema = pa.schema([("c", to_arrow_type(parse_type(column_type)))])
     assert Predicate.parse(f"c = '{literal}'", schema).terms[0].value == value
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-(2**62), 2**62), st.sampled_from(["=", "!=", "<", "<=", ">", ">="]), st.booleans())
+def test_any_nanosecond_instant_compares_like_its_integer(nanos: int, op: str, zoned: bool) -> None:
+    # the model: nanoseconds since the epoch as plain integers, compared by Python
+    typ = pa.timestamp("ns", tz="UTC" if zoned else None)
+    schema = pa.schema([("c", typ)])
+    term = Term("c", op, pa.scalar(nanos, typ).as_py())
+    p = Predicate.parse(term.to_text(), schema)
+    assert p == Predicate((term,))
+    column = [nanos - 1, nanos, nanos + 1]
+    expr = p.expression()
+    assert expr is not None
+    got = pa.table({"c": pa.array(column, typ)}).filter(expr).column("c").cast(pa.int64()).to_pylist()
+    compare = {"=": int.__eq__, "!=": int.__ne__, "<": int.__lt__, "<=": int.__le__, ">": int.__gt__,
+               ">=": int.__ge__}[op]
+    assert got == [v for v in column if compare(v, nanos)]
