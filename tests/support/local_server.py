@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,7 +26,7 @@ class Local:
     channel: grpc.Channel
     warehouse: str
 
-    def create_table(self, db: str, name: str, columns: list[tuple[str, str]], primary_keys: list[str] = (),
+    def create_table(self, db: str, name: str, columns: list[tuple[str, str]], primary_keys: Sequence[str] = (),
                      options: dict[str, str] | None = None) -> common_pb2.TableIdentifier:
         self.stub.CreateDatabase(catalog_pb2.CreateDatabaseRequest(name=db, ignore_if_exists=True), timeout=TIMEOUT_S)
         ident = common_pb2.TableIdentifier(database=db, table=name)
