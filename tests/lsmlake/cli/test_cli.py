@@ -745,8 +745,19 @@ def test_health_ranks_the_tables(lake: Lake, tmp_path: Path) -> None:
     assert [(r["table"], r["stalled"], r["runs"], r["level0_files"], r["requested"], r["error"]) for r in got] == [
         ("db.busy", True, 4, 4, 0, None), ("db.calm", False, 1, 1, 0, None)]
     assert got[0]["score"] < got[1]["score"] <= 100 and got[0]["lag_s"] >= 0
+    # the band, the triggers the runs are measured against and why the table lost points
+    assert [(r["severity"], r["triggers"]) for r in got] == [("bad", "runs 5..3"), ("good", "runs 5..3")]
+    assert got[0]["reasons"][0].startswith("stalled: 4 sorted runs") and got[1]["reasons"] == []
     text = lake.ok("health", "db.calm")
-    assert text.splitlines()[0].split()[:3] == ["table", "score", "stalled"] and "db.calm" in text
+    assert text.splitlines()[0].split()[:4] == ["table", "score", "severity", "stalled"] and "db.calm" in text
+
+    lake.ok("table", "create", "db.log", "--schema", "id BIGINT, v STRING", "--option", "bucket=-1",
+            "--option", "write-only=true")
+    for i in range(3):
+        write_rows(lake, tmp_path, "db.log", "id,v", [f"{i},x"])
+    [log] = lake.jsonl("health", "db.log", "--format", "jsonl")
+    # an append table: no runs, its small files against compaction.min.file-num .. max.file-num
+    assert (log["runs"], log["triggers"], log["stalled"]) == (None, "files 5..50", False)
 
 
 def test_a_catalog_service_without_a_compactor_compacts_nothing_here(lake: Lake, tmp_path: Path) -> None:

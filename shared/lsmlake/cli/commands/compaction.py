@@ -201,8 +201,11 @@ def timeline_records(store: Any, table_id: str, states: Sequence[str] | None, no
     return records
 
 
-HEALTH_KEYS = ("table", "score", "stalled", "lag_s", "runs", "stop_trigger", "level0_files", "requested",
-               "inflight", "oldest_plan_s", "error")
+HEALTH_KEYS = ("table", "score", "severity", "stalled", "lag_s", "due", "runs", "triggers", "small_files",
+               "level0_files", "requested", "inflight", "oldest_plan_s", "reasons", "error")
+# right-aligned in a table
+_HEALTH_NUMERIC = ("score", "lag_s", "due", "runs", "small_files", "level0_files", "requested", "inflight",
+                   "oldest_plan_s")
 
 
 def cmd_health(args: argparse.Namespace) -> int:
@@ -216,15 +219,23 @@ def cmd_health(args: argparse.Namespace) -> int:
     url = _metastore_url(args, catalog, required=False)
     with (open_store(url) if url is not None else nullcontext()) as store:
         healths = read_healths(catalog, store, tids, now_ms())
+    # an append table has no sorted runs and no stop trigger: its measure is small files against
+    # compaction.min.file-num .. max.file-num
     records: list[dict[str, Any]] = [
-        {"table": h.table, "score": h.score, "stalled": "STALLED" if h.stalled else "",
-         "lag_s": round(h.lag_ms / 1000, 1), "runs": h.max_sorted_runs, "stop_trigger": h.stop_trigger,
-         "level0_files": h.level0_files, "requested": h.pending_plans, "inflight": h.inflight_plans,
-         "oldest_plan_s": round(h.oldest_plan_age_ms / 1000, 1), "error": h.error or ""} for h in healths]
-    if args.format != "table":  # for programs: a boolean, and no error as null
-        for r in records:
+        {"table": h.table, "score": h.score, "severity": h.severity, "stalled": "STALLED" if h.stalled else "",
+         "lag_s": round(h.lag_ms / 1000, 1), "due": h.due_buckets, "runs": h.max_sorted_runs if h.primary_key else "",
+         "triggers": (f"runs {h.compaction_trigger}..{h.stop_trigger}" if h.primary_key
+                      else f"files {h.min_file_num}..{h.max_file_num}"),
+         "small_files": h.max_small_files, "level0_files": h.level0_files, "requested": h.pending_plans,
+         "inflight": h.inflight_plans, "oldest_plan_s": round(h.oldest_plan_age_ms / 1000, 1),
+         "reasons": "; ".join(str(r) for r in h.reasons if r.cause != "error"), "error": h.error or ""}
+        for h in healths]
+    if args.format != "table":  # for programs: a boolean, lists, and no error or runs as null
+        for h, r in zip(healths, records, strict=True):
             r["stalled"], r["error"] = bool(r["stalled"]), r["error"] or None
-    print_records(records, HEALTH_KEYS, args.format, HEALTH_KEYS[1:2] + HEALTH_KEYS[3:-1])
+            r["runs"] = r["runs"] if h.primary_key else None
+            r["reasons"] = [str(x) for x in h.reasons if x.cause != "error"]
+    print_records(records, HEALTH_KEYS, args.format, _HEALTH_NUMERIC)
     return 0
 
 
