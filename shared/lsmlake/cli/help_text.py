@@ -327,9 +327,12 @@ examples:
   lake health shop.orders
   lake health --database shop --format jsonl
 
-Per table, from its latest snapshot: the lag (age of the oldest file not yet compacted: level 0, or rows a
-postpone table has not placed), the sorted runs of its worst bucket against num-sorted-run.stop-trigger
-(STALLED: writers wait), level-0 files, pending compaction plans (REQUESTED, INFLIGHT) and the age of the
-oldest, read from the catalog's metadata store when the warehouse has one. The score (100 best) and its
-formula: docs/operating-tables.md. Stalled tables come first, then the lowest score.
+Per table, from its latest snapshot: the score (100 best) and its band (good >= 80, warning 50..79, bad),
+the lag (how long the compaction now due has waited: 0 when compaction would leave the table alone, however
+old its data), the buckets with a compaction due, the sorted runs of its worst bucket against
+num-sorted-run.compaction-trigger..stop-trigger (STALLED: writers wait) or, for an append table, its small
+files against compaction.min.file-num..max.file-num, level-0 files, pending compaction plans (REQUESTED,
+INFLIGHT) and the age of the oldest (from the catalog's metadata store when the warehouse has one), and the
+reasons for the points lost. The formula: docs/operating-tables.md. Stalled tables come first, then the
+lowest score.
 """
