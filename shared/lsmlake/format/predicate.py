@@ -222,6 +222,8 @@ class Predicate:
         With `schema` (an Arrow schema, or anything with an `arrow_schema`) every column is checked and every
         literal cast to its column's type; InvalidInputError names what does not fit.
         """
+        if spec is None:  # nothing to check: a table with columns Arrow cannot hold (BLOB) still plans
+            return Predicate()
         arrow = getattr(schema, "arrow_schema", schema)
         if arrow is not None and not isinstance(arrow, pa.Schema):
             raise InvalidInputError(f"a filter's schema must be an Arrow or table schema, not {type(schema)}")

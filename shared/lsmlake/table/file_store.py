@@ -181,7 +181,7 @@ class FileStore:
             raise InvalidInputError(f"table {self.identifier} needs 'deletion-vectors.enabled' = 'true' "
                                     "for deletes")
         features.check(self.schema, self.identifier, for_write=True)
-        pred = Predicate.of(predicate, self.schema.arrow_schema)
+        pred = Predicate.of(predicate, self.schema)
         if pred.accepts_all:
             raise InvalidInputError("delete_where needs a predicate (to empty a table, overwrite it)")
         user = commit_user or str(uuid.uuid4())
@@ -287,19 +287,19 @@ class FileStore:
         snap = snapshot if isinstance(snapshot, Snapshot) or snapshot is None else self.snapshots.snapshot(snapshot)
         if snapshot is None:
             snap = self.snapshots.latest()
-        return TableScan(self.schema, self.manifests, snap, Predicate.of(predicate, self.schema.arrow_schema),
+        return TableScan(self.schema, self.manifests, snap, Predicate.of(predicate, self.schema),
                          all_levels, self.indexes)
 
     def new_read(self, projection: Sequence[str] | None = None,
                  predicate: Spec = None) -> TableRead:
         features.check(self.schema, self.identifier, for_write=False)
-        return TableRead(self.io, self.path, self.schema, projection, Predicate.of(predicate, self.schema.arrow_schema))
+        return TableRead(self.io, self.path, self.schema, projection, Predicate.of(predicate, self.schema))
 
     def to_arrow(self, snapshot_id: int | None = None, projection: Sequence[str] | None = None,
                  predicate: Spec = None) -> pa.Table:
         """The table's rows at a snapshot (latest by default), merged."""
         self.refresh_schema()
-        pred = Predicate.of(predicate, self.schema.arrow_schema)
+        pred = Predicate.of(predicate, self.schema)
         splits = self.new_scan(pred, snapshot_id).plan()
         return self.new_read(projection, pred).read(splits)
 
