@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from lsmlake.format import deletion_vector
@@ -19,7 +20,7 @@ from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.data_file_read import DataFileRead, decode_pool, read_all
 from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.format.index_manifest import IndexEntry
-from lsmlake.format.predicate import Predicate
+from lsmlake.format.predicate import Predicate, Term
 from lsmlake.format.row_kind import without_retractions
 from lsmlake.format.schema import SEQUENCE_NUMBER, VALUE_KIND, SchemaHistory, SchemaManager, TableSchema
 from lsmlake.fs.file_io import FileIO
@@ -104,10 +105,50 @@ class TableRead:
             assert self.merge_function is not None
             table = self.merge_function.merge(table)
             table = without_retractions(table)
-        expr = self.predicate.expression()
-        if expr is not None:
-            table = table.filter(expr)
-        return table.select(self.projection)
+        return filter_rows(table, self.predicate).select(self.projection)
+
+
+def filter_rows(table: pa.Table, predicate: Predicate) -> pa.Table:
+    """The rows of `table` that `predicate` (bound to the table's schema) accepts; a null comparison filters out.
+
+    The mask is computed with compute kernels rather than by filtering with `predicate.expression()`: filtering a
+    table with an Expression runs an Acero plan, whose worker threads may drop the plan's last references to the
+    input after the call returned. Buffers Python owns (numpy arrays, bytes, such as the constant columns of
+    `data_file_read`) then release their Python object from an Arrow thread; when that happens while the
+    interpreter shuts down, the thread is unwound through a noexcept frame and the process aborts
+    ("terminate called without an active exception") after a successful read.
+    """
+    if predicate.accepts_all:
+        return table
+    return table.filter(row_mask(table, predicate))
+
+
+def row_mask(table: pa.Table, node: Predicate | Term) -> pa.ChunkedArray:
+    """What `node.expression()` evaluates to on `table`, by compute kernels on the calling thread."""
+    if isinstance(node, Term):
+        return _term_mask(table.column(node.column), node)
+    masks = [row_mask(table, c) for c in node.children]
+    combine = pc.or_kleene if node.any else pc.and_kleene
+    out = masks[0]
+    for m in masks[1:]:
+        out = combine(out, m)
+    return out
+
+
+def _term_mask(column: pa.ChunkedArray, term: Term) -> pa.ChunkedArray:
+    if term.op == "is_null":
+        return pc.is_null(column)
+    if term.op == "is_not_null":
+        return pc.is_valid(column)
+    if term.op == "in":
+        if not term.value:  # matches nothing, as the expression does
+            return pc.and_kleene(pc.is_null(column), pc.is_valid(column))
+        return pc.is_in(column, value_set=pa.array(list(term.value), column.type))
+    # the literal was cast to the column's type by `bind`: typed so, it compares as the expression's does
+    value = pa.scalar(term.value, column.type)
+    kernel = {"=": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater,
+              ">=": pc.greater_equal}[term.op]
+    return kernel(column, value)
 
 
 def load_vectors(fio: FileIO, table_path: str, entry: IndexEntry | None) -> dict[str, BitMap]:
