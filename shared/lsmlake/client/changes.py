@@ -22,6 +22,7 @@ from lsmlake.format.row_kind import SHORT_NAMES
 from lsmlake.format.schema import VALUE_KIND
 from lsmlake.table.changelog import read_changelog
 from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.read import filter_rows
 
 CHANGE_COLUMNS = ("snapshot_id", "row_kind")
 
@@ -96,7 +97,5 @@ def read_changes(table: FileStoreTable, start: int, end: int | None, predicate: 
         rows = pa.concat_tables(parts) if parts else None
     if rows is None or rows.num_rows == 0:
         return out_schema.empty_table()
-    expr = predicate.expression()
-    if expr is not None:
-        rows = rows.filter(expr)
+    rows = filter_rows(rows, predicate)  # not an Acero filter: see filter_rows
     return rows.select([*CHANGE_COLUMNS, *names]).cast(out_schema)

@@ -217,9 +217,8 @@ class FileStore:
         """
         from lsmlake.format.data_file_read import ROW_POSITION, read_data_file
         from lsmlake.format.index_manifest import dv_index_change
-        from lsmlake.table.read import load_vectors
+        from lsmlake.table.read import filter_rows, load_vectors
 
-        expr = pred.expression()
         columns = sorted(pred.columns())
         found = {} if found is None else found
         messages: list[CommitMessage] = []
@@ -236,7 +235,7 @@ class FileStore:
                     rows = read_data_file(self.io, f.path_in(directory), self.schema, columns, [], None,
                                           positions=True, file_schema=file_schema)
                     hit = found[f.file_name] = BitMap(
-                        rows.filter(expr).column(ROW_POSITION).to_numpy().astype(np.uint32))
+                        filter_rows(rows, pred).column(ROW_POSITION).to_numpy().astype(np.uint32))
                 if not hit:
                     continue
                 vector = vectors.get(f.file_name)
