@@ -160,13 +160,9 @@ class CompactionPlans(StoreTables):
         """The plans of a table in creation order, optionally only those in the given states; with
         `changed_since_ms`, only the plans still pending or changed since then (a table's plans are kept for good)."""
         check_table_id(table_id)
-        wanted = None if states is None else sorted(set(states))
-        if wanted is not None:
-            bad = [s for s in wanted if s not in PLAN_STATES]
-            if bad:
-                raise InvalidInputError(f"unknown plan state(s) {bad}: use {', '.join(PLAN_STATES)}")
-            if not wanted:
-                return []
+        wanted = None if states is None else _check_states(states)
+        if wanted == []:
+            return []
         sql = f"SELECT {_PLAN_COLUMNS} FROM lsmlake_plans WHERE table_id = ?"
         params: list[Any] = [table_id]
         if wanted is not None:
@@ -179,6 +175,17 @@ class CompactionPlans(StoreTables):
             rows = tx.run(sql + " ORDER BY plan_id", params).fetchall()
         return [self._plan(r) for r in rows]
 
+    def plans_in_states(self, states: Iterable[str]) -> list[CompactionPlan]:
+        """The plans of every table in the given states, in creation order. The states are required: every table's
+        plans in any state would be the whole history of the warehouse."""
+        wanted = _check_states(states)
+        if not wanted:
+            return []
+        sql = f"SELECT {_PLAN_COLUMNS} FROM lsmlake_plans WHERE state IN ({marks(len(wanted))}) ORDER BY plan_id"
+        with self._tx(write=False) as tx:
+            rows = tx.run(sql, wanted).fetchall()
+        return [self._plan(r) for r in rows]
+
     @staticmethod
     def _plan(r: Sequence[Any]) -> CompactionPlan:
         return CompactionPlan(plan_id=int(r[0]), table_id=r[1], partition=bytes(r[2]), bucket=int(r[3]),
@@ -186,3 +193,12 @@ class CompactionPlans(StoreTables):
                               attempts=int(r[8]), snapshot_id=None if r[9] is None else int(r[9]), reason=r[10],
                               created_ms=int(r[11]), updated_ms=int(r[12]),
                               started_ms=None if r[13] is None else int(r[13]), detail=bytes(r[14]))
+
+
+def _check_states(states: Iterable[str]) -> list[str]:
+    """The distinct states, sorted; InvalidInputError naming any unknown one."""
+    wanted = sorted(set(states))
+    bad = [s for s in wanted if s not in PLAN_STATES]
+    if bad:
+        raise InvalidInputError(f"unknown plan state(s) {bad}: use {', '.join(PLAN_STATES)}")
+    return wanted

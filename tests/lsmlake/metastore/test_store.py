@@ -280,6 +280,31 @@ def test_timeline_lifecycle(store: MetaStore) -> None:
     assert store.plans.list_plans(T, [COMPLETED], changed_since_ms=after_done) == []
 
 
+def test_plans_of_every_table_by_state(store: MetaStore) -> None:
+    a = store.plans.request_plan(T, b"", 0, ["f1"], 1)
+    b = store.plans.request_plan("db.u", b"", 0, ["f1"], 1)
+    c = store.plans.request_plan("db.u", b"", 1, ["f2"], 1)
+    store.plans.start_plan(c, "c1")
+    listed = store.plans.plans_in_states([REQUESTED])
+    assert [(x.plan_id, x.table_id) for x in listed] == [(a, T), (b, "db.u")]
+    assert [x.plan_id for x in store.plans.plans_in_states([REQUESTED, INFLIGHT])] == [a, b, c]
+    assert store.plans.plans_in_states([COMPLETED]) == []
+    assert store.plans.plans_in_states([]) == []
+    with pytest.raises(InvalidInputError, match="RUNNING"):
+        store.plans.plans_in_states(["RUNNING"])
+
+
+def test_an_existing_store_gets_the_state_index_when_opened(store_url: str) -> None:
+    # listing every table's plans by state must not scan every plan ever made: a store made before the index
+    # existed gets it on its next open
+    with open_store(store_url) as s, s.commit_lock(T) as tx:
+        tx.execute("DROP INDEX lsmlake_plans_by_state")
+    found = ("SELECT name FROM sqlite_master WHERE type = 'index' AND name = 'lsmlake_plans_by_state'"
+             if store_url.startswith("sqlite") else "SELECT to_regclass('lsmlake_plans_by_state')::text")
+    with open_store(store_url) as s, s.commit_lock(T) as tx:
+        assert tx.execute(found) == [("lsmlake_plans_by_state",)]
+
+
 def test_pending_files_cannot_be_planned_again(store: MetaStore) -> None:
     p1 = store.plans.request_plan(T, b"", 0, ["a", "b"], 1)
     with pytest.raises(PlanConflictError, match=r"b \(plan \d+\)") as err:
