@@ -347,7 +347,9 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
     @guarded
     def ListCompactionPlans(self, request: catalog_pb2.ListCompactionPlansRequest,
                             context: grpc.ServicerContext) -> catalog_pb2.ListCompactionPlansResponse:
-        tid = _ident(request.table)
+        """One table's plans, or every table's in the states asked for (the compactors' look for REQUESTED plans)."""
+        every = not request.HasField("table") or request.table == common_pb2.TableIdentifier()
+        tid = None if every else _ident(request.table)
         states = [convert.state_from_proto(s) for s in request.states]
         plans = self.operations.list_compaction_plans(tid, states)
-        return catalog_pb2.ListCompactionPlansResponse(plans=[convert.plan_to_proto(p, request.table) for p in plans])
+        return catalog_pb2.ListCompactionPlansResponse(plans=[convert.plan_to_proto(p) for p in plans])

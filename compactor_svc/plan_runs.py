@@ -259,16 +259,22 @@ class PlanRunner:
         `inflight` False: adopt only the REQUESTED plans (the periodic look for plans others requested); an INFLIGHT
         plan's owner may still be at work, and only a change of ownership says it is not. False when every plan
         slot was taken before all were run, or a plan waits for one of this compactor's running plans of its buckets to
-        end (the caller looks again soon).
+        end (the caller looks again soon), or the plans could not be listed.
+
+        One listing call of every table's plans in those states, whatever the number of tables (the periodic look
+        runs every few seconds); only the plans of `table_ids` are looked at.
         """
         states = [S.COMPACTION_PLAN_STATE_REQUESTED] + ([S.COMPACTION_PLAN_STATE_INFLIGHT] if inflight else [])
+        try:
+            listed = self.timeline.plans(None, states)
+        except LakeError as e:
+            _log.warning("cannot list the pending compaction plans: %s", e)
+            return False
+        by_table: dict[str, list[catalog_pb2.CompactionPlan]] = {t: [] for t in table_ids}
+        for p in listed:
+            by_table.get(f"{p.table.database}.{p.table.table}", []).append(p)
         complete = True
-        for table_id in table_ids:
-            try:
-                plans = self.timeline.plans(table_id, states)
-            except LakeError as e:
-                _log.warning("cannot list the plans of %s: %s", table_id, e)
-                continue
+        for table_id, plans in by_table.items():
             for plan in plans:
                 if self.should_stop():
                     return True

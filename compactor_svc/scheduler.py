@@ -27,8 +27,8 @@ every rebalance) and after a plan request fails (its reply lost, or its inputs h
 request on the catalog's timeline (the console's "compact now" and "full compaction") reach no compactor by an
 event, so every `requested_interval_s` the planning thread also looks for the REQUESTED plans of the tables and
 runs those whose first bucket it owns (`PlanRunner.recover` without INFLIGHT plans, whose owners may still be at
-work); the others are left to their owners. The catalog lists plans one table at a time, so a look costs one
-ListCompactionPlans call per table.
+work); the others are left to their owners. A look costs one ListCompactionPlans call whatever the number of
+tables: the catalog lists every table's REQUESTED plans at once, each naming its table.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The periodic look for plans others requested (`PlanRunner.recover(..., inflight=False)`), with the timeline and
 Spark faked: it runs the REQUESTED plans whose first bucket this compactor owns (a full one as full), leaves those
-of other owners and every INFLIGHT plan alone, and a plan of a bucket one of its running plans compacts waits."""
+of other owners and every INFLIGHT plan alone, and a plan of a bucket one of its running plans compacts waits. One
+look lists the plans of every table in one call, whatever the number of tables."""
 
 from __future__ import annotations
 
@@ -21,17 +22,19 @@ TABLE = "db.t"
 
 
 class Timeline:
-    """Plans of one table; records the states listed, the plans started and rolled back, and completes any."""
+    """Plans of tables; records each listing call (its table, None for every table, and states), the plans started
+    and rolled back, and completes any."""
 
     def __init__(self, plans: list[catalog_pb2.CompactionPlan]) -> None:
         self.plans_by_id = {p.plan_id: p for p in plans}
-        self.listed: list[set[S.ValueType]] = []
+        self.listed: list[tuple[str | None, set[S.ValueType]]] = []
         self.started: list[str] = []
         self.rolled_back: list[str] = []
 
-    def plans(self, table_id: str, states: list[S.ValueType]) -> list[catalog_pb2.CompactionPlan]:
-        self.listed.append(set(states))
-        return [p for p in self.plans_by_id.values() if p.state in states]
+    def plans(self, table_id: str | None, states: list[S.ValueType]) -> list[catalog_pb2.CompactionPlan]:
+        self.listed.append((table_id, set(states)))
+        return [p for p in self.plans_by_id.values() if p.state in states
+                and table_id in (None, f"{p.table.database}.{p.table.table}")]
 
     def start(self, table_id: str, plan_id: str, owner: str) -> catalog_pb2.CompactionPlan:
         self.started.append(plan_id)
@@ -60,13 +63,17 @@ class Spark:
         return [TaskOutcome(t, changes, None, 1, 0.1, 0, 0) for t in tasks]
 
 
-def _buckets(ownership: Ownership, owned: bool, n: int) -> list[int]:
-    return [b for b in range(64) if (ownership.partition_of(TABLE, b"", b) == 0) == owned][:n]
+def _buckets(ownership: Ownership, owned: bool, n: int, table: str = TABLE) -> list[int]:
+    return [b for b in range(64) if (ownership.partition_of(table, b"", b) == 0) == owned][:n]
 
 
-def _plan(plan_id: str, bucket: int, state: S.ValueType, full: bool = False) -> catalog_pb2.CompactionPlan:
-    return catalog_pb2.CompactionPlan(plan_id=plan_id, state=state, full=full, owner="other", units=[
-        catalog_pb2.CompactionUnit(partition=b"", bucket=bucket, total_buckets=64, output_level=5)])
+def _plan(plan_id: str, bucket: int, state: S.ValueType, full: bool = False,
+          table: str = TABLE) -> catalog_pb2.CompactionPlan:
+    database, name = table.split(".")
+    return catalog_pb2.CompactionPlan(
+        plan_id=plan_id, state=state, full=full, owner="other",
+        table=common_pb2.TableIdentifier(database=database, table=name),
+        units=[catalog_pb2.CompactionUnit(partition=b"", bucket=bucket, total_buckets=64, output_level=5)])
 
 
 def test_requested_plans_of_owned_buckets_run_the_others_are_left_alone() -> None:
@@ -86,7 +93,7 @@ def test_requested_plans_of_owned_buckets_run_the_others_are_left_alone() -> Non
                         metrics, "c1", Buckets(ownership, metrics, state.lock), state, lambda: False)
 
     assert runner.recover([TABLE], inflight=False) is False  # plan 5 waits for plan 99
-    assert timeline.listed == [{R}]
+    assert timeline.listed == [(None, {R})]
     assert timeline.started == ["1", "2"]
     assert timeline.rolled_back == []
     assert spark.full == {f"{TABLE}/plan-1": False, f"{TABLE}/plan-2": True}
@@ -96,3 +103,28 @@ def test_requested_plans_of_owned_buckets_run_the_others_are_left_alone() -> Non
     assert runner.recover([TABLE], inflight=False) is True
     assert timeline.started == ["1", "2", "5"]
     assert timeline.plans_by_id["3"].state == R and timeline.plans_by_id["4"].owner == "other"
+
+
+def test_one_look_is_one_listing_call_whatever_the_number_of_tables() -> None:
+    ownership = Ownership()
+    ownership.update({0}, 2)
+    tables = [f"db.t{i}" for i in range(20)]
+    R = S.COMPACTION_PLAN_STATE_REQUESTED
+    plans = [_plan(str(i + 1), _buckets(ownership, True, 1, t)[0], R, table=t) for i, t in enumerate(tables)]
+    plans.append(_plan("21", _buckets(ownership, False, 1, tables[0])[0], R, table=tables[0]))  # another owner's
+    plans.append(_plan("22", _buckets(ownership, True, 1, "db.gone")[0], R, table="db.gone"))  # not a known table
+    timeline = Timeline(plans)
+    state = CompactorState()
+    metrics = CompactorMetrics()
+    runner = PlanRunner("/nowhere", cast(CompactionTimeline, timeline), cast(SparkCompactor, Spark()), ownership,
+                        metrics, "c1", Buckets(ownership, metrics, state.lock), state, lambda: False)
+
+    assert runner.recover(tables, inflight=False) is True
+    assert timeline.listed == [(None, {R})]
+    assert sorted(timeline.started, key=int) == [str(i + 1) for i in range(20)]
+    assert timeline.plans_by_id["21"].state == R and timeline.plans_by_id["22"].state == R
+
+    # the recovery after a change of ownership lists INFLIGHT plans too, in one call as well
+    runner.timeline = cast(CompactionTimeline, idle := Timeline([]))
+    assert runner.recover(tables) is True
+    assert idle.listed == [(None, {R, S.COMPACTION_PLAN_STATE_INFLIGHT})]

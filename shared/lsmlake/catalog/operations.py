@@ -275,7 +275,8 @@ class CatalogOperations:
                             output_files: Sequence[str]) -> tuple[CompactionPlan, list[str]]:
         return self.timeline.rollback(tid, plan_id, reason, requeue, output_files)
 
-    def list_compaction_plans(self, tid: str, states: Sequence[str] | None) -> list[CompactionPlan]:
+    def list_compaction_plans(self, tid: str | None, states: Sequence[str] | None) -> list[CompactionPlan]:
+        """One table's plans, or (`tid` None) every table's in `states`, which are then required."""
         return self.timeline.list(tid, states)
 
     def plans_changed_since(self, tid: str, since_ms: int) -> list[CompactionPlan]:

@@ -285,8 +285,14 @@ class Timeline:
     def _referenced_names(table: FileStoreTable) -> set[str]:
         return {posixpath.basename(p) for p in referenced_files(table, table.snapshots.snapshots())}
 
-    def list(self, tid: str, states: Sequence[str] | None) -> list[CompactionPlan]:
-        """The table's plans, oldest request first; only those in `states` when given."""
+    def list(self, tid: str | None, states: Sequence[str] | None) -> list[CompactionPlan]:
+        """The table's plans, oldest request first; only those in `states` when given. `tid` None: every table's
+        plans in `states`, which must then be given (every plan of every table is the whole history)."""
+        if tid is None:
+            if not states:
+                raise InvalidInputError("listing the compaction plans of every table needs the states to list "
+                                        "(or name a table)")
+            return self.store.plans.plans_in_states([check_plan_state(s) for s in states])
         self.catalog.get_table(tid)  # NotFoundError for an unknown table
         return self.store.plans.list_plans(tid, [check_plan_state(s) for s in states] if states else None)
 

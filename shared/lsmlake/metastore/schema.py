@@ -51,7 +51,7 @@ def schema_ddl(serial_id: str, blob: str, bigint: str) -> list[str]:
         f" attempts INTEGER NOT NULL, snapshot_id {bigint}, reason TEXT, created_ms {bigint} NOT NULL,"
         f" updated_ms {bigint} NOT NULL, started_ms {bigint}, detail {blob} NOT NULL)",
         "CREATE INDEX IF NOT EXISTS lsmlake_plans_by_table ON lsmlake_plans (table_id, state)",
-        # the compactors look for every table's REQUESTED plans at once: without it, every plan ever made (they are kept) is read
+        # the compactors look for every table's REQUESTED plans at once: without it, that reads every plan ever made
         "CREATE INDEX IF NOT EXISTS lsmlake_plans_by_state ON lsmlake_plans (state)",
         # the input files of pending plans only: the primary key keeps a file out of two pending plans
         "CREATE TABLE IF NOT EXISTS lsmlake_plan_files ("

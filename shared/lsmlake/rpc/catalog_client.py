@@ -211,7 +211,10 @@ class CompactionTimeline:
         return self._call(self.client.stub.RollbackCompaction, catalog_pb2.RollbackCompactionRequest(
             table=table_ident(table_id), plan_id=plan_id, reason=reason, requeue=requeue))
 
-    def plans(self, table_id: str,
+    def plans(self, table_id: str | None,
               states: Sequence[catalog_pb2.CompactionPlanState.ValueType]) -> list[catalog_pb2.CompactionPlan]:
-        return list(self._call(self.client.stub.ListCompactionPlans, catalog_pb2.ListCompactionPlansRequest(
-            table=table_ident(table_id), states=states)).plans)
+        """One table's plans in `states`, or (`table_id` None) every table's, each naming its table, in one call."""
+        request = catalog_pb2.ListCompactionPlansRequest(states=states)
+        if table_id is not None:
+            request.table.CopyFrom(table_ident(table_id))
+        return list(self._call(self.client.stub.ListCompactionPlans, request).plans)

@@ -242,11 +242,17 @@ class ProtoPlanCodec:
         return PlanDetail([unit_from_proto(u) for u in p.units], p.full, p.base_snapshot_id, p.output_file_prefix)
 
 
-def plan_to_proto(plan: CompactionPlan, ident: common_pb2.TableIdentifier) -> catalog_pb2.CompactionPlan:
-    """The protobuf plan: its units from the stored detail, its life from the store's columns."""
+def plan_to_proto(plan: CompactionPlan,
+                  ident: common_pb2.TableIdentifier | None = None) -> catalog_pb2.CompactionPlan:
+    """The protobuf plan: its units from the stored detail, its life from the store's columns.
+
+    The table is the plan's own (a listing of every table's plans has no request table); `ident` is not used and
+    goes once no caller passes it.
+    """
     out = catalog_pb2.CompactionPlan.FromString(plan.detail)
     out.plan_id = str(plan.plan_id)
-    out.table.CopyFrom(ident)
+    database, _, table = plan.table_id.partition(".")
+    out.table.database, out.table.table = database, table
     out.state = state_to_proto(plan.state)
     out.owner = plan.owner or ""
     out.attempts = plan.attempts
