@@ -302,14 +302,14 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         plan = self.operations.request_compaction(_ident(request.table),
                                                   [convert.unit_from_proto(u) for u in request.units], request.full)
         self.metrics.plans.labels("REQUESTED").inc()
-        return catalog_pb2.RequestCompactionResponse(plan=convert.plan_to_proto(plan, request.table))
+        return catalog_pb2.RequestCompactionResponse(plan=convert.plan_to_proto(plan))
 
     @guarded
     def StartCompaction(self, request: catalog_pb2.StartCompactionRequest,
                         context: grpc.ServicerContext) -> catalog_pb2.StartCompactionResponse:
         plan = self.operations.start_compaction(_ident(request.table), parse_plan_id(request.plan_id), request.owner)
         self.metrics.plans.labels("INFLIGHT").inc()
-        return catalog_pb2.StartCompactionResponse(plan=convert.plan_to_proto(plan, request.table))
+        return catalog_pb2.StartCompactionResponse(plan=convert.plan_to_proto(plan))
 
     @guarded
     def CompleteCompaction(self, request: catalog_pb2.CompleteCompactionRequest,
@@ -322,7 +322,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         self.metrics.plans.labels("COMPLETED").inc()
         return catalog_pb2.CompleteCompactionResponse(snapshot_id=outcome.snapshot_id,
                                                       already_committed=outcome.already_committed,
-                                                      plan=convert.plan_to_proto(plan, request.table))
+                                                      plan=convert.plan_to_proto(plan))
 
     @guarded
     def RollbackCompaction(self, request: catalog_pb2.RollbackCompactionRequest,
@@ -330,7 +330,7 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
         plan, deleted = self.operations.rollback_compaction(_ident(request.table), parse_plan_id(request.plan_id),
                                                             request.reason, request.requeue, list(request.output_files))
         self.metrics.plans.labels(plan.state).inc()
-        return catalog_pb2.RollbackCompactionResponse(plan=convert.plan_to_proto(plan, request.table),
+        return catalog_pb2.RollbackCompactionResponse(plan=convert.plan_to_proto(plan),
                                                       deleted_paths=deleted)
 
     @guarded

@@ -242,13 +242,9 @@ class ProtoPlanCodec:
         return PlanDetail([unit_from_proto(u) for u in p.units], p.full, p.base_snapshot_id, p.output_file_prefix)
 
 
-def plan_to_proto(plan: CompactionPlan,
-                  ident: common_pb2.TableIdentifier | None = None) -> catalog_pb2.CompactionPlan:
-    """The protobuf plan: its units from the stored detail, its life from the store's columns.
-
-    The table is the plan's own (a listing of every table's plans has no request table); `ident` is not used and
-    goes once no caller passes it.
-    """
+def plan_to_proto(plan: CompactionPlan) -> catalog_pb2.CompactionPlan:
+    """The protobuf plan: its units from the stored detail, its life from the store's columns, its own table (a
+    listing of every table's plans has no request table)."""
     out = catalog_pb2.CompactionPlan.FromString(plan.detail)
     out.plan_id = str(plan.plan_id)
     database, _, table = plan.table_id.partition(".")
