@@ -103,11 +103,13 @@ def staged_write(client: Client, catalog: CatalogClient, table: FileStoreTable, 
             progress.add(batch.num_rows)
         messages = write.prepare_commit()
         result = None
+        unknown = False  # an earlier attempt may have been applied: then "already committed" names THESE files
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
                 result = client.commit(table.identifier, messages, commit_user=user, commit_identifier=1)
                 break
             except CommitStateUnknownError:
+                unknown = True
                 if attempt == COMMIT_ATTEMPTS:
                     raise
         assert result is not None
@@ -118,8 +120,9 @@ def staged_write(client: Client, catalog: CatalogClient, table: FileStoreTable, 
         raise
     finally:
         progress.close()
-    if result.already_committed:
+    again = result.already_committed and not unknown
+    if again:
         write.abort()  # this run's files: the earlier run's snapshot holds the rows
+    # after an unknown outcome the snapshot is this run's own: its files must stay (at worst, orphans to clean)
     new = [f for m in messages for f in m.new_files]
-    return StagedWrite(result.snapshot_id, result.already_committed, len(new), sum(f.file_size for f in new),
-                       progress.seconds)
+    return StagedWrite(result.snapshot_id, again, len(new), sum(f.file_size for f in new), progress.seconds)
