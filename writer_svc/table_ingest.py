@@ -44,6 +44,7 @@ from lsmlake.errors import (
     StorageError,
 )
 from lsmlake.mergetree.levels import writers_stall
+from lsmlake.rpc.catalog_authorities import CatalogBuckets, CatalogSequences
 from lsmlake.rpc.catalog_client import CatalogClient
 from lsmlake.table.dynamic_bucket import is_dynamic
 from lsmlake.table.file_store import table_identity
@@ -51,7 +52,6 @@ from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.input_rows import conform
 from lsmlake.table.write import CommitMessage
 from lsmlake.table.write_buffer import BufferedTableWrite
-from writer_svc.catalog_authorities import CatalogBuckets, CatalogSequences
 from writer_svc.group_commit import Group
 from writer_svc.metrics import WriterMetrics
 

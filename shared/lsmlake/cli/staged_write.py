@@ -19,49 +19,20 @@ anything is committed.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 
 from lsmlake.cli.progress import Progress, duration
 from lsmlake.cli.records import human_size, plural
 from lsmlake.client.client import Client
 from lsmlake.errors import CommitStateUnknownError
+from lsmlake.rpc.catalog_authorities import CatalogBuckets, CatalogSequences
 from lsmlake.rpc.catalog_client import CatalogClient
-from lsmlake.table.dynamic_bucket import Assignment, is_dynamic
+from lsmlake.table.dynamic_bucket import is_dynamic
 from lsmlake.table.file_store_table import FileStoreTable
-from lsmlake.table.write import CommitMessage
 
 COMMIT_ATTEMPTS = 3  # a commit whose outcome is unknown is sent again, idempotently
-
-
-class CatalogSequences:
-    """The catalog as the sequence-number authority of one table (see `lsmlake.table.sequence_numbers`)."""
-
-    def __init__(self, client: CatalogClient, table_id: str, table_uuid: str) -> None:
-        self.client = client
-        self.table_id = table_id
-        self.table_uuid = table_uuid
-
-    def allocate(self, counts: Mapping[tuple[bytes, int], int]) -> dict[tuple[bytes, int], int]:
-        return self.client.allocate_sequences(self.table_id, counts, self.table_uuid)
-
-
-class CatalogBuckets:
-    """The catalog as the bucket assigner of one dynamic-bucket table (see `lsmlake.table.dynamic_bucket`)."""
-
-    def __init__(self, client: CatalogClient, table_id: str, table_uuid: str) -> None:
-        self.client = client
-        self.table_id = table_id
-        self.table_uuid = table_uuid
-
-    def assign(self, keys: Sequence[tuple[bytes, np.ndarray]]) -> list[Assignment]:
-        return self.client.assign_buckets(self.table_id, keys, self.table_uuid)
-
-    def index_messages(self) -> list[CommitMessage]:
-        return []  # the catalog committed every assignment before answering
 
 
 @dataclass(frozen=True)
