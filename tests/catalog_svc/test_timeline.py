@@ -23,7 +23,7 @@ from lsmlake.errors import InvalidInputError
 from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2, events_pb2
 from lsmlake.rpc.convert import changes_to_proto
-from lsmlake.table.compact import compact_buckets
+from lsmlake.table.compact import compact_buckets, run_planned
 from tests.support.local_server import TIMEOUT_S, Local, local_server
 
 S = catalog_pb2.CompactionPlanState
@@ -140,6 +140,44 @@ def test_plan_lifecycle_with_a_dead_compactor(local: Local) -> None:
     pending = local.stub.ListCompactionPlans(catalog_pb2.ListCompactionPlansRequest(
         table=ident, states=[S.COMPACTION_PLAN_STATE_REQUESTED, S.COMPACTION_PLAN_STATE_INFLIGHT]), timeout=TIMEOUT_S)
     assert list(pending.plans) == []
+
+
+def test_a_plan_run_again_sweeps_what_its_dead_run_wrote_after_the_rollback(local: Local) -> None:
+    """A killed compactor's Spark tasks can outlive it and finish writing an output after the next owner rolled the
+    plan back; the completion of the run that follows deletes every file of the plan's prefix it did not commit."""
+    ident = _pk_table(local)
+    before = _rows(local, ident)
+    plan = local.stub.RequestCompaction(catalog_pb2.RequestCompactionRequest(
+        table=ident, units=[_unit(local, ident)], full=True), timeout=TIMEOUT_S).plan
+    start = catalog_pb2.StartCompactionRequest(table=ident, plan_id=plan.plan_id, owner="compactor-1")
+    local.stub.StartCompaction(start, timeout=TIMEOUT_S)
+    local.stub.RollbackCompaction(catalog_pb2.RollbackCompactionRequest(
+        table=ident, plan_id=plan.plan_id, reason="compactor-1 is gone", requeue=True), timeout=TIMEOUT_S)
+    table = FileSystemCatalog(local.warehouse).get_table("db.t")
+    folder = bucket_dir(table.path, table.schema.partition_dir(()), 0)
+    late = [f"{folder}/{plan.output_file_prefix}{n}-0.parquet" for n in ("a", "b")]
+    late.append(f"{folder}/changelog-{plan.output_file_prefix.removeprefix('data-')}c-0.parquet")
+    for path in late:  # the dead run's tasks end after the rollback listed the folder
+        Path(path).write_bytes(b"written by a task of the dead run")
+    unrelated = f"{folder}/data-someone-else-0.parquet"
+    Path(unrelated).write_bytes(b"not this plan's")
+
+    start.owner = "compactor-2"
+    local.stub.StartCompaction(start, timeout=TIMEOUT_S)
+    (split,) = table.new_scan().plan()
+    msg = run_planned(table, split, [f.file_name for f in plan.units[0].input_files], 5, True,
+                      file_prefix=plan.output_file_prefix)
+    assert msg is not None
+    messages = [msg]
+    done = local.stub.CompleteCompaction(catalog_pb2.CompleteCompactionRequest(
+        table=ident, plan_id=plan.plan_id, owner="compactor-2", commit_user="compactor-2", commit_identifier=1,
+        changes=[changes_to_proto(m) for m in messages]), timeout=TIMEOUT_S)
+    assert (done.plan.state, done.plan.attempts) == (S.COMPACTION_PLAN_STATE_COMPLETED, 2)
+    assert [p for p in late if os.path.exists(p)] == []
+    assert os.path.exists(unrelated)
+    outputs = [f.file_name for f in msg.new_files]
+    assert outputs and all(n.startswith(plan.output_file_prefix) and os.path.exists(f"{folder}/{n}") for n in outputs)
+    assert _rows(local, ident) == before
 
 
 def test_plan_is_abandoned_when_its_inputs_are_gone(local: Local) -> None:

@@ -227,7 +227,27 @@ class Timeline:
             raise PlanStateError(f"commit ({request.commit_user!r}, {request.identifier}) was already "
                                  f"committed as snapshot {outcome.snapshot_id}, which did not complete plan "
                                  f"{plan_id}", plan_id, plan.state)
+        if plan.attempts > 1 and not outcome.already_committed:
+            self._sweep_dead_runs(tid, plan)
         return outcome, plan
+
+    def _sweep_dead_runs(self, tid: str, plan: CompactionPlan) -> None:
+        """Delete what earlier runs of a completed plan wrote and this run did not commit.
+
+        A killed compactor's Spark tasks can outlive it and finish writing after the next owner's rollback listed
+        the buckets' folders; only this plan writes files of its prefix, and it has ended, so every such file no
+        snapshot names is a dead run's. The commit stands whatever happens here: a file left is an orphan.
+        """
+        try:
+            table = self.catalog.get_table(tid)
+            detail = self.codec.decode(plan.detail)
+            deleted = self._delete_outputs(table, detail, _live_by_bucket(table), set())
+        except Exception as e:  # noqa: BLE001 - the plan is committed; what is left is orphan cleanup's
+            _log.warning("table %s: the files earlier runs of plan %d left could not be swept: %s",
+                         tid, plan.plan_id, e)
+            return
+        if deleted:
+            _log.info("table %s: plan %d's earlier runs left %d file(s), deleted", tid, plan.plan_id, len(deleted))
 
     def _completion_check(self, tid: str, plan_id: int, owner: str,
                           changes: Sequence[CommitMessage]) -> Callable[[], CompactionPlan]:
