@@ -163,20 +163,24 @@ def test_lake_up_s3_runs_the_cluster_on_a_local_s3_server(tmp_path: Path, monkey
             out, shape, history)
         assert {r["level"] for r in records} == {5}, shape
 
-        # the plan is in the catalog's metastore, which the state folder holds for an object-store warehouse
+        # the plans are in the catalog's metastore, which the state folder holds for an object-store warehouse; a
+        # bucket the compactor was already looking at when the request came is planned in a round of its own, so
+        # the full compaction is one COMPACT snapshot per plan, each plan COMPLETED by its own
         plans = [json.loads(line) for line in
                  lake(capsys, "--warehouse", wh, "timeline", "shop.orders", "--format", "jsonl").splitlines()]
-        assert [p["state"] for p in plans if p["snapshot"] == 3] == ["COMPLETED"], plans
+        history = [json.loads(line) for line in
+                   lake(capsys, "--warehouse", wh, "snapshots", "shop.orders", "--format", "jsonl").splitlines()]
+        kinds = [(h["id"], h["commit_kind"]) for h in history]
+        compacts = [i for i, kind in kinds[2:] if kind == "COMPACT"]
+        assert kinds[:2] == [(1, "APPEND"), (2, "APPEND")] and 1 <= len(compacts) == len(kinds) - 2 <= 2, kinds
+        assert sorted((p["snapshot"], p["state"]) for p in plans) == [(i, "COMPLETED") for i in compacts], plans
 
         # the files are in the server's bucket, under the warehouse's prefix
         s3 = pafs.S3FileSystem(access_key="any", secret_key="any", endpoint_override=state.s3_server,
                                region="us-east-1")
         snapshots = s3.get_file_info(pafs.FileSelector("lake/warehouse/shop.db/orders/snapshot"))
-        history = [json.loads(line) for line in
-                   lake(capsys, "--warehouse", wh, "snapshots", "shop.orders", "--format", "jsonl").splitlines()]
-        assert [(h["id"], h["commit_kind"]) for h in history] == [(1, "APPEND"), (2, "APPEND"), (3, "COMPACT")]
         assert {f.base_name for f in snapshots if f.base_name.startswith("snapshot-")} == {
-            "snapshot-1", "snapshot-2", "snapshot-3"}
+            f"snapshot-{i}" for i, _ in kinds}
 
         status = lake(capsys, "status", "--warehouse", wh)
         assert "NOT SERVING" not in status and f"warehouse  {wh}" in status, status
