@@ -6,8 +6,8 @@ memory a caller makes it take is memory every commit lacks, so what a caller wit
 is bounded (`HttpSettings` lists the bounds in the order a request meets them). Each route names the least role
 that may call it (there is no route without one, `public` routes aside); a call runs as its token's principal
 (`acting_as`), so the library's checks see the caller as they do under gRPC. Errors are Paimon's error body
-(`rest.errors`); a failure that is not a lsmlake refusal is logged with its traceback and answered 500 with a
-generic message.
+(`rest.errors`), or under a path prefix another protocol's (`error_bodies`: Iceberg's); a failure that is not a
+lsmlake refusal is logged with its traceback and answered 500 with a generic message.
 
 How, and why so. The connections live on an asyncio event loop in one background thread
 (`rest.connections`): hundreds of idle or slow sockets cost a few tens of KiB each there, where
@@ -167,11 +167,16 @@ class JsonHttpServer:
                  observe: Callable[[str, int, float], None] | None = None, server_name: str = "lsmlake",
                  session_cookie: str | None = None,
                  session_principal: Callable[[str], Principal | None] | None = None,
-                 error_page: Callable[[int, str], Response] | None = None, accept_forms: bool = False) -> None:
+                 error_page: Callable[[int, str], Response] | None = None, accept_forms: bool = False,
+                 error_bodies: Sequence[tuple[str, Callable[[RestError], Any]]] = ()) -> None:
         """`session_cookie` names a cookie that carries a session (browsers), which `session_principal` turns into
         its principal (None: no such session, or expired); a request with an `Authorization` header is
         authenticated by its token instead. `error_page` renders a refusal (status, message) instead of Paimon's
-        JSON error body; `accept_forms`: HTML form bodies are read too."""
+        JSON error body; `accept_forms`: HTML form bodies are read too. `error_bodies`: (path prefix, renderer)
+        pairs; a refusal of a request whose path is the prefix or below it gets the renderer's JSON body instead
+        of Paimon's (another protocol served on the same port: Iceberg's REST API under `/iceberg`), also when no
+        route matched or the token was refused."""
+        self.error_bodies = tuple(error_bodies)
         self.session_cookie = session_cookie
         self.session_principal = session_principal
         self.accept_forms = accept_forms
@@ -292,7 +297,7 @@ class JsonHttpServer:
         """The answer to an admitted call the connection could not serve (no worker free, its body too slow)."""
         _refusals.log(logging.INFO, (status, peer), "refused REST %s %s from %s: %d %s", call.request.method,
                       call.request.path[:200], peer, status, message)
-        return self._encode(self._error(RestError(status, message)), call.route, call.started)
+        return self._encode(self._error(RestError(status, message), call.request.path), call.route, call.started)
 
     def _principal(self, headers: Mapping[str, str]) -> Principal | None:
         """Who calls: the bearer token's principal, else the session cookie's (when the server takes one)."""
@@ -358,11 +363,16 @@ class JsonHttpServer:
                           peer, err.message)
         else:
             _log.info("REST %s %s: %d %s", method, path[:200], err.status, err.message)
-        return self._error(err)
+        return self._error(err, path)
 
-    def _error(self, err: RestError) -> Response:
-        return self.error_page(err.status, err.message) if self.error_page is not None \
-            else Response(err.body(), err.status)
+    def _error(self, err: RestError, path: str | None = None) -> Response:
+        """The refusal as answered on `path` (None: a request without a usable head)."""
+        if self.error_page is not None:
+            return self.error_page(err.status, err.message)
+        for prefix, render in self.error_bodies:
+            if path is not None and (path == prefix or path.startswith(prefix + "/")):
+                return Response(render(err), err.status)
+        return Response(err.body(), err.status)
 
     def _encode(self, answer: Response, route: Route | None, started: float) -> Reply:
         """The answer as it goes on the wire; the call is observed (metrics) here."""
