@@ -1,0 +1,258 @@
+"""Publishing a Paimon table's latest snapshot as Iceberg metadata beside it.
+
+A publication:
+1. reads the current Iceberg metadata (`version-hint.text`); nothing to do when it is at the latest snapshot;
+2. computes the files Iceberg readers must see (Paimon's rules: every file of an append table; the top level of a
+   primary-key table; every file above level 0 of a deletion-vector table, with its vector as a position delete
+   file);
+3. keeps the previous snapshot's manifests whose files are all still visible, rewrites the others with their
+   surviving files, and writes one manifest for the files new to Iceberg (merging them all when they are more than
+   `metadata.iceberg.compaction.max.file-num`);
+4. creates `v<snapshot id>.metadata.json` only if absent (a concurrent publisher of the same snapshot wins: its
+   metadata describes the same files), then moves `version-hint.text`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lsmlake.errors import NotFoundError
+from lsmlake.format.data_file_writer import bucket_dir
+from lsmlake.format.schema import TableSchema
+from lsmlake.format.snapshot import Snapshot
+from lsmlake.iceberg import manifests as mf
+from lsmlake.iceberg import position_deletes
+from lsmlake.iceberg.metadata import IcebergSnapshot, partition_spec, snapshots_of, table_metadata
+from lsmlake.iceberg.options import TABLE_LOCATION, IcebergSettings, settings
+from lsmlake.iceberg.types import check_types, iceberg_schema
+from lsmlake.mergetree.merge.factory import dv_enabled
+from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.read import load_vectors
+
+_log = logging.getLogger(__name__)
+VERSION_HINT = "version-hint.text"
+
+
+@dataclass(frozen=True)
+class IcebergPublication:
+    """What a publication left: the current Iceberg snapshot and metadata file, and how many snapshots it added."""
+
+    snapshot_id: int
+    metadata_location: str
+    published: int
+
+
+def iceberg_metadata_dir(table: FileStoreTable) -> str:
+    """`<table>/metadata`, or with catalog storage `<warehouse>/iceberg/<db>/<table>/metadata` (Paimon's layout)."""
+    s = settings(table.options.raw)
+    if s.location == TABLE_LOCATION:
+        return f"{table.path}/metadata"
+    db_path, name = table.path.rsplit("/", 1)
+    root, db_dir = db_path.rsplit("/", 1)
+    db = db_dir[:-3] if db_dir.endswith(".db") else db_dir
+    return f"{root}/iceberg/{db}/{name}/metadata"
+
+
+def _table_location(table: FileStoreTable, s: IcebergSettings) -> str:
+    if s.location == TABLE_LOCATION:
+        return table.io.uri(table.path)
+    return table.io.uri(iceberg_metadata_dir(table).rsplit("/", 1)[0])
+
+
+def _read_hint(table: FileStoreTable, directory: str) -> int | None:
+    try:
+        return int(table.io.read_bytes(f"{directory}/{VERSION_HINT}").decode().strip())
+    except (NotFoundError, FileNotFoundError, ValueError):
+        return None
+
+
+def current_metadata_location(table: FileStoreTable) -> str | None:
+    """The current metadata JSON file (from `version-hint.text`); None if never published."""
+    directory = iceberg_metadata_dir(table)
+    hint = _read_hint(table, directory)
+    return None if hint is None else table.io.uri(f"{directory}/v{hint}.metadata.json")
+
+
+def _load(table: FileStoreTable, directory: str) -> tuple[int, dict[str, Any]] | None:
+    hint = _read_hint(table, directory)
+    if hint is None:
+        return None
+    return hint, json.loads(table.io.read_bytes(f"{directory}/v{hint}.metadata.json"))
+
+
+def publish_iceberg(table: FileStoreTable) -> IcebergPublication | None:
+    """Bring the table's Iceberg metadata up to its latest snapshot; None when the option is off or no snapshot."""
+    s = settings(table.options.raw)
+    if not s.enabled:
+        return None
+    return _publish(table, s)
+
+
+def publish_iceberg_now(table: FileStoreTable) -> IcebergPublication | None:
+    """Publish the latest snapshot whatever the table's option says (its other Iceberg options still apply)."""
+    s = settings(table.options.raw)
+    if not s.enabled:
+        s = IcebergSettings(TABLE_LOCATION, s.location, s.previous_versions_max, s.delete_after_commit, s.codec,
+                            s.max_manifests)
+    return _publish(table, s)
+
+
+def _publish(table: FileStoreTable, s: IcebergSettings) -> IcebergPublication | None:
+    table.refresh_schema()
+    snap = table.latest_snapshot()
+    if snap is None:
+        return None
+    schema = table.schemas.schema(snap.schema_id)
+    check_types(table.schema)
+    directory = iceberg_metadata_dir(table)
+    previous = _load(table, directory)
+    meta_path = f"{directory}/v{snap.id}.metadata.json"
+    if previous is not None and previous[0] >= snap.id:
+        return IcebergPublication(previous[0], table.io.uri(f"{directory}/v{previous[0]}.metadata.json"), 0)
+    old_snapshots = snapshots_of(previous[1]) if previous is not None else []
+    parent = old_snapshots[-1] if old_snapshots else None
+    writer = _Writer(table, s, directory, schema, snap)
+    data, deletes = _visible(table, schema, snap, directory)
+    old_manifests = mf.read_manifest_list(table.io.read_bytes(_local(table, parent.manifest_list))) \
+        if parent is not None else []
+    metas = writer.manifests(old_manifests, data, mf.DATA) + writer.manifests(old_manifests, deletes, mf.DELETES)
+    list_path = f"{directory}/snap-{snap.id}-{uuid.uuid4()}.avro"
+    table.io.write_bytes(list_path, mf.encode_manifest_list(metas, snap.id, parent.snapshot_id if parent else None,
+                                                             snap.id, s.codec))
+    writer.written.append(list_path)
+    operation = _operation(parent is None, writer)
+    snapshots = [*old_snapshots, IcebergSnapshot(snap.id, parent.snapshot_id if parent else None, snap.time_millis,
+                                                 table.io.uri(list_path), operation, schema.id)]
+    log = list(previous[1].get("metadata-log", [])) if previous is not None else []
+    if previous is not None:
+        log.append({"timestamp-ms": previous[1]["last-updated-ms"],
+                    "metadata-file": table.io.uri(f"{directory}/v{previous[0]}.metadata.json")})
+    log = log[-s.previous_versions_max:] if s.previous_versions_max else []
+    schemas = _schemas(table, snapshots, schema)
+    body = table_metadata(table.table_uuid, _table_location(table, s), schemas, schema, snapshots, log,
+                          previous[1].get("properties", {}) if previous is not None else {})
+    if not table.io.write_if_absent(meta_path, json.dumps(body, indent=1).encode()):
+        # someone else published this snapshot: theirs stands, ours is garbage no metadata names
+        for p in writer.written:
+            table.io.delete_quietly(p)
+        _write_hint(table, directory, snap.id)
+        return IcebergPublication(snap.id, table.io.uri(meta_path), 0)
+    _write_hint(table, directory, snap.id)
+    if previous is not None and s.delete_after_commit:
+        _delete_old_metadata(table, directory, snap.id, s.previous_versions_max, previous[0])
+    return IcebergPublication(snap.id, table.io.uri(meta_path), 1)
+
+
+def _write_hint(table: FileStoreTable, directory: str, snapshot_id: int) -> None:
+    current = _read_hint(table, directory)
+    if current is None or current < snapshot_id:  # a slower publisher of an older snapshot never moves it back
+        table.io.overwrite_atomic(f"{directory}/{VERSION_HINT}", str(snapshot_id).encode())
+
+
+def _delete_old_metadata(table: FileStoreTable, directory: str, current: int, keep: int, previous: int) -> None:
+    """Delete the metadata JSON files beyond the `keep` newest before `current` (Paimon's cleanup)."""
+    versions = sorted(int(f.path.rsplit("/v", 1)[1].split(".")[0]) for f in table.io.list(directory)
+                      if f.path.rsplit("/", 1)[1].startswith("v") and f.path.endswith(".metadata.json")
+                      and f.path.rsplit("/v", 1)[1].split(".")[0].isdigit())
+    older = [v for v in versions if v < current]
+    for v in older[:len(older) - keep] if keep else older:
+        table.io.delete_quietly(f"{directory}/v{v}.metadata.json")
+
+
+def _local(table: FileStoreTable, location: str) -> str:
+    """A location written in the metadata (with the storage's scheme) as a path of the table's FileIO."""
+    return location.split("://", 1)[1] if "://" in location and not table.io.local else location
+
+
+def _schemas(table: FileStoreTable, snapshots: Sequence[IcebergSnapshot], current: TableSchema) -> list[TableSchema]:
+    """Every Paimon schema up to the current one: the name mapping needs each field's old names too."""
+    return [table.schemas.schema(i) for i in table.schemas.ids() if i <= current.id] or [current]
+
+
+def _operation(first: bool, writer: _Writer) -> str:
+    if first or not writer.removed:
+        return "append"
+    if not writer.added:
+        return "delete"
+    return "overwrite"
+
+
+def _visible(table: FileStoreTable, schema: TableSchema, snap: Snapshot,
+             directory: str) -> tuple[list[mf.IcebergFile], list[mf.IcebergFile]]:
+    """The data files and position delete files Iceberg readers must see at `snap` (not yet placed in manifests:
+    snapshot and sequence numbers are this snapshot's; `_Writer` keeps the earlier ones of files already published)."""
+    pk = schema.is_primary_key_table
+    dv = dv_enabled(schema)
+    top = table.options.num_levels() - 1
+    data: list[mf.IcebergFile] = []
+    deletes: list[mf.IcebergFile] = []
+    for split in table.plan(snap.id, all_levels=True):
+        directory_b = bucket_dir(table.path, schema.partition_dir(split.partition_values), split.bucket)
+        vectors = load_vectors(table.io, table.path, split.dv_index) if dv else {}
+        for f in split.files:
+            if pk and (f.level == 0 if dv else f.level != top):
+                continue
+            path = table.io.uri(f.path_in(directory_b))
+            part = tuple(split.partition_values)
+            data.append(mf.IcebergFile(0, path, part, f.row_count, f.file_size, snap.id, snap.id))
+            vector = vectors.get(f.file_name)
+            if vector:
+                name = f"{directory}/{position_deletes.delete_file_name(f.file_name, vector)}"
+                if not table.io.file_exists(name):
+                    table.io.write_bytes(name, position_deletes.encode(path, vector))
+                deletes.append(mf.IcebergFile(mf.POSITION_DELETES, table.io.uri(name), part, len(vector),
+                                              table.io.size(name), snap.id, snap.id, path))
+    return data, deletes
+
+
+class _Writer:
+    """Writes the manifests of one publication, keeping those of the previous snapshot whose files all stay."""
+
+    def __init__(self, table: FileStoreTable, s: IcebergSettings, directory: str, schema: TableSchema,
+                 snap: Snapshot) -> None:
+        self.table, self.s, self.directory, self.snap = table, s, directory, snap
+        self.schema_json = iceberg_schema(schema)
+        self.spec = partition_spec(schema)
+        self.partition = mf.partition_struct(schema.partition_keys, schema.types_of(schema.partition_keys))
+        self.written: list[str] = []
+        self.added = 0
+        self.removed = 0
+
+    def manifests(self, old: Sequence[mf.ManifestMeta], files: Sequence[mf.IcebergFile],
+                  content: int) -> list[mf.ManifestMeta]:
+        wanted = {f.path: f for f in files}
+        kept: list[mf.ManifestMeta] = []
+        carried: list[mf.IcebergFile] = []  # files of rewritten manifests, with their first snapshot
+        seen: set[str] = set()
+        for m in (m for m in old if m.content == content):
+            entries = mf.read_manifest(self.table.io.read_bytes(_local(self.table, m.path)))
+            alive = [e for e in entries if e.path in wanted]
+            seen.update(e.path for e in alive)
+            if len(alive) == len(entries):
+                kept.append(m)
+            else:
+                self.removed += len(entries) - len(alive)
+                carried.extend(alive)
+        new = [f for f in files if f.path not in seen]
+        self.added += len(new)
+        out = list(kept)
+        if len(out) + 2 > self.s.max_manifests:  # merge everything into one manifest
+            carried = [e for m in kept for e in mf.read_manifest(self.table.io.read_bytes(_local(self.table, m.path)))]
+            out = []
+        if carried or new:
+            out.append(self._write([*carried, *new], content))
+        return out
+
+    def _write(self, files: Sequence[mf.IcebergFile], content: int) -> mf.ManifestMeta:
+        path = f"{self.directory}/{uuid.uuid4()}-m{len(self.written)}.avro"
+        data = mf.encode_manifest(files, self.snap.id, self.partition, content, self.schema_json, self.spec,
+                                  self.s.codec)
+        self.table.io.write_bytes(path, data)
+        self.written.append(path)
+        return mf.manifest_meta(self.table.io.uri(path), len(data), content, files, self.snap.id, self.snap.id)
+

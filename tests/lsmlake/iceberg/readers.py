@@ -1,0 +1,32 @@
+"""The Iceberg readers the tests compare with lsmlake's own read: pyiceberg and DuckDB's iceberg extension."""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+
+import duckdb
+import pyarrow as pa
+from pyiceberg.table import StaticTable
+
+
+def pyiceberg_read(metadata_location: str, snapshot_id: int | None = None) -> pa.Table:
+    table = StaticTable.from_metadata(metadata_location)
+    return table.scan(snapshot_id=snapshot_id).to_arrow()
+
+
+def _extension(name: str) -> str:
+    module = importlib.import_module(f"duckdb_extension_{name}")
+    assert module.__file__ is not None
+    return str(pathlib.Path(module.__file__).parent / f"extensions/v{duckdb.__version__}/{name}.duckdb_extension")
+
+
+def duckdb_read(metadata_location: str) -> pa.Table:
+    con = duckdb.connect()
+    con.sql(f"LOAD '{_extension('avro')}'")
+    con.sql(f"LOAD '{_extension('iceberg')}'")
+    return con.sql(f"SELECT * FROM iceberg_scan('{metadata_location}')").arrow().read_all()
+
+
+def rows(table: pa.Table, key: str) -> list[dict]:
+    return sorted(table.to_pylist(), key=lambda r: r[key])
