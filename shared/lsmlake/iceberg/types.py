@@ -12,10 +12,15 @@ from typing import Any
 
 from lsmlake.errors import InvalidInputError
 from lsmlake.format import types as t
-from lsmlake.format.schema import TableSchema
+from lsmlake.format.schema import KEY_PREFIX, SEQUENCE_NUMBER, VALUE_KIND, TableSchema
 
 _NESTED_ID_BASE = 536870911  # Paimon's base for the ids of list elements and map keys/values
 _NESTED_ID_STRIDE = 1024
+# A primary-key table's files also hold its key copies and system columns. Iceberg readers that match columns by
+# name (pyiceberg) refuse a file column the name mapping does not name, so they are mapped to ids that no Iceberg
+# schema holds (never projected): Paimon's key ids, and two below them (clear of Iceberg's reserved ids).
+_KEY_ID_START = 1073741823
+_SYSTEM_IDS = {SEQUENCE_NUMBER: _KEY_ID_START - 2, VALUE_KIND: _KEY_ID_START - 3}
 
 _ATOMIC = {t.BOOLEAN: "boolean", t.INT: "int", t.BIGINT: "long", t.FLOAT: "float", t.DOUBLE: "double",
            t.CHAR: "string", t.VARCHAR: "string", t.BINARY: "binary", t.VARBINARY: "binary", t.DATE: "date"}
@@ -143,6 +148,11 @@ def name_mapping(schemas: Iterable[TableSchema]) -> list[dict[str, Any]]:
     merged: dict[int, dict[str, Any]] = {}
     for s in schemas:
         _merge(merged, iceberg_schema(s)["fields"])
+        if s.is_primary_key_table:
+            for k in s.trimmed_primary_keys:
+                _merge_one(merged, _KEY_ID_START + s.field(k).id, KEY_PREFIX + k, None)
+            for name, fid in _SYSTEM_IDS.items():
+                _merge_one(merged, fid, name, None)
     return _emit(merged)
 
 

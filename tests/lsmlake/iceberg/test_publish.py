@@ -1,0 +1,186 @@
+"""pyiceberg and DuckDB read exactly the rows lsmlake reads from the published Iceberg metadata."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from dataclasses import replace
+
+import pyarrow as pa
+import pytest
+
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.iceberg import (
+    current_metadata_location,
+    iceberg_metadata_dir,
+    publish_iceberg,
+    publish_iceberg_now,
+)
+from lsmlake.table.compact import compact_table
+from lsmlake.table.file_store_table import FileStoreTable
+from lsmlake.table.schema_change import AddColumn, RenameColumn
+from tests.lsmlake.iceberg.readers import duckdb_read, pyiceberg_read, rows
+
+_n = itertools.count()
+
+
+def _catalog(tmp_path) -> FileSystemCatalog:
+    cat = FileSystemCatalog(str(tmp_path / f"wh{next(_n)}"))
+    cat.create_database("db")
+    return cat
+
+
+def _with_options(table: FileStoreTable, **options: str) -> FileStoreTable:
+    """The table with Iceberg options in its loaded schema (the option registry does not know them yet)."""
+    schema = replace(table.schema, options={**table.schema.options, **options})
+    return FileStoreTable(table.io, table.path, table.identifier, schema)
+
+
+def _same_everywhere(table: FileStoreTable, key: str) -> list[dict]:
+    pub = publish_iceberg_now(table)
+    assert pub is not None
+    expected = rows(table.to_arrow(), key)
+    assert rows(pyiceberg_read(pub.metadata_location), key) == expected
+    assert rows(duckdb_read(pub.metadata_location), key) == expected
+    return expected
+
+
+def _kv(keys, values, kinds=None, **extra) -> pa.Table:
+    d = {"k": pa.array(keys, pa.int32()), "v": pa.array(values, pa.string())}
+    d.update(extra)
+    if kinds is not None:
+        d["_row_kind"] = kinds
+    return pa.table(d)
+
+
+def test_append_table(tmp_path) -> None:
+    t = _catalog(tmp_path).create_table("db.t", "k INT NOT NULL, v STRING, p INT", partition_keys=["p"],
+                                        options={"bucket": "2", "bucket-key": "k"})
+    t.write_arrow(_kv([1, 2, 3], ["a", "b", None], p=pa.array([1, 1, 2], pa.int32())))
+    t.write_arrow(_kv([4], ["d"], p=pa.array([None], pa.int32())))
+    assert len(_same_everywhere(t, "k")) == 4
+
+
+def test_partitioned_primary_key_table_after_full_compaction(tmp_path) -> None:
+    t = _catalog(tmp_path).create_table("db.t", "k INT NOT NULL, v STRING, p STRING NOT NULL",
+                                        partition_keys=["p"], primary_keys=["k", "p"], options={"bucket": "2"})
+    t.write_arrow(_kv([1, 2, 3], ["a", "b", "c"], p=["x", "x", "y"]))
+    t.write_arrow(_kv([1, 3], ["a2", "c2"], ["+U", "-D"], p=["x", "y"]))
+    compact_table(t, full=True)
+    assert _same_everywhere(t, "k") == [{"k": 1, "v": "a2", "p": "x"}, {"k": 2, "v": "b", "p": "x"}]
+
+
+def test_primary_key_table_publishes_only_the_top_level(tmp_path) -> None:
+    """Before a full compaction no file is on the top level: Iceberg readers see nothing yet (Paimon's rule)."""
+    t = _catalog(tmp_path).create_table("db.t", "k INT NOT NULL, v STRING", primary_keys=["k"],
+                                        options={"bucket": "1"})
+    t.write_arrow(_kv([1], ["a"]))
+    pub = publish_iceberg_now(t)
+    assert pub is not None
+    assert pyiceberg_read(pub.metadata_location).num_rows == 0
+    compact_table(t, full=True)
+    _same_everywhere(t, "k")
+
+
+def test_deletion_vectors_as_position_deletes(tmp_path) -> None:
+    t = _catalog(tmp_path).create_table("db.t", "k INT NOT NULL, v STRING", primary_keys=["k"],
+                                        options={"bucket": "2", "deletion-vectors.enabled": "true",
+                                                 "num-sorted-run.compaction-trigger": "3"})
+    t.write_arrow(_kv(list(range(20)), [str(i) for i in range(20)]))
+    compact_table(t, full=True)
+    _same_everywhere(t, "k")
+    t.write_arrow(_kv([1, 2, 3], ["x", "y", None], ["+U", "-D", "+I"]))
+    compact_table(t)  # a lookup compaction: level-0 rows move up, older versions are marked in the vectors
+    t.write_arrow(_kv([5, 6], ["five", "six"], ["-D", "+U"]))
+    compact_table(t)
+    got = _same_everywhere(t, "k")
+    assert {r["k"] for r in got} == set(range(20)) - {2, 5}
+    directory = iceberg_metadata_dir(t)
+    assert any(f.path.endswith(".parquet") and "-dv-" in f.path for f in t.io.list(directory))
+
+
+def test_schema_evolution_by_name_mapping(tmp_path) -> None:
+    cat = _catalog(tmp_path)
+    t = cat.create_table("db.t", "k INT NOT NULL, v STRING", options={"bucket": "1", "bucket-key": "k"})
+    t.write_arrow(_kv([1, 2], ["a", "b"]))
+    publish_iceberg_now(t)
+    t = cat.alter_table("db.t", [AddColumn("w", "BIGINT"), RenameColumn("v", "name")])
+    t.write_arrow(pa.table({"k": pa.array([3], pa.int32()), "name": ["c"], "w": pa.array([30], pa.int64())}))
+    got = _same_everywhere(t, "k")
+    assert got[0] == {"k": 1, "name": "a", "w": None}
+    meta = json.loads(open(current_metadata_location(t)).read())  # noqa: SIM115 - a local file
+    mapping = json.loads(meta["properties"]["schema.name-mapping.default"])
+    assert {"field-id": 1, "names": ["v", "name"]} in mapping
+
+
+def test_time_travel_reads_an_earlier_snapshot(tmp_path) -> None:
+    t = _catalog(tmp_path).create_table("db.t", "k INT NOT NULL, v STRING", primary_keys=["k"],
+                                        options={"bucket": "1", "deletion-vectors.enabled": "true"})
+    published = {}
+    for i in range(3):
+        t.write_arrow(_kv([i, 0], [f"v{i}", f"zero{i}"]))
+        compact_table(t)
+        pub = publish_iceberg_now(t)
+        assert pub is not None
+        published[pub.snapshot_id] = rows(t.to_arrow(), "k")
+    location = current_metadata_location(t)
+    assert location is not None
+    for sid, expected in published.items():
+        assert rows(pyiceberg_read(location, sid), "k") == expected
+
+
+def test_publication_is_idempotent_and_two_publishers_agree(tmp_path) -> None:
+    cat = _catalog(tmp_path)
+    t = cat.create_table("db.t", "k INT NOT NULL, v STRING", options={"bucket": "1", "bucket-key": "k"})
+    t = _with_options(t, **{"metadata.iceberg.storage": "table-location"})
+    assert publish_iceberg(t) is None  # no snapshot yet
+    t.write_arrow(_kv([1], ["a"]))
+    results = []
+    barrier = threading.Barrier(2)
+
+    def publish() -> None:
+        table = _with_options(cat.get_table("db.t"), **{"metadata.iceberg.storage": "table-location"})
+        barrier.wait()
+        results.append(publish_iceberg(table))
+
+    threads = [threading.Thread(target=publish) for _ in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sorted(r.published for r in results if r is not None) == [0, 1]
+    again = publish_iceberg(t)
+    assert again is not None and again.published == 0 and again.snapshot_id == 1
+    assert rows(pyiceberg_read(again.metadata_location), "k") == [{"k": 1, "v": "a"}]
+    # the loser's manifests are gone: every Avro file in the folder is named by the metadata
+    meta = json.loads(open(again.metadata_location).read())  # noqa: SIM115 - a local file
+    avro = [f.path for f in t.io.list(iceberg_metadata_dir(t)) if f.path.endswith(".avro")]
+    assert len([p for p in avro if "/snap-" in p]) == len(meta["snapshots"])
+
+
+def test_option_off_publishes_nothing_and_hadoop_catalog_layout(tmp_path) -> None:
+    cat = _catalog(tmp_path)
+    t = cat.create_table("db.t", "k INT NOT NULL, v STRING", options={"bucket": "1", "bucket-key": "k"})
+    t.write_arrow(_kv([1], ["a"]))
+    assert publish_iceberg(t) is None and current_metadata_location(t) is None
+    h = _with_options(t, **{"metadata.iceberg.storage": "hadoop-catalog"})
+    assert iceberg_metadata_dir(h) == f"{cat.root}/iceberg/db/t/metadata"
+    pub = publish_iceberg(h)
+    assert pub is not None and pub.metadata_location == f"{cat.root}/iceberg/db/t/metadata/v1.metadata.json"
+    assert open(f"{cat.root}/iceberg/db/t/metadata/version-hint.text").read() == "1"  # noqa: SIM115
+    assert rows(duckdb_read(pub.metadata_location), "k") == [{"k": 1, "v": "a"}]
+
+
+@pytest.mark.parametrize("keep", [0, 2])
+def test_old_metadata_files_are_deleted_beyond_previous_versions_max(tmp_path, keep: int) -> None:
+    t = _catalog(tmp_path).create_table("db.t", "k INT NOT NULL, v STRING", options={"bucket": "1", "bucket-key": "k"})
+    t = _with_options(t, **{"metadata.iceberg.storage": "table-location",
+                            "metadata.iceberg.previous-versions-max": str(keep)})
+    for i in range(4):
+        t.write_arrow(_kv([i], ["a"]))
+        publish_iceberg(t)
+    names = sorted(f.path.rsplit("/", 1)[1] for f in t.io.list(iceberg_metadata_dir(t))
+                   if f.path.endswith(".metadata.json"))
+    assert names == [f"v{i}.metadata.json" for i in range(4 - keep, 5)]
+    assert rows(pyiceberg_read(current_metadata_location(t)), "k") == rows(t.to_arrow(), "k")
