@@ -55,9 +55,6 @@ def refusal(ty: t.AnyType) -> str | None:
         if ty.precision > 6:
             return ("nanosecond timestamps need Iceberg format version 3 (timestamp_ns), which this publication "
                     "does not write; use a precision of 6 or less")
-        if ty.precision < 4:
-            return ("lsmlake stores a timestamp of precision 0 to 3 as milliseconds and Iceberg readers read only "
-                    "microsecond Parquet timestamps as Iceberg v2 timestamps; use a precision of 4 to 6")
         return None
     return f"Iceberg has no type for {k}"
 
