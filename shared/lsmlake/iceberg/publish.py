@@ -2,12 +2,11 @@
 
 A publication:
 1. reads the current Iceberg metadata (`version-hint.text`); nothing to do when it is at the latest snapshot;
-2. computes the files Iceberg readers must see (Paimon's rules: every file of an append table; the top level of a
-   primary-key table; every file above level 0 of a deletion-vector table, with its vector as a position delete
-   file);
-3. keeps the previous snapshot's manifests whose files are all still visible, rewrites the others with their
-   surviving files, and writes one manifest for the files new to Iceberg (merging them all when they are more than
-   `metadata.iceberg.compaction.max.file-num`);
+2. computes the files Iceberg readers gain and lose (`file_changes`): from the Paimon snapshot's delta when the
+   metadata is at its parent, else the whole visible set;
+3. keeps the previous snapshot's manifests that lose no file (without reading them when nothing was removed),
+   rewrites the others with their surviving files, and writes one manifest for the files new to Iceberg (merging
+   them all when they are more than `metadata.iceberg.compaction.max.file-num`);
 4. creates `v<snapshot id>.metadata.json` only if absent (a concurrent publisher of the same snapshot wins: its
    metadata describes the same files), then moves `version-hint.text`.
 """
@@ -21,18 +20,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lsmlake.errors import NotFoundError
-from lsmlake.format.data_file_writer import bucket_dir
+from lsmlake.errors import LakeError, NotFoundError
 from lsmlake.format.schema import TableSchema
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.iceberg import manifests as mf
-from lsmlake.iceberg import position_deletes
+from lsmlake.iceberg.file_changes import FileChanges, delta_changes, full_changes
 from lsmlake.iceberg.metadata import IcebergSnapshot, partition_spec, snapshots_of, table_metadata
 from lsmlake.iceberg.options import TABLE_LOCATION, IcebergSettings, settings
 from lsmlake.iceberg.types import check_types, iceberg_schema
-from lsmlake.mergetree.merge.factory import dv_enabled
 from lsmlake.table.file_store_table import FileStoreTable
-from lsmlake.table.read import load_vectors
 
 _log = logging.getLogger(__name__)
 VERSION_HINT = "version-hint.text"
@@ -117,10 +113,11 @@ def _publish(table: FileStoreTable, s: IcebergSettings) -> IcebergPublication | 
     old_snapshots = snapshots_of(previous[1]) if previous is not None else []
     parent = old_snapshots[-1] if old_snapshots else None
     writer = _Writer(table, s, directory, schema, snap)
-    data, deletes = _visible(table, schema, snap, directory)
+    changes = _changes(table, schema, snap, previous[0] if previous is not None else None, directory)
     old_manifests = mf.read_manifest_list(table.io.read_bytes(_local(table, parent.manifest_list))) \
         if parent is not None else []
-    metas = writer.manifests(old_manifests, data, mf.DATA) + writer.manifests(old_manifests, deletes, mf.DELETES)
+    metas = writer.manifests(old_manifests, changes, mf.DATA)
+    metas += writer.manifests(old_manifests, changes, mf.DELETES, set(writer.new_paths) if changes.full else set())
     list_path = f"{directory}/snap-{snap.id}-{uuid.uuid4()}.avro"
     table.io.write_bytes(list_path, mf.encode_manifest_list(metas, snap.id, parent.snapshot_id if parent else None,
                                                              snap.id, s.codec))
@@ -146,6 +143,19 @@ def _publish(table: FileStoreTable, s: IcebergSettings) -> IcebergPublication | 
     if previous is not None and s.delete_after_commit:
         _delete_old_metadata(table, directory, snap.id, s.previous_versions_max, previous[0])
     return IcebergPublication(snap.id, table.io.uri(meta_path), 1)
+
+
+def _changes(table: FileStoreTable, schema: TableSchema, snap: Snapshot, published: int | None,
+             directory: str) -> FileChanges:
+    """The delta of `snap` when the metadata is at its parent (a commit costs what it changed), else everything."""
+    if published is not None and published == snap.id - 1:
+        try:
+            previous = table.snapshots.snapshot(published)
+        except LakeError:
+            previous = None  # expired: its files are not known any more
+        if previous is not None:
+            return delta_changes(table, schema, previous, snap, directory)
+    return full_changes(table, schema, snap, directory)
 
 
 def _write_hint(table: FileStoreTable, directory: str, snapshot_id: int) -> None:
@@ -182,34 +192,6 @@ def _operation(first: bool, writer: _Writer) -> str:
     return "overwrite"
 
 
-def _visible(table: FileStoreTable, schema: TableSchema, snap: Snapshot,
-             directory: str) -> tuple[list[mf.IcebergFile], list[mf.IcebergFile]]:
-    """The data files and position delete files Iceberg readers must see at `snap` (not yet placed in manifests:
-    snapshot and sequence numbers are this snapshot's; `_Writer` keeps the earlier ones of files already published)."""
-    pk = schema.is_primary_key_table
-    dv = dv_enabled(schema)
-    top = table.options.num_levels() - 1
-    data: list[mf.IcebergFile] = []
-    deletes: list[mf.IcebergFile] = []
-    for split in table.plan(snap.id, all_levels=True):
-        directory_b = bucket_dir(table.path, schema.partition_dir(split.partition_values), split.bucket)
-        vectors = load_vectors(table.io, table.path, split.dv_index) if dv else {}
-        for f in split.files:
-            if pk and (f.level == 0 if dv else f.level != top):
-                continue
-            path = table.io.uri(f.path_in(directory_b))
-            part = tuple(split.partition_values)
-            data.append(mf.IcebergFile(0, path, part, f.row_count, f.file_size, snap.id, snap.id))
-            vector = vectors.get(f.file_name)
-            if vector:
-                name = f"{directory}/{position_deletes.delete_file_name(f.file_name, vector)}"
-                if not table.io.file_exists(name):
-                    table.io.write_bytes(name, position_deletes.encode(path, vector))
-                deletes.append(mf.IcebergFile(mf.POSITION_DELETES, table.io.uri(name), part, len(vector),
-                                              table.io.size(name), snap.id, snap.id, path))
-    return data, deletes
-
-
 class _Writer:
     """Writes the manifests of one publication, keeping those of the previous snapshot whose files all stay."""
 
@@ -222,27 +204,40 @@ class _Writer:
         self.written: list[str] = []
         self.added = 0
         self.removed = 0
+        self.new_paths: set[str] = set()
 
-    def manifests(self, old: Sequence[mf.ManifestMeta], files: Sequence[mf.IcebergFile],
-                  content: int) -> list[mf.ManifestMeta]:
-        wanted = {f.path: f for f in files}
+    def manifests(self, old: Sequence[mf.ManifestMeta], changes: FileChanges, content: int,
+                  fresh: set[str] | None = None) -> list[mf.ManifestMeta]:
+        """The manifests of `content` for the new snapshot: the old ones left as they are unless they lose a file,
+        the others rewritten with their surviving files, and one for the files new to Iceberg.
+
+        `fresh`: data files new to Iceberg; their delete files go in again (a delete applies to data files of a
+        lower or equal sequence number only)."""
+        files = changes.data if content == mf.DATA else changes.deletes
+        drop = changes.drop(content)
+        fresh = fresh or set()
         kept: list[mf.ManifestMeta] = []
         carried: list[mf.IcebergFile] = []  # files of rewritten manifests, with their first snapshot
-        seen: set[str] = set()
+        present: set[str] = set()
         for m in (m for m in old if m.content == content):
+            if not changes.needs_old_entries(content):
+                kept.append(m)
+                continue
             entries = mf.read_manifest(self.table.io.read_bytes(_local(self.table, m.path)))
-            alive = [e for e in entries if e.path in wanted]
-            seen.update(e.path for e in alive)
+            alive = [e for e in entries if not drop(e) and e.referenced not in fresh]
+            present.update(e.path for e in alive)
             if len(alive) == len(entries):
                 kept.append(m)
             else:
                 self.removed += len(entries) - len(alive)
                 carried.extend(alive)
-        new = [f for f in files if f.path not in seen]
+        new = [f for f in files if f.path not in present]
         self.added += len(new)
+        self.new_paths.update(f.path for f in new)
         out = list(kept)
         if len(out) + 2 > self.s.max_manifests:  # merge everything into one manifest
-            carried = [e for m in kept for e in mf.read_manifest(self.table.io.read_bytes(_local(self.table, m.path)))]
+            carried = [e for m in kept for e in mf.read_manifest(self.table.io.read_bytes(_local(self.table, m.path)))
+                       ] + carried
             out = []
         if carried or new:
             out.append(self._write([*carried, *new], content))

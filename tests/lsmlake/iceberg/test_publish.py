@@ -184,3 +184,37 @@ def test_old_metadata_files_are_deleted_beyond_previous_versions_max(tmp_path, k
                    if f.path.endswith(".metadata.json"))
     assert names == [f"v{i}.metadata.json" for i in range(4 - keep, 5)]
     assert rows(pyiceberg_read(current_metadata_location(t)), "k") == rows(t.to_arrow(), "k")
+
+
+def _manifest_paths(location: str) -> list[str]:
+    from pyiceberg.table import StaticTable
+
+    table = StaticTable.from_metadata(location)
+    snap = table.current_snapshot()
+    assert snap is not None
+    return [m.manifest_path for m in snap.manifests(table.io)]
+
+
+def test_a_commit_publishes_one_manifest_and_keeps_the_others(tmp_path) -> None:
+    t = _catalog(tmp_path).create_table("db.t", "k INT NOT NULL, v STRING", options={"bucket": "1", "bucket-key": "k"})
+    t = _with_options(t, **{"metadata.iceberg.storage": "table-location",
+                            "metadata.iceberg.compaction.max.file-num": "4"})
+    lists = []
+    for i in range(3):
+        t.write_arrow(_kv([i], ["a"]))
+        pub = publish_iceberg(t)
+        assert pub is not None
+        lists.append(_manifest_paths(pub.metadata_location))
+    assert [len(m) for m in lists] == [1, 2, 3]
+    assert lists[1][:1] == lists[0] and lists[2][:2] == lists[1]
+    t.write_arrow(_kv([9], ["z"]))
+    pub = publish_iceberg(t)
+    assert pub is not None
+    assert len(_manifest_paths(pub.metadata_location)) == 1  # past the maximum: merged into one
+    assert rows(pyiceberg_read(pub.metadata_location), "k") == rows(t.to_arrow(), "k")
+    t.overwrite_arrow(_kv([5], ["o"]))
+    pub = publish_iceberg(t)
+    assert pub is not None
+    assert rows(duckdb_read(pub.metadata_location), "k") == [{"k": 5, "v": "o"}]
+    meta = json.loads(open(pub.metadata_location).read())  # noqa: SIM115 - a local file
+    assert meta["snapshots"][-1]["summary"]["operation"] == "overwrite"
