@@ -13,6 +13,7 @@ import grpc
 
 from catalog_svc.console import SESSION_COOKIE, Console, error_page
 from catalog_svc.health_history import HealthHistory
+from catalog_svc.iceberg_rest import IcebergRestApi
 from catalog_svc.maintenance import Maintenance, reconcile_all
 from catalog_svc.metrics import CatalogMetrics
 from catalog_svc.relay import KEEP_DELIVERED_S, KEEP_UNDELIVERED_S, OutboxRelay
@@ -35,6 +36,8 @@ from lsmlake.errors import InvalidInputError
 from lsmlake.metastore import MetaStore, open_store
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, catalog_pb2_grpc
 from lsmlake.rest.http_server import HttpSettings, JsonHttpServer
+from lsmlake.rest.iceberg_json import ICEBERG_PREFIX
+from lsmlake.rest.iceberg_json import error_body as iceberg_error_body
 from lsmlake.rpc import convert
 from lsmlake.rpc.events import snapshot_events
 from lsmlake.rpc.heartbeat import interval_from_env
@@ -109,7 +112,7 @@ class Settings(ServiceSettings):
     health_interval_s: float = 15.0  # seconds between updates of the per-table health gauges (0: off)
     outbox_retention_s: float = KEEP_DELIVERED_S  # delivered outbox events are purged this long after delivery
     outbox_undelivered_retention_s: float = KEEP_UNDELIVERED_S  # undelivered ones are dropped this long after commit
-    rest_port: int | None = None  # Paimon's REST catalog API over HTTP; None: off, 0: a free port
+    rest_port: int | None = None  # Paimon's REST catalog API (and Iceberg's under /iceberg); None: off, 0: free
     ui_port: int | None = None  # the web console over HTTP (catalog_svc/console.py); None: off, 0: a free port
     http_max_connections: int = 512  # open connections of each HTTP port (REST, console), refused at accept beyond
     http_max_connections_per_peer: int = 64  # of them from one IP address
@@ -158,7 +161,8 @@ class Settings(ServiceSettings):
                        help="seconds an event waits for Kafka before it is dropped with a warning (default: a day)")
         p.add_argument("--rest-port", type=int, default=int_or_none(env.get("LSMLAKE_REST_PORT")),
                        help="also serve Paimon's REST catalog API (metastore=rest) over HTTP on this port, with the "
-                            "same TLS and tokens (env LSMLAKE_REST_PORT; 0 picks one); off when not set")
+                            "same TLS and tokens, and Iceberg's, read-only, under /iceberg (env LSMLAKE_REST_PORT; "
+                            "0 picks one); off when not set")
         p.add_argument("--ui-port", type=int, default=int_or_none(env.get("LSMLAKE_UI_PORT")),
                        help="also serve the web console (tables by health, buckets, the compaction timeline) over "
                             "HTTP on this port, with the same TLS and tokens (env LSMLAKE_UI_PORT; 0 picks one); "
@@ -285,11 +289,13 @@ class CatalogServer(ServiceProcess[Settings]):
         add_to_server(self._status, server)
         if s.rest_port is not None:
             sec = s.security
-            self._rest = JsonHttpServer(RestCatalogApi(ops, self._data_tokens()).routes(), HttpSettings(
+            tokens = self._data_tokens()  # Iceberg's API under /iceberg shares the port, the tokens and the policy
+            routes = RestCatalogApi(ops, tokens).routes() + IcebergRestApi(ops, tokens).routes()
+            self._rest = JsonHttpServer(routes, HttpSettings(
                 host=s.host, port=s.rest_port, tls_cert=sec.tls_cert, tls_key=sec.tls_key,
                 tls_client_ca=sec.tls_client_ca, auth_tokens=sec.auth_tokens, workers=s.workers,
                 max_connections=s.http_max_connections, max_connections_per_peer=s.http_max_connections_per_peer),
-                observe=self.metrics.rest_call)
+                observe=self.metrics.rest_call, error_bodies=[(ICEBERG_PREFIX, iceberg_error_body)])
             self.metrics.watch_http("rest", self._rest)
         if s.ui_port is not None:
             sec = s.security
