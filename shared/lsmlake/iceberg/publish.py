@@ -22,7 +22,7 @@ from typing import Any
 
 from lsmlake.errors import LakeError, NotFoundError
 from lsmlake.format.schema import TableSchema
-from lsmlake.format.snapshot import Snapshot
+from lsmlake.format.snapshot import COMPACT, Snapshot
 from lsmlake.iceberg import manifests as mf
 from lsmlake.iceberg.file_changes import FileChanges, delta_changes, full_changes
 from lsmlake.iceberg.metadata import IcebergSnapshot, partition_spec, snapshots_of, table_metadata
@@ -122,7 +122,7 @@ def _publish(table: FileStoreTable, s: IcebergSettings) -> IcebergPublication | 
     table.io.write_bytes(list_path, mf.encode_manifest_list(metas, snap.id, parent.snapshot_id if parent else None,
                                                              snap.id, s.codec))
     writer.written.append(list_path)
-    operation = _operation(parent is None, writer)
+    operation = _operation(parent is None, writer, None if changes.full else snap.commit_kind)
     snapshots = [*old_snapshots, IcebergSnapshot(snap.id, parent.snapshot_id if parent else None, snap.time_millis,
                                                  table.io.uri(list_path), operation, schema.id)]
     log = list(previous[1].get("metadata-log", [])) if previous is not None else []
@@ -184,9 +184,13 @@ def _schemas(table: FileStoreTable, snapshots: Sequence[IcebergSnapshot], curren
     return [table.schemas.schema(i) for i in table.schemas.ids() if i <= current.id] or [current]
 
 
-def _operation(first: bool, writer: _Writer) -> str:
+def _operation(first: bool, writer: _Writer, commit_kind: str | None) -> str:
+    """Iceberg's name for the change: a compaction rewrites rows without changing them (`replace`); `commit_kind`:
+    the Paimon snapshot's when the publication is its delta alone."""
     if first or not writer.removed:
         return "append"
+    if commit_kind == COMPACT:
+        return "replace"
     if not writer.added:
         return "delete"
     return "overwrite"

@@ -69,6 +69,12 @@ def test_partitioned_primary_key_table_after_full_compaction(tmp_path) -> None:
     t.write_arrow(_kv([1, 3], ["a2", "c2"], ["+U", "-D"], p=["x", "y"]))
     compact_table(t, full=True)
     assert _same_everywhere(t, "k") == [{"k": 1, "v": "a2", "p": "x"}, {"k": 2, "v": "b", "p": "x"}]
+    t.write_arrow(_kv([2], ["b2"], p=["x"]))
+    publish_iceberg_now(t)
+    compact_table(t, full=True)  # rewrites the files of partition x: Iceberg's `replace`
+    _same_everywhere(t, "k")
+    meta = json.loads(open(current_metadata_location(t)).read())  # noqa: SIM115 - a local file
+    assert meta["snapshots"][-1]["summary"]["operation"] == "replace"
 
 
 def test_primary_key_table_publishes_only_the_top_level(tmp_path) -> None:
