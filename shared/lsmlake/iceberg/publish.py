@@ -74,11 +74,21 @@ def current_metadata_location(table: FileStoreTable) -> str | None:
     return None if hint is None else table.io.uri(f"{directory}/v{hint}.metadata.json")
 
 
-def _load(table: FileStoreTable, directory: str) -> tuple[int, dict[str, Any]] | None:
-    hint = _read_hint(table, directory)
-    if hint is None:
-        return None
-    return hint, json.loads(table.io.read_bytes(f"{directory}/v{hint}.metadata.json"))
+def load_current(table: FileStoreTable, directory: str) -> tuple[int, dict[str, Any]] | None:
+    """The current metadata (its version and JSON); None if never published.
+
+    A concurrent publication may delete the version the hint named (`delete-after-commit`) between the two reads:
+    the hint is then read again, and names a newer one."""
+    for attempt in range(3):
+        hint = _read_hint(table, directory)
+        if hint is None:
+            return None
+        try:
+            return hint, json.loads(table.io.read_bytes(f"{directory}/v{hint}.metadata.json"))
+        except (NotFoundError, FileNotFoundError):
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def publish_iceberg(table: FileStoreTable) -> IcebergPublication | None:
@@ -106,7 +116,7 @@ def _publish(table: FileStoreTable, s: IcebergSettings) -> IcebergPublication | 
     schema = table.schemas.schema(snap.schema_id)
     check_types(table.schema)
     directory = iceberg_metadata_dir(table)
-    previous = _load(table, directory)
+    previous = load_current(table, directory)
     meta_path = f"{directory}/v{snap.id}.metadata.json"
     if previous is not None and previous[0] >= snap.id:
         return IcebergPublication(previous[0], table.io.uri(f"{directory}/v{previous[0]}.metadata.json"), 0)
@@ -114,7 +124,7 @@ def _publish(table: FileStoreTable, s: IcebergSettings) -> IcebergPublication | 
     parent = old_snapshots[-1] if old_snapshots else None
     writer = _Writer(table, s, directory, schema, snap)
     changes = _changes(table, schema, snap, previous[0] if previous is not None else None, directory)
-    old_manifests = mf.read_manifest_list(table.io.read_bytes(_local(table, parent.manifest_list))) \
+    old_manifests = read_list(table, parent.manifest_list) \
         if parent is not None else []
     metas = writer.manifests(old_manifests, changes, mf.DATA)
     metas += writer.manifests(old_manifests, changes, mf.DELETES, set(writer.new_paths) if changes.full else set())
@@ -174,9 +184,18 @@ def _delete_old_metadata(table: FileStoreTable, directory: str, current: int, ke
         table.io.delete_quietly(f"{directory}/v{v}.metadata.json")
 
 
-def _local(table: FileStoreTable, location: str) -> str:
+def storage_path(table: FileStoreTable, location: str) -> str:
     """A location written in the metadata (with the storage's scheme) as a path of the table's FileIO."""
     return location.split("://", 1)[1] if "://" in location and not table.io.local else location
+
+
+def read_entries(table: FileStoreTable, manifest: str) -> list[mf.IcebergFile]:
+    """The live files of a manifest named in the metadata."""
+    return mf.read_manifest(table.io.read_bytes(storage_path(table, manifest)))
+
+
+def read_list(table: FileStoreTable, manifest_list: str) -> list[mf.ManifestMeta]:
+    return mf.read_manifest_list(table.io.read_bytes(storage_path(table, manifest_list)))
 
 
 def _schemas(table: FileStoreTable, snapshots: Sequence[IcebergSnapshot], current: TableSchema) -> list[TableSchema]:
@@ -227,7 +246,7 @@ class _Writer:
             if not changes.needs_old_entries(content):
                 kept.append(m)
                 continue
-            entries = mf.read_manifest(self.table.io.read_bytes(_local(self.table, m.path)))
+            entries = read_entries(self.table, m.path)
             alive = [e for e in entries if not drop(e) and e.referenced not in fresh]
             present.update(e.path for e in alive)
             if len(alive) == len(entries):
@@ -240,8 +259,7 @@ class _Writer:
         self.new_paths.update(f.path for f in new)
         out = list(kept)
         if len(out) + 2 > self.s.max_manifests:  # merge everything into one manifest
-            carried = [e for m in kept for e in mf.read_manifest(self.table.io.read_bytes(_local(self.table, m.path)))
-                       ] + carried
+            carried = [e for m in kept for e in read_entries(self.table, m.path)] + carried
             out = []
         if carried or new:
             out.append(self._write([*carried, *new], content))

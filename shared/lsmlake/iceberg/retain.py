@@ -12,14 +12,14 @@ import json
 
 from lsmlake.iceberg import manifests as mf
 from lsmlake.iceberg.metadata import snapshots_of
-from lsmlake.iceberg.publish import _load, _local, iceberg_metadata_dir
+from lsmlake.iceberg.publish import iceberg_metadata_dir, load_current, read_entries, read_list, storage_path
 from lsmlake.table.file_store_table import FileStoreTable
 
 
 def retain_iceberg(table: FileStoreTable, earliest_snapshot_id: int) -> None:
     """Drop the Iceberg snapshots older than `earliest_snapshot_id` and the files only they named."""
     directory = iceberg_metadata_dir(table)
-    loaded = _load(table, directory)
+    loaded = load_current(table, directory)
     if loaded is None:
         return
     version, body = loaded
@@ -40,14 +40,14 @@ def retain_iceberg(table: FileStoreTable, earliest_snapshot_id: int) -> None:
     def manifests_of(snaps_: list[mf.ManifestMeta]) -> set[str]:
         return {m.path for m in snaps_}
 
-    lists = {s.snapshot_id: mf.read_manifest_list(table.io.read_bytes(_local(table, s.manifest_list))) for s in snaps}
+    lists = {s.snapshot_id: read_list(table, s.manifest_list) for s in snaps}
     live_manifests = set().union(*(manifests_of(lists[s.snapshot_id]) for s in kept))
     gone_manifests = set().union(*(manifests_of(lists[s.snapshot_id]) for s in dropped)) - live_manifests
     live_deletes = {f.path for s in kept for m in lists[s.snapshot_id] if m.content == mf.DELETES
-                    for f in mf.read_manifest(table.io.read_bytes(_local(table, m.path)))}
+                    for f in read_entries(table, m.path)}
     gone_deletes = {f.path for s in dropped for m in lists[s.snapshot_id]
                     if m.content == mf.DELETES and m.path in gone_manifests
-                    for f in mf.read_manifest(table.io.read_bytes(_local(table, m.path)))} - live_deletes
+                    for f in read_entries(table, m.path)} - live_deletes
     table.io.overwrite_atomic(f"{directory}/v{version}.metadata.json", json.dumps(body, indent=1).encode())
     for path in [*(s.manifest_list for s in dropped), *gone_manifests, *gone_deletes]:
-        table.io.delete_quietly(_local(table, path))
+        table.io.delete_quietly(storage_path(table, path))
