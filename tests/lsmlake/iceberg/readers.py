@@ -10,8 +10,9 @@ import pyarrow as pa
 from pyiceberg.table import StaticTable
 
 
-def pyiceberg_read(metadata_location: str, snapshot_id: int | None = None) -> pa.Table:
-    table = StaticTable.from_metadata(metadata_location)
+def pyiceberg_read(metadata_location: str, snapshot_id: int | None = None,
+                   properties: dict[str, str] | None = None) -> pa.Table:
+    table = StaticTable.from_metadata(metadata_location, properties or {})
     return table.scan(snapshot_id=snapshot_id).to_arrow()
 
 
