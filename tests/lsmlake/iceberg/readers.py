@@ -22,11 +22,12 @@ def _extension(name: str) -> str:
     return str(pathlib.Path(module.__file__).parent / f"extensions/v{duckdb.__version__}/{name}.duckdb_extension")
 
 
-def duckdb_read(metadata_location: str) -> pa.Table:
+def duckdb_read(metadata_location: str, snapshot_id: int | None = None) -> pa.Table:
     con = duckdb.connect()
     con.sql(f"LOAD '{_extension('avro')}'")
     con.sql(f"LOAD '{_extension('iceberg')}'")
-    return con.sql(f"SELECT * FROM iceberg_scan('{metadata_location}')").arrow().read_all()
+    at = "" if snapshot_id is None else f", snapshot_from_id={int(snapshot_id)}"
+    return con.sql(f"SELECT * FROM iceberg_scan('{metadata_location}'{at})").arrow().read_all()
 
 
 def rows(table: pa.Table, key: str) -> list[dict]:

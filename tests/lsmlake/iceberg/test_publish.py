@@ -134,6 +134,7 @@ def test_time_travel_reads_an_earlier_snapshot(tmp_path) -> None:
     assert location is not None
     for sid, expected in published.items():
         assert rows(pyiceberg_read(location, sid), "k") == expected
+        assert rows(duckdb_read(location, sid), "k") == expected
 
 
 def test_publication_is_idempotent_and_two_publishers_agree(tmp_path) -> None:
