@@ -225,3 +225,15 @@ def test_a_commit_publishes_one_manifest_and_keeps_the_others(tmp_path) -> None:
     assert rows(duckdb_read(pub.metadata_location), "k") == [{"k": 5, "v": "o"}]
     meta = json.loads(open(pub.metadata_location).read())  # noqa: SIM115 - a local file
     assert meta["snapshots"][-1]["summary"]["operation"] == "overwrite"
+
+
+def test_append_table_deletes_by_vector(tmp_path) -> None:
+    t = _catalog(tmp_path).create_table("db.t", "k INT NOT NULL, v STRING", options={
+        "bucket": "1", "bucket-key": "k", "deletion-vectors.enabled": "true"})
+    t.write_arrow(_kv(list(range(10)), [str(i) for i in range(10)]))
+    publish_iceberg_now(t)
+    t.delete_where("k < 3")
+    publish_iceberg_now(t)  # from the delta: the vector's position delete file
+    t.delete_where("k = 7")
+    got = _same_everywhere(t, "k")
+    assert [r["k"] for r in got] == [3, 4, 5, 6, 8, 9]
