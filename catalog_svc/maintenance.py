@@ -1,5 +1,6 @@
 """Work the catalog does by itself: announce unrecorded snapshots at start-up, expire snapshots, remove
-orphan files and update the tables' health gauges on a schedule.
+orphan files, publish the Iceberg metadata a crash left behind and update the tables' health gauges on a
+schedule.
 
 Each job is an operation of the catalog (`lsmlake.catalog.operations`), which takes the table's commit lock:
 an expiration batch runs under it, so replicas sharing a metadata store take turns and never expire a
@@ -45,7 +46,7 @@ class Maintenance:
     def __init__(self, operations: CatalogOperations, metrics: CatalogMetrics,
                  expire_interval_s: float, orphan_interval_s: float, reconcile_interval_s: float = 0.0,
                  expire_budget_s: float = PASS_BUDGET_S, health_interval_s: float = 0.0,
-                 history: HealthHistory | None = None) -> None:
+                 history: HealthHistory | None = None, iceberg_interval_s: float = 0.0) -> None:
         self.operations = operations
         self.metrics = metrics
         self.expire_interval_s = expire_interval_s
@@ -53,15 +54,17 @@ class Maintenance:
         self.orphan_interval_s = orphan_interval_s
         self.reconcile_interval_s = reconcile_interval_s
         self.health_interval_s = health_interval_s
+        self.iceberg_interval_s = iceberg_interval_s
         self.history = history  # the console's charts, fed with each health update
         self._health_tables: set[str] = set()  # tables with gauges, to drop those of dropped tables
         self._loop = BackgroundLoop("catalog-maintenance", self._step, TICK_S, initial_delay_s=TICK_S,
                                     what="catalog maintenance", logger=_log)
         self._next_expire = self._next_orphans = self._next_reconcile = self._next_health = 0.0
+        self._next_iceberg = 0.0
 
     def start(self) -> Maintenance:
         if (self.expire_interval_s > 0 or self.orphan_interval_s > 0 or self.reconcile_interval_s > 0
-                or self.health_interval_s > 0):
+                or self.health_interval_s > 0 or self.iceberg_interval_s > 0):
             now = time.monotonic()
             self._next_expire = now + self.expire_interval_s
             self._next_orphans = now + self.orphan_interval_s
@@ -85,6 +88,11 @@ class Maintenance:
                 self.expire_once()
             finally:
                 self._next_expire = time.monotonic() + self.expire_interval_s
+        if self.iceberg_interval_s > 0 and now >= self._next_iceberg:
+            try:
+                self.publish_iceberg_once()
+            finally:
+                self._next_iceberg = time.monotonic() + self.iceberg_interval_s
         if self.health_interval_s > 0 and now >= self._next_health:
             try:
                 self.update_health()
@@ -151,6 +159,24 @@ class Maintenance:
             _log.warning("expiration of %s is not caught up after %d snapshot(s) in %d batch(es); the next "
                          "pass goes on", tid, n, expire.batches)
         return n
+
+    def publish_iceberg_once(self) -> int:
+        """Publish what the Iceberg metadata of the tables with `metadata.iceberg.storage` misses (a crash between a
+        commit and its publication); how many snapshots were published."""
+        total = 0
+        for tid in self.operations.table_ids():
+            if self._loop.is_stopping():
+                break
+            try:
+                published = self.operations.catch_up_iceberg(tid)
+            except Exception:
+                _log.exception("publishing the Iceberg metadata of %s failed", tid)
+                continue
+            if published is not None and published.published:
+                _log.info("published the Iceberg metadata of %s up to snapshot %d (%d snapshot(s) behind)", tid,
+                          published.snapshot_id, published.published)
+                total += published.published
+        return total
 
     def remove_orphans_once(self) -> int:
         """Delete files older than a day that no snapshot or tag of their table references; how many."""

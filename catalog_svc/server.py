@@ -110,6 +110,7 @@ class Settings(ServiceSettings):
     request_id_retention_s: float = KEEP_WRITES_MS / 1000  # how long a committed request id answers a resend
     reconcile_interval_s: float = 10.0
     health_interval_s: float = 15.0  # seconds between updates of the per-table health gauges (0: off)
+    iceberg_interval_s: float = 30.0  # seconds between passes publishing Iceberg metadata a crash left behind
     outbox_retention_s: float = KEEP_DELIVERED_S  # delivered outbox events are purged this long after delivery
     outbox_undelivered_retention_s: float = KEEP_UNDELIVERED_S  # undelivered ones are dropped this long after commit
     rest_port: int | None = None  # Paimon's REST catalog API (and Iceberg's under /iceberg); None: off, 0: free
@@ -146,6 +147,9 @@ class Settings(ServiceSettings):
         p.add_argument("--health-interval", type=float, default=float(env.get("LSMLAKE_HEALTH_INTERVAL", "15")),
                        help="seconds between updates of the per-table compaction lag and health gauges "
                             "(0: off; ListTableHealth always answers fresh figures)")
+        p.add_argument("--iceberg-interval", type=float, default=float(env.get("LSMLAKE_ICEBERG_INTERVAL", "30")),
+                       help="seconds between passes that publish the Iceberg metadata a crash between a commit and "
+                            "its publication left behind, for tables with metadata.iceberg.storage (0: off)")
         p.add_argument("--reconcile-interval", type=float,
                        default=float(env.get("LSMLAKE_RECONCILE_INTERVAL", "10")),
                        help="seconds between looks for snapshots written by other engines (0: off)")
@@ -207,7 +211,8 @@ class Settings(ServiceSettings):
                 p.error("--metastore is required for a remote warehouse")
             local = a.warehouse.removeprefix("file://")
             metastore = f"sqlite:///{os.path.abspath(os.path.join(local, METASTORE_FILE))}"
-        for name in ("expire_interval", "orphan_interval", "reconcile_interval", "health_interval"):
+        for name in ("expire_interval", "orphan_interval", "reconcile_interval", "health_interval",
+                     "iceberg_interval"):
             if getattr(a, name) < 0:
                 p.error(f"--{name.replace('_', '-')} must not be negative")
         if not a.request_id_retention >= 1:  # also refuses nan
@@ -229,6 +234,7 @@ class Settings(ServiceSettings):
         return Settings(warehouse=a.warehouse, metastore=metastore, kafka=a.kafka,
                         expire_interval_s=a.expire_interval, orphan_interval_s=a.orphan_interval,
                         reconcile_interval_s=a.reconcile_interval, health_interval_s=a.health_interval,
+                        iceberg_interval_s=a.iceberg_interval,
                         request_id_retention_s=a.request_id_retention,
                         outbox_retention_s=a.outbox_retention,
                         outbox_undelivered_retention_s=a.outbox_undelivered_retention, rest_port=a.rest_port,
@@ -343,7 +349,8 @@ class CatalogServer(ServiceProcess[Settings]):
                                  f"{s.host}:{self.port}", interval_from_env()).start()
         self._maintenance = Maintenance(self._operations, self.metrics, s.expire_interval_s,
                                         s.orphan_interval_s, s.reconcile_interval_s,
-                                        health_interval_s=s.health_interval_s, history=self.history).start()
+                                        health_interval_s=s.health_interval_s, history=self.history,
+                                        iceberg_interval_s=s.iceberg_interval_s).start()
 
     def _refuse(self) -> None:
         if self._servicer is not None:

@@ -294,6 +294,16 @@ class CatalogService(catalog_pb2_grpc.CatalogServiceServicer):
                                                      dry_run=request.dry_run)
         return catalog_pb2.RemoveOrphanFilesResponse(deleted_paths=result.deleted)
 
+    @guarded
+    def SyncIceberg(self, request: catalog_pb2.SyncIcebergRequest,
+                    context: grpc.ServicerContext) -> catalog_pb2.SyncIcebergResponse:
+        published = self.operations.sync_iceberg(_ident(request.table))
+        if published is None:
+            return catalog_pb2.SyncIcebergResponse()
+        return catalog_pb2.SyncIcebergResponse(snapshot_id=published.snapshot_id,
+                                               metadata_location=published.metadata_location,
+                                               published=published.published)
+
     # -- compaction timeline -------------------------------------------------------------------
 
     @guarded

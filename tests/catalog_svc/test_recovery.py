@@ -41,9 +41,9 @@ def broker() -> Iterator[EmbeddedBroker]:
 class Proc:
     """One catalog_svc process on a fixed port, so that a restarted one is found at the same address."""
 
-    def __init__(self, warehouse: Path, port: int, bootstrap: str, fault: str | None) -> None:
+    def __init__(self, warehouse: Path, port: int, bootstrap: str, fault: str | None, *extra: str) -> None:
         args = [sys.executable, "-m", "catalog_svc", "--warehouse", str(warehouse), "--port", str(port),
-                "--kafka", bootstrap]
+                "--kafka", bootstrap, *extra]
         if fault:
             args += ["--fault", fault]
         self.log = warehouse.parent / f"catalog-{uuid.uuid4().hex[:6]}.log"
@@ -128,3 +128,68 @@ def test_event_is_delivered_after_a_crash_between_commit_and_publish(
     finally:
         restarted.close()
     assert restarted.proc.returncode == 0, restarted.log.read_text()[-2000:]
+
+
+@pytest.mark.parametrize("catch_up", ["next-commit", "background-pass"])
+def test_iceberg_metadata_left_behind_by_a_crash_is_published_after_a_restart(
+        catch_up: str, broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """The catalog dies after recording a commit and before publishing its Iceberg metadata; once restarted, the
+    next commit (here the writer's retry of the commit whose reply it lost) or the background pass publishes it."""
+    from pyiceberg.table import StaticTable
+
+    from lsmlake.iceberg import current_metadata_location
+
+    warehouse = tmp_path / "wh"
+    port = free_port()
+    ident = common_pb2.TableIdentifier(database="db", table="ice")
+    crashing = Proc(warehouse, port, broker.bootstrap, "exit-after-commit", "--iceberg-interval", "0")
+    try:
+        crashing.stub.CreateDatabase(catalog_pb2.CreateDatabaseRequest(name="db"), timeout=TIMEOUT_S)
+        crashing.stub.CreateTable(catalog_pb2.CreateTableRequest(
+            table=ident, columns=[catalog_pb2.Column(name="id", type="BIGINT NOT NULL"),
+                                  catalog_pb2.Column(name="v", type="STRING")], primary_keys=["id"],
+            options={"bucket": "1", "metadata.iceberg.storage": "table-location",
+                     "deletion-vectors.enabled": "true"}), timeout=TIMEOUT_S)
+        w = FileSystemCatalog(str(warehouse)).get_table("db.ice").new_write()
+        w.write(pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": ["a", "b", "c"]}))
+        request = catalog_pb2.CommitRequest(table=ident, commit_user="writer-1", commit_identifier=1,
+                                            kind=common_pb2.COMMIT_KIND_APPEND,
+                                            changes=[changes_to_proto(m) for m in w.prepare_commit()])
+        with pytest.raises(grpc.RpcError) as info:
+            crashing.stub.Commit(request, timeout=TIMEOUT_S)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert crashing.proc.wait(TIMEOUT_S) == 137
+    finally:
+        crashing.close()
+    table = FileSystemCatalog(str(warehouse)).get_table("db.ice")
+    assert table.snapshots.latest_id() == 1 and current_metadata_location(table) is None  # between the two
+
+    interval = "0.2" if catch_up == "background-pass" else "0"
+    restarted = Proc(warehouse, port, broker.bootstrap, None, "--iceberg-interval", interval)
+    try:
+        if catch_up == "next-commit":
+            again = restarted.stub.Commit(request, timeout=TIMEOUT_S)
+            assert (again.snapshot_id, again.already_committed) == (1, True)
+        deadline = time.monotonic() + 60
+        while (location := current_metadata_location(table)) is None:
+            assert time.monotonic() < deadline, f"no Iceberg metadata: {restarted.log.read_text()[-2000:]}"
+            time.sleep(0.1)
+        # level 0 is not what an Iceberg reader may see of a primary-key table: compact, through the catalog
+        from lsmlake.table.compact import compact_buckets
+
+        base, messages = compact_buckets(table, full=True)
+        done = restarted.stub.Commit(catalog_pb2.CommitRequest(
+            table=ident, commit_user="compactor-1", commit_identifier=1, kind=common_pb2.COMMIT_KIND_COMPACT,
+            changes=[changes_to_proto(m) for m in messages]), timeout=TIMEOUT_S)
+        assert done.snapshot_id == 2
+        location = current_metadata_location(table)
+        assert location is not None
+        iceberg = StaticTable.from_metadata(location)
+        current = iceberg.current_snapshot()
+        assert current is not None and current.snapshot_id == 2
+        assert sorted(iceberg.scan().to_arrow().to_pylist(), key=lambda r: r["id"]) == [
+            {"id": 1, "v": "a"}, {"id": 2, "v": "b"}, {"id": 3, "v": "c"}]
+    finally:
+        restarted.close()
+    assert restarted.proc.returncode == 0, restarted.log.read_text()[-2000:]
+

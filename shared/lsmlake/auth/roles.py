@@ -73,6 +73,7 @@ METHOD_ROLES: dict[str, Role] = {
     f"/{_C}/DeleteTag": Role.ADMIN,
     f"/{_C}/ExpireSnapshots": Role.ADMIN,
     f"/{_C}/RemoveOrphanFiles": Role.ADMIN,
+    f"/{_C}/SyncIceberg": Role.ADMIN,
     # status: the services' heartbeats, and who is up
     f"/{_S}/ListServices": Role.READER,
     f"/{_S}/Heartbeat": Role.SERVICE,

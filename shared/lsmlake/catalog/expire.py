@@ -26,6 +26,7 @@ from lsmlake.format import options as opts
 from lsmlake.format.external_paths import is_under, may_delete
 from lsmlake.format.manifest import ADD, DELETE, ManifestEntry
 from lsmlake.format.snapshot import Snapshot
+from lsmlake.iceberg import current_metadata_location, retain_iceberg
 from lsmlake.table.file_store_table import FileStoreTable
 
 _log = logging.getLogger(__name__)
@@ -252,6 +253,10 @@ def _expire_batch(table: FileStoreTable, reach: _Reach, r: _Retention, now_ms: i
     for s in expired:
         doomed |= reach.metadata(s.id) - keep
     doomed -= reach.tags()
+    # Iceberg snapshots name Paimon's files too: they go first, so no live Iceberg snapshot names a deleted file
+    # (a failure here stops the batch before anything is deleted)
+    if current_metadata_location(table) is not None:
+        retain_iceberg(table, end)
     # Snapshot files first, so a crash below leaves only unreachable files (orphans), then the hint.
     # A tagged snapshot's file goes too, as in Paimon: its tag file holds the same JSON.
     for s in expired:
@@ -357,7 +362,9 @@ def remove_orphan_files(table: FileStoreTable, older_than_ms: int = 86_400_000,
     listing = [i for i in table.io.list(table.path, recursive=True) if not i.is_dir]
     keep = referenced_files(table, table.snapshots.snapshots())
     protected_dirs = (f"{table.path}/schema/", f"{table.path}/tag/", f"{table.path}/consumer/",
-                      f"{table.path}/branch/", f"{table.path}/changelog/", f"{table.path}/statistics/")
+                      f"{table.path}/branch/", f"{table.path}/changelog/", f"{table.path}/statistics/",
+                      # the Iceberg metadata: its publication keeps and deletes its own files (lsmlake.iceberg)
+                      f"{table.path}/metadata/")
     for info in listing:
         p = info.path
         if p.startswith(protected_dirs) or p in keep:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pyarrow.fs as pafs
 
 from lsmlake.errors import AlreadyExistsError, InvalidInputError, NotFoundError
-from lsmlake.format.schema import SchemaManager
+from lsmlake.format.schema import SchemaManager, TableSchema
 from lsmlake.format.types import DataField, parse_schema_fields
 from lsmlake.fs import StorageSettings, open_path
 
@@ -126,6 +126,7 @@ class FileSystemCatalog:
         from lsmlake.table.file_store_table import FileStoreTable
 
         schema = define_table(tuple(fields), tuple(partition_keys), tuple(primary_keys), options, comment)
+        _check_iceberg(schema)
         if not self.io.exists(self.database_path(db)):
             raise NotFoundError(f"database {db!r} does not exist")
         path = self.table_path(identifier)
@@ -160,7 +161,7 @@ class FileSystemCatalog:
         table = self.get_table(identifier)
         from lsmlake.table.schema_change import alter_table
 
-        alter_table(table, changes)
+        alter_table(table, changes, check=_check_iceberg)
         return table
 
     def commit(self, table: FileStoreTable, messages: Sequence[CommitMessage], overwrite: bool = False,
@@ -175,9 +176,12 @@ class FileSystemCatalog:
 
         check_changes(table, messages, partitions or ())
         commit = table.new_commit(commit_user)
-        if overwrite:
-            return commit.overwrite(messages, partitions)
-        return commit.commit(messages)
+        result = commit.overwrite(messages, partitions) if overwrite else commit.commit(messages)
+        if _iceberg_enabled(table.schema):
+            from lsmlake.catalog.iceberg_publisher import IcebergPublisher
+
+            IcebergPublisher(self.get_table).after_commit(table.identifier)
+        return result
 
     def table_exists(self, identifier: str) -> bool:
         return bool(SchemaManager(self.io, self.table_path(identifier)).ids())
@@ -193,3 +197,18 @@ class FileSystemCatalog:
             shutil.rmtree(path)
         else:
             self.io.fs.delete_dir(path)
+
+
+def _iceberg_enabled(schema: TableSchema) -> bool:
+    from lsmlake.iceberg import iceberg_enabled
+
+    return iceberg_enabled(schema.options)
+
+
+def _check_iceberg(schema: TableSchema) -> None:
+    """A table that publishes Iceberg metadata must have options and column types Iceberg readers read back."""
+    from lsmlake.iceberg import check_iceberg
+
+    if _iceberg_enabled(schema):
+        check_iceberg(schema, schema.options)
+

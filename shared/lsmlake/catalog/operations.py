@@ -29,6 +29,7 @@ from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.predicate import Predicate, Term
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.format.types import DataField
+from lsmlake.iceberg import IcebergPublication
 from lsmlake.metastore import CompactionPlan, MetaStore, now_ms
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.scan import Split
@@ -243,6 +244,19 @@ class CatalogOperations:
             raise InvalidInputError(f"older_than_ms {older_than_ms} must not be negative")
         # no commit lock: the age guard keeps the files of commits in progress
         return remove_orphan_files(self.catalog.get_table(tid), older_than_ms=older_than_ms, dry_run=dry_run)
+
+    def sync_iceberg(self, tid: str) -> IcebergPublication | None:
+        """Publish the Iceberg metadata of the table's latest snapshot, with or without the table's option (None:
+        the table has no snapshot)."""
+        return self.writes.iceberg.sync(tid)
+
+    def catch_up_iceberg(self, tid: str) -> IcebergPublication | None:
+        """Publish the snapshots the Iceberg metadata of a table with the option misses (None: option off)."""
+        return self.writes.iceberg.catch_up(tid)
+
+    def iceberg_location(self, tid: str) -> str | None:
+        """The table's current Iceberg metadata file, None when none was published."""
+        return self.writes.iceberg.location(tid)
 
     def reconcile(self, tid: str) -> int:
         """Record, with their events, the table's snapshots that have no record yet; how many."""

@@ -24,6 +24,7 @@ from lsmlake.catalog.commit.identity import request_id_limit, request_ids_of
 from lsmlake.catalog.commit.request import CommitRequest
 from lsmlake.catalog.commit.snapshot import SnapshotCommitRequest, commit_snapshot
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.iceberg_publisher import IcebergPublisher
 from lsmlake.catalog.snapshot_events import EventEncoder
 from lsmlake.errors import CommitConflictError, InvalidInputError, LakeError
 from lsmlake.format.snapshot import APPEND, BATCH_COMMIT_IDENTIFIER
@@ -88,6 +89,7 @@ class WriteOperations:
         self.commits = CatalogCommits(catalog, store, encode_events, on_reconciled=self._reconciled,
                                       fault_point=self._fault_point, clock=clock)
         self._keep_writes_ms = keep_writes_ms
+        self.iceberg = IcebergPublisher(catalog.get_table, store.commit_lock)
         self._changed = threading.Condition()  # notified after every commit through these operations
         self._hash_files = HashFileCache()  # the HASH index files read to assign buckets, per table
         self._forget_writes_at = 0.0  # monotonic time of the next purge of old client write ids
@@ -99,18 +101,22 @@ class WriteOperations:
 
     def commit(self, request: CommitRequest,
                plan_check: Callable[[], CompactionPlan] | None = None) -> CommitOutcome:
-        """Commit file changes as one snapshot, exactly once (see `commit.catalog_commits`)."""
+        """Commit file changes as one snapshot, exactly once (see `commit.catalog_commits`); then its Iceberg
+        metadata when the table asks for it (`iceberg_publisher`)."""
         with self._counted(request.kind) as outcome:
             result = self.commits.commit(request, plan_check)
             outcome.append("already_committed" if result.already_committed else "committed")
-            return result
+        self.iceberg.after_commit(request.table_id)
+        return result
 
     def commit_snapshot(self, request: SnapshotCommitRequest) -> bool:
         """Publish a snapshot a Paimon engine built (see `commit.snapshot`); False when another commit took its id."""
         with self._counted(request.snapshot.commit_kind) as outcome:
             published = commit_snapshot(self.commits, request, self._fault_point)
             outcome.append("committed" if published else "conflict")
-            return published
+        if published:
+            self.iceberg.after_commit(request.table_id)
+        return published
 
     @contextmanager
     def _counted(self, kind: str) -> Iterator[list[str]]:

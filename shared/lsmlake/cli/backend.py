@@ -97,3 +97,8 @@ class Backend(Protocol):
                older_than_ms: int | None) -> list[int]:
         """Expire old snapshots; returns the ids of the expired ones."""
         ...
+
+    def sync_iceberg(self, identifier: str) -> tuple[int, str, int]:
+        """Publish the Iceberg metadata of the latest snapshot: (snapshot id, metadata file, snapshots published);
+        (0, "", 0) for a table without snapshots."""
+        ...

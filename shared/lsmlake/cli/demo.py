@@ -2,8 +2,8 @@
 
 1. `lake up` in the background: the embedded Kafka broker, the catalog, a writer (ingesting two Kafka
    topics) and a compactor (Spark local[*]);
-2. a partitioned primary-key table with 4 buckets (`demo.orders`) and a partial-update table
-   (`demo.profiles`);
+2. a partitioned primary-key table with 4 buckets (`demo.orders`, publishing Iceberg metadata with every
+   commit) and a partial-update table (`demo.profiles`);
 3. 1,000,000 rows through the writer's gRPC API from 8 client threads;
 4. 100,000 change events through Kafka: Debezium updates and deletes of orders, plain JSON partial
    updates of profiles;
@@ -11,7 +11,8 @@
    a full compaction and prints them again;
 6. pypaimon writes a postpone-bucket table through the REST catalog, which the compactor places; the writer
    service writes a dynamic-bucket table whose keys move between partitions (cross-partition upsert);
-7. reads the tables with lsmlake's reader and with pypaimon, checks both against a plain-Python model,
+7. reads the tables with lsmlake's reader, with pypaimon and (demo.orders, through its Iceberg metadata) with
+   DuckDB, checks them against a plain-Python model,
    prints throughput and freshness, and stops the cluster. Exits 1 when anything disagrees.
 
 With CI=true the sizes are a fifth (the same steps).
@@ -171,6 +172,34 @@ def _dynamic_buckets(client: Any, warehouse: str) -> bool:
     return same and agree
 
 
+def _duckdb_reads_iceberg(client: Any, model: dict[tuple[int, str], tuple[float, str]]) -> bool:
+    """DuckDB reads demo.orders through the Iceberg metadata the catalog published with its commits: after the
+    full compaction every row is on the highest level, which is what an Iceberg reader sees of a primary-key
+    table. Whether it agrees with the model."""
+    try:
+        import duckdb
+        import duckdb_extension_avro
+        import duckdb_extension_iceberg
+    except ImportError:
+        _say("DuckDB or its iceberg extension package is not installed: not read through Iceberg")
+        return True
+    where = client.sync_iceberg("demo.orders")  # already current: the catalog published with every commit
+    con = duckdb.connect()
+    for package in (duckdb_extension_avro, duckdb_extension_iceberg):  # no download at run time
+        name = package.__name__.removeprefix("duckdb_extension_")
+        con.sql(f"LOAD '{Path(package.__file__).parent / 'extensions' / f'v{duckdb.__version__}' / name}"
+                f".duckdb_extension'")
+    t0 = time.perf_counter()
+    rows = con.sql(f"SELECT id, region, amount, status FROM iceberg_scan('{where.metadata_location}')").fetchall()
+    secs = time.perf_counter() - t0
+    got = {(i, r): (a, s) for i, r, a, s in rows}
+    same = got == model and len(rows) == len(got)
+    _say(f"read demo.orders with DuckDB {duckdb.__version__} through its Iceberg metadata (snapshot "
+         f"{where.snapshot_id}, {'published with the commits' if not where.published else 'published now'}): "
+         f"{len(rows):,} rows in {secs:.2f} s; {'the same rows' if same else 'DIFFERENT rows'}")
+    return same
+
+
 def _order_batch(rng: np.random.Generator, lo: int, n: int) -> pa.Table:
     ids = np.arange(lo, lo + n, dtype=np.int64)
     return pa.table({"id": ids, "region": pa.array(np.array(REGIONS)[ids % 3]),
@@ -197,10 +226,11 @@ def main() -> int:
         client.create_database("demo")
         client.create_table("demo.orders", "id BIGINT NOT NULL, region STRING NOT NULL, amount DOUBLE, status STRING",
                             primary_keys=["id", "region"], partition_keys=["region"],
-                            options={"bucket": "4"})
+                            options={"bucket": "4", "metadata.iceberg.storage": "table-location"})
         client.create_table("demo.profiles", "id BIGINT NOT NULL, name STRING, city STRING, score BIGINT",
                             primary_keys=["id"], options={"bucket": "2", "merge-engine": "partial-update"})
-        _say("created demo.orders (partitioned by region, 4 buckets) and demo.profiles (partial-update)")
+        _say("created demo.orders (partitioned by region, 4 buckets, Iceberg metadata published with every commit) "
+             "and demo.profiles (partial-update)")
 
         # -- 1,000,000 rows over gRPC ---------------------------------------------------------------
         model: dict[tuple[int, str], tuple[float, str]] = {}
@@ -350,6 +380,7 @@ def main() -> int:
             _say(f"read demo.orders with pypaimon 2.1.0: {theirs.num_rows:,} rows in {secs:.2f} s; "
                  f"{'the same rows' if same else 'DIFFERENT rows'}")
             ok = ok and same
+        ok = _duckdb_reads_iceberg(client, model) and ok
         prof = {r["id"]: r for r in client.scan("demo.profiles").to_pylist()}
         same = prof == profiles
         _say(f"demo.profiles (partial-update from JSON events): {len(prof):,} rows, "

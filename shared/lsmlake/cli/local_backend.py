@@ -141,6 +141,12 @@ class LocalBackend:
                                   time_retained_ms=older_than_ms)
         return list(result.expired_snapshots)
 
+    def sync_iceberg(self, identifier: str) -> tuple[int, str, int]:
+        from lsmlake.catalog.iceberg_publisher import IcebergPublisher
+
+        done = IcebergPublisher(self.catalog.get_table).sync(identifier)
+        return (0, "", 0) if done is None else (done.snapshot_id, done.metadata_location, done.published)
+
 
 def partition_filter(table: FileStoreTable, pairs: Sequence[tuple[str, str]]
                      ) -> dict[str, Any] | list[tuple[Any, ...]] | None:

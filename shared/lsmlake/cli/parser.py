@@ -259,6 +259,15 @@ def _other_commands(commands: Any, sub: Sub) -> None:
                    help="expire snapshots older than this (within the two limits)")
     p.set_defaults(func=Command("read", "cmd_expire"))
 
+    iceberg = commands.add_parser("iceberg", help="publish a table's Iceberg metadata (docs/iceberg.md)",
+                                  description="Publish a table's Iceberg metadata, so Iceberg engines read it.",
+                                  allow_abbrev=False)
+    actions = iceberg.add_subparsers(dest="action", metavar="ACTION", required=True)
+    p = sub(actions, "sync", "publish the Iceberg metadata of the table's latest snapshot (also for a table "
+                             "without metadata.iceberg.storage)", "")
+    p.add_argument("table", metavar="DB.TABLE")
+    p.set_defaults(func=Command("read", "cmd_iceberg_sync"))
+
     p = sub(commands, "up", "start the whole cluster on this machine (foreground; Ctrl-C stops it)", h.UP_EPILOG)
     p.add_argument("--kafka", metavar="HOST:PORT", help="use this Kafka instead of the embedded broker")
     p.add_argument("--catalog-port", type=int, default=50051, help="default: 50051")

@@ -198,3 +198,8 @@ class RemoteBackend:
             result = client.expire(identifier, retain_min=retain_min, retain_max=retain_max,
                                    older_than_ms=older_than_ms)
         return list(result.expired_snapshot_ids)
+
+    def sync_iceberg(self, identifier: str) -> tuple[int, str, int]:
+        with self._client() as client:
+            done = client.sync_iceberg(identifier)
+        return done.snapshot_id, done.metadata_location, done.published

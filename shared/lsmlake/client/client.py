@@ -23,6 +23,7 @@ import pyarrow as pa
 from lsmlake.client.compaction import Compaction, CompactionPlanInfo, CompactResult
 from lsmlake.client.connection import Connection
 from lsmlake.client.health import Health, TableHealthInfo
+from lsmlake.client.iceberg import Iceberg, IcebergSync
 from lsmlake.client.scan import Scan
 from lsmlake.client.scans import Scans
 from lsmlake.client.schema import TableSchemaInfo
@@ -79,6 +80,7 @@ class Client:
         self._tables = Tables(self._conn)
         self._writes = Writes(self._conn, self._tables)
         self._snapshots = Snapshots(self._conn)
+        self._iceberg = Iceberg(self._conn)
         self._scans = Scans(self._conn, self._tables, self._snapshots)
         self._tags = Tags(self._conn)
         self._compaction = Compaction(self._conn)
@@ -221,6 +223,9 @@ class Client:
         return self._snapshots.expire(identifier, retain_min=retain_min, retain_max=retain_max,
                                       older_than_ms=older_than_ms, max_deletes=max_deletes)
 
+    def sync_iceberg(self, identifier: str) -> IcebergSync:
+        return self._iceberg.sync_iceberg(identifier)
+
     # -- tags (`Tags`) -----------------------------------------------------------------------------
 
     def create_tag(self, identifier: str, tag: str, snapshot_id: int | None = None) -> SnapshotInfo:
@@ -252,7 +257,7 @@ class Client:
 
 
 # each method is documented where it is implemented: help(Client.scan) shows Scans.scan's text
-for _part in (Tables, Writes, Scans, Snapshots, Tags, Compaction, Health):
+for _part in (Tables, Writes, Scans, Snapshots, Iceberg, Tags, Compaction, Health):
     for _name, _method in vars(_part).items():
         if not _name.startswith("_") and callable(_method) and hasattr(Client, _name):
             getattr(Client, _name).__doc__ = _method.__doc__

@@ -332,6 +332,22 @@ DATA_FILE_EXTERNAL_PATHS = _optional("data-file.external-paths", str,
                                 "Comma-separated roots outside the table folder where data files may live "
                                 "(a commit naming an external path elsewhere is refused; expiration deletes "
                                 "nothing outside the table folder and these roots).")
+# Iceberg metadata published beside the table (lsmlake.iceberg parses and checks the values; docs/iceberg.md)
+ICEBERG_STORAGE = _opt("metadata.iceberg.storage", str, "disabled",
+                       "Publish Iceberg metadata with every commit: disabled, table-location (in <table>/metadata) "
+                       "or hadoop-catalog (in <warehouse>/iceberg/<db>/<table>/metadata).")
+ICEBERG_STORAGE_LOCATION = _optional("metadata.iceberg.storage-location", str,
+                                     "Where the Iceberg metadata goes instead: table-location or catalog-location.")
+ICEBERG_FORMAT_VERSION = _opt("metadata.iceberg.format-version", str, "2",
+                              "Iceberg format version of the metadata: 2 (deletion vectors as position deletes).")
+ICEBERG_PREVIOUS_VERSIONS_MAX = _opt("metadata.iceberg.previous-versions-max", str, "0",
+                                     "Old Iceberg metadata JSON files kept after each publication.")
+ICEBERG_DELETE_AFTER_COMMIT = _opt("metadata.iceberg.delete-after-commit.enabled", str, "true",
+                                   "Whether old Iceberg metadata JSON files are deleted after each publication.")
+ICEBERG_MANIFEST_COMPRESSION = _opt("metadata.iceberg.manifest-compression", str, "deflate",
+                                    "Codec of the Iceberg manifests: deflate, snappy, zstd or none.")
+ICEBERG_COMPACTION_MAX_FILE_NUM = _opt("metadata.iceberg.compaction.max.file-num", str, "50",
+                                       "Iceberg manifests a snapshot may have before they are merged into one.")
 PRIMARY_KEY_OPT = _optional("primary-key", str, "Primary key given as an option (comma-separated).")
 PARTITION_OPT = _optional("partition", str, "Partition keys given as an option (comma-separated).")
 PATH = _optional("path", str, "Table location (set by the catalog).")

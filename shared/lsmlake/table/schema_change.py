@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -214,7 +214,8 @@ def _validate(old: TableSchema, new: TableSchema, renamed: bool) -> None:
         raise InvalidInputError("the table after the changes cannot be written by lsmlake: " + "; ".join(added))
 
 
-def alter_table(table: FileStore, changes: Sequence[SchemaChange]) -> TableSchema:
+def alter_table(table: FileStore, changes: Sequence[SchemaChange],
+                check: Callable[[TableSchema], None] | None = None) -> TableSchema:
     """Apply `changes` to the table's latest schema and publish the result as the next schema file.
 
     1. re-read the latest schema (the table object may be stale);
@@ -228,6 +229,8 @@ def alter_table(table: FileStore, changes: Sequence[SchemaChange]) -> TableSchem
     if current is None:
         raise NotFoundError(f"table {table.identifier} has no schema")
     new = apply_changes(current, changes, has_snapshots=table.snapshots.latest_id() is not None)
+    if check is not None:  # what the layers above require of a schema (the Iceberg publication's types)
+        check(new)
     try:
         table.schemas.commit(new)
     except AlreadyExistsError:

@@ -145,6 +145,7 @@ REQUESTS: dict[str, st.SearchStrategy[Any]] = {
             "id = 1 AND", "dt = X'ff'")), texts)),
     "/lsmlake.v1.CatalogService/ExpireSnapshots": message_of(catalog_pb2.ExpireSnapshotsRequest),
     "/lsmlake.v1.CatalogService/RemoveOrphanFiles": message_of(catalog_pb2.RemoveOrphanFilesRequest),
+    "/lsmlake.v1.CatalogService/SyncIceberg": message_of(catalog_pb2.SyncIcebergRequest),
     "/lsmlake.v1.CatalogService/WatchSnapshots": message_of(catalog_pb2.WatchSnapshotsRequest),
     "/lsmlake.v1.CatalogService/RequestCompaction": message_of(catalog_pb2.RequestCompactionRequest, depth=5),
     "/lsmlake.v1.CatalogService/StartCompaction": message_of(

@@ -132,6 +132,16 @@ def cmd_files(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_iceberg_sync(args: argparse.Namespace) -> int:
+    snapshot_id, location, published = open_backend(args).sync_iceberg(args.table)
+    if not snapshot_id:
+        out(f"{args.table} has no snapshot yet: no Iceberg metadata to publish")
+        return 0
+    what = f"published {published} snapshot(s)" if published else "already current"
+    out(f"Iceberg metadata of {args.table} at snapshot {snapshot_id} ({what}): {location}")
+    return 0
+
+
 def cmd_expire(args: argparse.Namespace) -> int:
     expired = open_backend(args).expire(args.table, args.retain_min, args.retain_max, args.older_than_ms)
     out(f"expired {len(expired)} snapshot(s) of {args.table}" + (f": {expired}" if expired else ""))
