@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lsmlake.errors import LakeError, NotFoundError
+from lsmlake.errors import AlreadyExistsError, LakeError, NotFoundError
 from lsmlake.format.schema import TableSchema
 from lsmlake.format.snapshot import COMPACT, Snapshot
 from lsmlake.iceberg import manifests as mf
@@ -117,6 +117,12 @@ def _publish(table: FileStoreTable, s: IcebergSettings) -> IcebergPublication | 
     check_types(table.schema)
     directory = iceberg_metadata_dir(table)
     previous = load_current(table, directory)
+    if previous is not None and previous[1].get("table-uuid") != table.table_uuid:
+        # catalog-location metadata outlives a dropped table: publishing over it would mix two tables' histories
+        raise AlreadyExistsError(
+            f"the Iceberg metadata in {table.io.uri(directory)} belongs to another table (uuid "
+            f"{previous[1].get('table-uuid')}, not {table.table_uuid}: one dropped under the same name?); remove "
+            "that folder to publish this table")
     meta_path = f"{directory}/v{snap.id}.metadata.json"
     if previous is not None and previous[0] >= snap.id:
         return IcebergPublication(previous[0], table.io.uri(f"{directory}/v{previous[0]}.metadata.json"), 0)

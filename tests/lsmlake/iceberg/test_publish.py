@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.errors import AlreadyExistsError
 from lsmlake.iceberg import (
     current_metadata_location,
     iceberg_metadata_dir,
@@ -237,3 +238,19 @@ def test_append_table_deletes_by_vector(tmp_path) -> None:
     t.delete_where("k = 7")
     got = _same_everywhere(t, "k")
     assert [r["k"] for r in got] == [3, 4, 5, 6, 8, 9]
+
+
+def test_metadata_of_a_dropped_table_is_not_published_over(tmp_path) -> None:
+    cat = _catalog(tmp_path)
+    options = {"bucket": "1", "bucket-key": "k"}
+    t = cat.create_table("db.t", "k INT NOT NULL, v STRING", options=options)
+    t.write_arrow(_kv([1], ["a"]))
+    assert publish_iceberg(_with_options(t, **{"metadata.iceberg.storage": "hadoop-catalog"})) is not None
+    cat.drop_table("db.t")  # the catalog-location folder stays
+    t = cat.create_table("db.t", "k INT NOT NULL, v STRING, w INT", options=options)
+    t.write_arrow(_kv([2], ["b"], w=pa.array([1], pa.int32())))
+    h = _with_options(t, **{"metadata.iceberg.storage": "hadoop-catalog"})
+    before = current_metadata_location(h)
+    with pytest.raises(AlreadyExistsError, match="belongs to another table"):
+        publish_iceberg(h)
+    assert current_metadata_location(h) == before
