@@ -1,11 +1,13 @@
 """The catalog's Iceberg REST API (`catalog_svc.iceberg_rest`, under `/iceberg` on the REST port) with pyiceberg 0.12's
 REST catalog and raw HTTP, against a real catalog server on a loopback port (in this process), tokens checked.
 
-pyiceberg, given only the catalog's URI and a reader token, lists the databases as namespaces and the tables
-that have Iceberg metadata, and scans exactly the rows lsmlake reads; a missing namespace or table raises its
-own error (the 404's type says which); every write is refused with the reason (406, Iceberg's error body) and
-changes nothing; without a token nothing is answered (401). On an S3 warehouse the storage settings come in a
-table's config for a caller the data token policy gives them to, and pyiceberg scans with nothing else.
+The tables have `metadata.iceberg.storage=table-location`, so the catalog publishes their Iceberg metadata after
+each commit (one has not: it has none). pyiceberg, given only the catalog's URI and a reader token, lists the
+databases as namespaces and the tables that have Iceberg metadata, and scans exactly the rows lsmlake reads; a
+missing namespace or table raises its own error (the 404's type says which); every write is refused with the reason
+(406, Iceberg's error body) and changes nothing; without a token nothing is answered (401). On an S3 warehouse the
+storage settings come in a table's config for a caller the data token policy gives them to, and pyiceberg scans with
+nothing else.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.snapshot import APPEND, COMPACT
 from lsmlake.fs.storage_settings import StorageSettings
-from lsmlake.iceberg import current_metadata_location, publish_iceberg_now
+from lsmlake.iceberg import current_metadata_location
 from lsmlake.rest.iceberg_json import MAX_PAGE, file_io_config, page_of
 from lsmlake.rpc.security import ServerSecurity
 from lsmlake.table.compact import compact_buckets
@@ -48,9 +50,8 @@ from pyiceberg.exceptions import (  # noqa: E402 - after the skip that names wha
 )
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
-#: the tables whose Iceberg metadata is published, after each commit, as `lake iceberg sync` does (the catalog does
-#: it by itself for a table with `metadata.iceberg.storage=table-location`: tests/integration/test_iceberg_cluster.py)
-PUBLISHED = frozenset({"db.t", "db.u"})
+#: the option of a table whose Iceberg metadata the catalog publishes after each commit
+ICEBERG = {"metadata.iceberg.storage": "table-location"}
 _COMMITS = iter(range(1, 1_000_000))
 
 
@@ -80,15 +81,16 @@ def _sorted(table: pa.Table) -> list[dict[str, Any]]:
     return sorted(table.to_pylist(), key=lambda r: r["id"])
 
 
-def _create(warehouse: str, tid: str, primary_key: bool = True) -> None:
+def _create(warehouse: str, tid: str, options: dict[str, str], primary_key: bool = True) -> None:
     cat = FileSystemCatalog(warehouse)
     cat.create_database(tid.split(".")[0], ignore_if_exists=True)
     cat.create_table(tid, "id BIGINT NOT NULL, v STRING", primary_keys=["id"] if primary_key else [],
-                     options={"bucket": "1" if primary_key else "-1"})
+                     options={"bucket": "1" if primary_key else "-1", **options})
 
 
 def _commit(local: Local, tid: str, rows: list[dict[str, Any]]) -> None:
-    """Rows written with the library and committed through the catalog."""
+    """Rows written with the library and committed through the catalog, which publishes the Iceberg metadata of
+    a table with the option."""
     w = FileSystemCatalog(local.warehouse).get_table(tid).new_write()
     w.write(pa.Table.from_pylist(rows, schema=SCHEMA))
     _commit_changes(local, tid, APPEND, w.prepare_commit())
@@ -105,8 +107,6 @@ def _commit_changes(local: Local, tid: str, kind: str, messages: list[CommitMess
     ops = local.server._operations
     assert ops is not None
     ops.writes.commit(CommitRequest(tid, kind, "iceberg-rest-test", next(_COMMITS), messages))
-    if tid in PUBLISHED:
-        publish_iceberg_now(FileSystemCatalog(local.warehouse).get_table(tid))
 
 
 def _rows(ids: range, tag: str) -> list[dict[str, Any]]:
@@ -117,9 +117,9 @@ def _rows(ids: range, tag: str) -> list[dict[str, Any]]:
 def lake(tmp_path_factory: pytest.TempPathFactory, tokens: Tokens) -> Iterator[Lake]:
     warehouse = str(tmp_path_factory.mktemp("iceberg-rest") / "wh")
     Path(warehouse).mkdir()
-    _create(warehouse, "db.t")
-    _create(warehouse, "db.u", primary_key=False)
-    _create(warehouse, "db.plain")  # no Iceberg metadata: not an Iceberg table
+    _create(warehouse, "db.t", ICEBERG)
+    _create(warehouse, "db.u", ICEBERG, primary_key=False)
+    _create(warehouse, "db.plain", {})  # no Iceberg metadata: not an Iceberg table
     FileSystemCatalog(warehouse).create_database("empty")
     with local_server(warehouse, rest_port=0, security=ServerSecurity(auth_tokens=tokens.file), expire_interval_s=0,
                       orphan_interval_s=0, reconcile_interval_s=0, health_interval_s=0) as local:
@@ -363,7 +363,7 @@ def test_s3_settings_go_in_the_config_to_callers_with_a_grant_only(s3_server: S3
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     warehouse = s3_server.warehouse()
-    _create(warehouse, "db.t", primary_key=False)
+    _create(warehouse, "db.t", ICEBERG, primary_key=False)
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps({"tokens": [{"principal": "etl", "role": "reader", "token": "etl-token-0123456789"},
                                              {"principal": "bi", "role": "reader", "token": "bi-token-0123456789"}]}))
