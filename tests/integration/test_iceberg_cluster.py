@@ -129,3 +129,36 @@ def test_lake_iceberg_sync_and_the_client(catalog: tuple[procs.Service, int], tm
             client.sync_iceberg("db.")
     finally:
         client.close()
+
+
+def test_rename_publishes_afresh_and_drop_removes_the_metadata(catalog: tuple[procs.Service, int],
+                                                               tmp_path: Path) -> None:
+    """The metadata names the table's paths: a renamed table's is published again under the new name (the old
+    one's is gone), and a dropped table's goes with it, also when it lives outside the table (hadoop-catalog)."""
+    service, _ = catalog
+    client = Client(f"127.0.0.1:{service.port}", warehouse=str(tmp_path / "wh"))
+    wh = FileSystemCatalog(str(tmp_path / "wh"))
+    try:
+        client.create_database("db")
+        for name, storage in (("a", "table-location"), ("h", "hadoop-catalog")):
+            client.create_table(f"db.{name}", "id BIGINT NOT NULL, v STRING",
+                                options={"metadata.iceberg.storage": storage})
+            table = wh.get_table(f"db.{name}")
+            w = table.new_write()
+            w.write(pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["x", "y"]}))
+            client.commit(f"db.{name}", w.prepare_commit(), commit_user="test")
+        hadoop = tmp_path / "wh" / "iceberg" / "db" / "h" / "metadata"
+        assert (hadoop / "version-hint.text").is_file()
+        assert _duckdb_rows(str(current_metadata_location(wh.get_table("db.h")))) == [
+            {"id": 1, "v": "x"}, {"id": 2, "v": "y"}]
+
+        client.rename_table("db.a", "db.b")
+        renamed = current_metadata_location(wh.get_table("db.b"))
+        assert renamed is not None and "/db.db/b/metadata/" in renamed, renamed
+        assert _iceberg_rows(renamed) == [{"id": 1, "v": "x"}, {"id": 2, "v": "y"}]
+        assert not (tmp_path / "wh" / "db.db" / "a").exists()
+
+        client.drop_table("db.h")
+        assert not hadoop.parent.exists()
+    finally:
+        client.close()

@@ -19,6 +19,7 @@ from lsmlake.iceberg import (
     IcebergPublication,
     current_metadata_location,
     iceberg_enabled,
+    iceberg_metadata_dir,
     publish_iceberg,
     publish_iceberg_now,
 )
@@ -69,4 +70,13 @@ class IcebergPublisher:
         return current_metadata_location(self._get_table(tid))
 
 
-__all__ = ["IcebergPublisher"]
+def drop_iceberg_metadata(table: FileStoreTable) -> None:
+    """Delete a table's Iceberg metadata folder (a dropped or renamed table: its metadata names its old paths)."""
+    folder = iceberg_metadata_dir(table)
+    if not folder.startswith(f"{table.path}/"):  # an Iceberg warehouse's table folder: it holds only the metadata
+        folder = folder.rsplit("/", 1)[0]
+    if table.io.exists(folder):
+        table.io.fs.delete_dir(folder)
+
+
+__all__ = ["IcebergPublisher", "drop_iceberg_metadata"]

@@ -18,6 +18,7 @@ from lsmlake.catalog.commit.request import CommitRequest
 from lsmlake.catalog.expire import ExpirePass, ExpireResult, OrphanResult, expire_snapshots, remove_orphan_files
 from lsmlake.catalog.filesystem import FileSystemCatalog, check_name
 from lsmlake.catalog.health import TableHealth, health_of, read_health, read_healths
+from lsmlake.catalog.iceberg_publisher import drop_iceberg_metadata
 from lsmlake.catalog.reconcile import reconcile_table
 from lsmlake.catalog.snapshot_events import EventEncoder
 from lsmlake.catalog.statistics import FileStats, SnapshotStats, partition_stats
@@ -29,7 +30,7 @@ from lsmlake.format.bucket import POSTPONE_BUCKET
 from lsmlake.format.predicate import Predicate, Term
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.format.types import DataField
-from lsmlake.iceberg import IcebergPublication
+from lsmlake.iceberg import IcebergPublication, current_metadata_location, publish_iceberg_now
 from lsmlake.metastore import CompactionPlan, MetaStore, now_ms
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.scan import Split
@@ -124,6 +125,9 @@ class CatalogOperations:
     def drop_table(self, tid: str) -> None:
         """Drop a table and forget its history; NotFoundError when there is none."""
         with self.store.commit_lock(tid):  # not in the middle of a commit of that table
+            table = self.catalog.get_table(tid)
+            if current_metadata_location(table) is not None:  # outside the table folder with hadoop-catalog
+                drop_iceberg_metadata(table)
             self.catalog.drop_table(tid)
             self.store.forget_table(tid)  # a new table of that name starts without history
             self.writes.forget_table(tid)
@@ -143,9 +147,15 @@ class CatalogOperations:
                 raise NotFoundError(f"database of {dst!r} does not exist")
             if cat.io.exists(cat.table_path(dst)):
                 raise AlreadyExistsError(f"table {dst!r} already exists")
+            before = cat.get_table(src)
+            iceberg = current_metadata_location(before) is not None
+            if iceberg:  # it names the old paths: published afresh under the new name below
+                drop_iceberg_metadata(before)
             cat.io.fs.move(cat.table_path(src), cat.table_path(dst))
             store.commit_users.move_commit_users(src, dst)  # the jobs committing to it still own their users
             store.forget_table(src)  # the history is the old name's; the new name records the snapshots anew
+            if iceberg:
+                publish_iceberg_now(cat.get_table(dst))
 
     # -- snapshots and scans -------------------------------------------------------------------
 
