@@ -52,7 +52,15 @@ class ManifestMeta:
     existing_rows: int
 
 
-def _avro_partition_type(ty: t.AnyType) -> Any:
+def _decimal_bytes(precision: int) -> int:
+    """The fewest bytes whose two's complement holds every unscaled value of `precision` digits (Iceberg's size)."""
+    n = 1
+    while (1 << (8 * n - 1)) - 1 < 10 ** precision - 1:
+        n += 1
+    return n
+
+
+def _avro_partition_type(ty: t.AnyType, field_id: int) -> Any:
     assert isinstance(ty, t.DataType)
     k = ty.kind
     if k == t.BOOLEAN:
@@ -72,7 +80,9 @@ def _avro_partition_type(ty: t.AnyType) -> Any:
     if k == t.DATE:
         return {"type": "int", "logicalType": "date"}
     if k == t.DECIMAL:
-        return {"type": "bytes", "logicalType": "decimal", "precision": ty.precision, "scale": ty.scale}
+        # Iceberg's Avro decimal is a fixed of the fewest bytes (readers refuse `bytes` decimals)
+        return {"type": "fixed", "name": f"fixed_{field_id}", "size": _decimal_bytes(ty.precision),
+                "logicalType": "decimal", "precision": ty.precision, "scale": ty.scale}
     if k in (t.TIMESTAMP, t.TIMESTAMP_LTZ):
         return {"type": "long", "logicalType": "timestamp-micros", "adjust-to-utc": k == t.TIMESTAMP_LTZ}
     raise AssertionError(f"partition type {ty.sql()} was not checked")
@@ -81,7 +91,7 @@ def _avro_partition_type(ty: t.AnyType) -> Any:
 def partition_struct(names: Sequence[str], types: Sequence[t.AnyType]) -> dict[str, Any]:
     """The Avro record of a partition tuple (Iceberg partition field ids from 1000)."""
     return {"type": "record", "name": "r102", "fields": [
-        {"name": n, "type": ["null", _avro_partition_type(ty)], "default": None, "field-id": 1000 + i}
+        {"name": n, "type": ["null", _avro_partition_type(ty, 1000 + i)], "default": None, "field-id": 1000 + i}
         for i, (n, ty) in enumerate(zip(names, types, strict=True))]}
 
 

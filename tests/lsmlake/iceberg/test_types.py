@@ -88,3 +88,30 @@ def test_unsupported_options_are_refused(options: dict[str, str], message: str) 
     schema = new_table_schema(parse_schema_fields("k INT NOT NULL"))
     with pytest.raises(InvalidInputError, match=message):
         check_iceberg(schema, {"metadata.iceberg.storage": "table-location", **options})
+
+
+PARTITION_TYPES = [("TINYINT", [1, None]), ("BIGINT", [1 << 40, 2]), ("STRING", ["a", "b/c"]),
+                   ("DATE", [dt.date(2024, 1, 1), None]), ("DECIMAL(10, 2)", [Decimal("1.50"), Decimal("-2.25")]),
+                   ("BOOLEAN", [True, False]), ("TIMESTAMP(6)", [dt.datetime(2024, 1, 1, 1, 2, 3, 4), None])]
+
+
+@pytest.mark.parametrize(("type_text", "values"), PARTITION_TYPES, ids=[p[0] for p in PARTITION_TYPES])
+def test_partition_values_in_manifests(tmp_path, type_text: str, values: list) -> None:
+    cat = FileSystemCatalog(str(tmp_path / f"wh{next(_n)}"))
+    cat.create_database("db")
+    t = cat.create_table("db.t", f"k INT NOT NULL, p {type_text}", partition_keys=["p"],
+                         options={"bucket": "1", "bucket-key": "k"})
+    p_type = t.schema.arrow_schema.field("p").type
+    t.write_arrow(pa.table({"k": pa.array([1, 2], pa.int32()), "p": pa.array(values, p_type)}))
+    pub = publish_iceberg_now(t)
+    assert pub is not None
+    from pyiceberg.table import StaticTable
+
+    table = StaticTable.from_metadata(pub.metadata_location)
+    partitions = sorted((tuple(f.partition) for f in (task.file for task in table.scan().plan_files())), key=repr)
+    assert len(partitions) == 2
+    expected = sorted(t.to_arrow().to_pylist(), key=lambda r: r["k"])
+    for reader in (pyiceberg_read, duckdb_read):
+        assert sorted(reader(pub.metadata_location).to_pylist(), key=lambda r: r["k"]) == expected, reader.__name__
+    if isinstance(values[0], str):  # a filter on the partition column prunes by the manifests' partition values
+        assert table.scan(row_filter=f"p == '{values[0]}'").to_arrow().num_rows == 1
