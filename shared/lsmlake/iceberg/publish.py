@@ -36,7 +36,10 @@ VERSION_HINT = "version-hint.text"
 
 @dataclass(frozen=True)
 class IcebergPublication:
-    """What a publication left: the current Iceberg snapshot and metadata file, and how many snapshots it added."""
+    """What a publication left: the current Iceberg snapshot and metadata file, and how many snapshots it added.
+
+    `published` is 1 when this call wrote the metadata of the latest Paimon snapshot (one Iceberg snapshot, even when
+    it catches up over several Paimon snapshots), 0 when it was already published (by this or another process)."""
 
     snapshot_id: int
     metadata_location: str
