@@ -13,7 +13,7 @@ visible (a level-0 file moved up keeps its path) brings its delete file again, w
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +26,9 @@ from lsmlake.format.index_manifest import DELETION_VECTORS, IndexEntry
 from lsmlake.format.manifest import ADD
 from lsmlake.format.schema import TableSchema
 from lsmlake.format.snapshot import Snapshot
+from lsmlake.format.types import AnyType
 from lsmlake.iceberg import manifests as mf
-from lsmlake.iceberg import position_deletes
+from lsmlake.iceberg import partition_summary, position_deletes
 from lsmlake.mergetree.merge.factory import dv_enabled
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.read import load_vectors
@@ -44,6 +45,7 @@ class FileChanges:
     data: list[mf.IcebergFile] = field(default_factory=list)
     deletes: list[mf.IcebergFile] = field(default_factory=list)
     dropped: set[str] = field(default_factory=set)  # data and delete file paths (delta only)
+    dropped_partitions: set[tuple[Any, ...]] = field(default_factory=set)  # where they are (delta only)
 
     def drop(self, content: int) -> Callable[[mf.IcebergFile], bool]:
         """Whether an entry of an existing manifest of `content` leaves it."""
@@ -54,6 +56,11 @@ class FileChanges:
 
     def needs_old_entries(self, content: int) -> bool:
         return self.full or bool(self.dropped)
+
+    def may_lose_files(self, partition_types: Sequence[AnyType], manifest: mf.ManifestMeta) -> bool:
+        """Whether a manifest can hold a file this change drops (by its partition summary)."""
+        return self.full or any(partition_summary.may_hold(partition_types, manifest.partitions, p)
+                                for p in self.dropped_partitions)
 
 
 def visibility(table: FileStoreTable, schema: TableSchema) -> Callable[[DataFileMeta], bool]:
@@ -130,6 +137,7 @@ def delta_changes(table: FileStoreTable, schema: TableSchema, previous: Snapshot
     touched: set[tuple[bytes, int]] = set()
     partitions: dict[bytes, tuple[Any, ...]] = {}
     names: dict[str, str] = {}  # data file name -> its path (external paths included)
+    partition_of: dict[str, tuple[Any, ...]] = {}
     for e in table.manifests.entries(table.manifests.read_list(snap.delta_manifest_list)):
         if e.bucket == POSTPONE_BUCKET:
             continue
@@ -143,10 +151,12 @@ def delta_changes(table: FileStoreTable, schema: TableSchema, previous: Snapshot
             added[path] = (part, e.file)
         else:
             deleted.add(path)
+            partition_of[path] = part
     out = FileChanges(full=False)
     gone = deleted - added.keys()
     new = added.keys() - deleted
     out.dropped |= gone
+    out.dropped_partitions |= {partition_of[p] for p in gone}
     out.data = [files.data(p, *added[p]) for p in sorted(new)]
     if not dv_enabled(schema):
         return out
@@ -162,6 +172,7 @@ def delta_changes(table: FileStoreTable, schema: TableSchema, previous: Snapshot
             again = data_path in new  # newly visible: its deletes must carry a sequence number not below it
             if old is not None and (cur is None or old != cur or data_path in gone or again):
                 out.dropped.add(io.uri(files.delete_path(name, old)))
+                out.dropped_partitions.add(part)
             if cur is not None and data_path not in gone and (old != cur or again):
                 out.deletes.append(files.delete(data_path, name, part, cur))
     return out

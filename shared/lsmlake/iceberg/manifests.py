@@ -14,6 +14,7 @@ from typing import Any
 import fastavro
 
 from lsmlake.format import types as t
+from lsmlake.iceberg import partition_summary
 
 DATA = 0
 DELETES = 1
@@ -50,6 +51,7 @@ class ManifestMeta:
     existing_files: int
     added_rows: int
     existing_rows: int
+    partitions: list[dict[str, Any]] | None = None  # the summary of each partition field (`partition_summary`)
 
 
 def _decimal_bytes(precision: int) -> int:
@@ -175,12 +177,13 @@ def read_manifest(data: bytes) -> list[IcebergFile]:
 
 
 def manifest_meta(path: str, length: int, content: int, files: Sequence[IcebergFile], snapshot_id: int,
-                  sequence_number: int) -> ManifestMeta:
+                  sequence_number: int, partition_types: Sequence[t.AnyType]) -> ManifestMeta:
     added = [f for f in files if f.snapshot_id == snapshot_id]
     existing = [f for f in files if f.snapshot_id != snapshot_id]
     return ManifestMeta(path, length, content, sequence_number, min(f.sequence_number for f in files),
                         snapshot_id, len(added), len(existing), sum(f.record_count for f in added),
-                        sum(f.record_count for f in existing))
+                        sum(f.record_count for f in existing),
+                        partition_summary.summaries(partition_types, (f.partition for f in files)))
 
 
 def encode_manifest_list(manifests: Sequence[ManifestMeta], snapshot_id: int, parent_id: int | None,
@@ -190,7 +193,7 @@ def encode_manifest_list(manifests: Sequence[ManifestMeta], snapshot_id: int, pa
                 "added_snapshot_id": m.added_snapshot_id, "added_files_count": m.added_files,
                 "existing_files_count": m.existing_files, "deleted_files_count": 0,
                 "added_rows_count": m.added_rows, "existing_rows_count": m.existing_rows, "deleted_rows_count": 0,
-                "partitions": None} for m in manifests]
+                "partitions": m.partitions} for m in manifests]
     meta = {"snapshot-id": str(snapshot_id), "parent-snapshot-id": "null" if parent_id is None else str(parent_id),
             "sequence-number": str(sequence_number), "format-version": "2"}
     buf = io.BytesIO()
@@ -204,5 +207,6 @@ def read_manifest_list(data: bytes) -> list[ManifestMeta]:
         assert isinstance(r, dict)
         out.append(ManifestMeta(r["manifest_path"], r["manifest_length"], r["content"], r["sequence_number"],
                                 r["min_sequence_number"], r["added_snapshot_id"], r["added_files_count"],
-                                r["existing_files_count"], r["added_rows_count"], r["existing_rows_count"]))
+                                r["existing_files_count"], r["added_rows_count"], r["existing_rows_count"],
+                                r.get("partitions")))
     return out

@@ -232,7 +232,8 @@ class _Writer:
         self.table, self.s, self.directory, self.snap = table, s, directory, snap
         self.schema_json = iceberg_schema(schema)
         self.spec = partition_spec(schema)
-        self.partition = mf.partition_struct(schema.partition_keys, schema.types_of(schema.partition_keys))
+        self.partition_types = schema.types_of(schema.partition_keys)
+        self.partition = mf.partition_struct(schema.partition_keys, self.partition_types)
         self.written: list[str] = []
         self.added = 0
         self.removed = 0
@@ -252,7 +253,7 @@ class _Writer:
         carried: list[mf.IcebergFile] = []  # files of rewritten manifests, with their first snapshot
         present: set[str] = set()
         for m in (m for m in old if m.content == content):
-            if not changes.needs_old_entries(content):
+            if not changes.needs_old_entries(content) or not changes.may_lose_files(self.partition_types, m):
                 kept.append(m)
                 continue
             entries = read_entries(self.table, m.path)
@@ -280,5 +281,6 @@ class _Writer:
                                   self.s.codec)
         self.table.io.write_bytes(path, data)
         self.written.append(path)
-        return mf.manifest_meta(self.table.io.uri(path), len(data), content, files, self.snap.id, self.snap.id)
+        return mf.manifest_meta(self.table.io.uri(path), len(data), content, files, self.snap.id, self.snap.id,
+                                self.partition_types)
 

@@ -254,3 +254,26 @@ def test_metadata_of_a_dropped_table_is_not_published_over(tmp_path) -> None:
     with pytest.raises(AlreadyExistsError, match="belongs to another table"):
         publish_iceberg(h)
     assert current_metadata_location(h) == before
+
+
+def test_a_change_in_one_partition_keeps_the_manifests_of_the_others(tmp_path) -> None:
+    t = _catalog(tmp_path).create_table("db.t", "k INT NOT NULL, v STRING, p INT", partition_keys=["p"],
+                                        options={"bucket": "1", "bucket-key": "k"})
+    t = _with_options(t, **{"metadata.iceberg.storage": "table-location"})
+    for i, p in enumerate([1, 2, 2, 1]):
+        t.write_arrow(_kv([i], ["a"], p=pa.array([p], pa.int32())))
+        before = publish_iceberg(t)
+    assert before is not None
+    old = _manifest_paths(before.metadata_location)
+    t.overwrite_arrow(_kv([9], ["o"], p=pa.array([1], pa.int32())), partition={"p": 1})
+    pub = publish_iceberg(t)
+    assert pub is not None
+    new = _manifest_paths(pub.metadata_location)
+    assert new[:2] == old[1:3] and old[0] not in new and old[3] not in new  # p=2's manifests kept as they were
+    assert rows(pyiceberg_read(pub.metadata_location), "k") == rows(t.to_arrow(), "k")
+    assert rows(duckdb_read(pub.metadata_location), "k") == rows(t.to_arrow(), "k")
+    from pyiceberg.expressions import EqualTo
+    from pyiceberg.table import StaticTable
+
+    scan = StaticTable.from_metadata(pub.metadata_location).scan(row_filter=EqualTo("p", 2))
+    assert sorted(r["k"] for r in scan.to_arrow().to_pylist()) == [1, 2]
