@@ -277,3 +277,39 @@ def test_a_change_in_one_partition_keeps_the_manifests_of_the_others(tmp_path) -
 
     scan = StaticTable.from_metadata(pub.metadata_location).scan(row_filter=EqualTo("p", 2))
     assert sorted(r["k"] for r in scan.to_arrow().to_pylist()) == [1, 2]
+
+
+_PUBLISHER = """
+import sys
+from dataclasses import replace
+from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.iceberg import publish_iceberg
+from lsmlake.table.file_store_table import FileStoreTable
+t = FileSystemCatalog(sys.argv[1]).get_table("db.t")
+t = FileStoreTable(t.io, t.path, t.identifier,
+                   replace(t.schema, options={**t.schema.options, "metadata.iceberg.storage": "table-location"}))
+print(publish_iceberg(t).published)
+"""
+
+
+def test_two_processes_publish_at_once(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    cat = _catalog(tmp_path)
+    t = cat.create_table("db.t", "k INT NOT NULL, v STRING", primary_keys=["k"],
+                         options={"bucket": "2", "deletion-vectors.enabled": "true"})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for i in range(2):
+        t.write_arrow(_kv(list(range(i, i + 20)), [f"v{i}"] * 20))
+        compact_table(t)
+        procs = [subprocess.Popen([sys.executable, "-c", _PUBLISHER, cat.warehouse], stdout=subprocess.PIPE,
+                                  env=env) for _ in range(2)]
+        outs = [p.communicate()[0].decode().split() for p in procs]
+        assert all(p.returncode == 0 for p in procs)
+        assert sorted(o[-1] for o in outs) == ["0", "1"]  # one wrote the metadata, the other found it
+        location = current_metadata_location(t)
+        assert location is not None
+        assert rows(pyiceberg_read(location), "k") == rows(t.to_arrow(), "k")
+        assert rows(duckdb_read(location), "k") == rows(t.to_arrow(), "k")
