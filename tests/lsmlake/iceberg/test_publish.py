@@ -180,17 +180,19 @@ def test_option_off_publishes_nothing_and_hadoop_catalog_layout(tmp_path) -> Non
     assert rows(duckdb_read(pub.metadata_location), "k") == [{"k": 1, "v": "a"}]
 
 
-@pytest.mark.parametrize("keep", [0, 2])
-def test_old_metadata_files_are_deleted_beyond_previous_versions_max(tmp_path, keep: int) -> None:
+@pytest.mark.parametrize(("keep", "delete"), [(0, True), (2, True), (4, False)])
+def test_old_metadata_files_are_deleted_beyond_previous_versions_max(tmp_path, keep: int, delete: bool) -> None:
+    """`keep` is also what is left when nothing is deleted: every version (1..4)."""
     t = _catalog(tmp_path).create_table("db.t", "k INT NOT NULL, v STRING", options={"bucket": "1", "bucket-key": "k"})
     t = _with_options(t, **{"metadata.iceberg.storage": "table-location",
-                            "metadata.iceberg.previous-versions-max": str(keep)})
+                            "metadata.iceberg.previous-versions-max": "0" if not delete else str(keep),
+                            "metadata.iceberg.delete-after-commit.enabled": str(delete).lower()})
     for i in range(4):
         t.write_arrow(_kv([i], ["a"]))
         publish_iceberg(t)
     names = sorted(f.path.rsplit("/", 1)[1] for f in t.io.list(iceberg_metadata_dir(t))
                    if f.path.endswith(".metadata.json"))
-    assert names == [f"v{i}.metadata.json" for i in range(4 - keep, 5)]
+    assert names == [f"v{i}.metadata.json" for i in range(max(1, 4 - keep), 5)]
     assert rows(pyiceberg_read(current_metadata_location(t)), "k") == rows(t.to_arrow(), "k")
 
 

@@ -33,7 +33,7 @@ PUBLISHED = [
     ("ROW<x INT, y ARRAY<STRING>>", {"x": 1, "y": ["p", None]}),
 ]
 REFUSED = ["TIME(3)", "TIMESTAMP(9)", "TIMESTAMP(7)", "TIMESTAMP(9) WITH LOCAL TIME ZONE", "ARRAY<TIME(3)>",
-           "ROW<x TIME(0)>"]
+           "ROW<x TIME(0)>", "BLOB", "MAP<STRING, TIME(3)>"]
 
 
 def _comparable(v):
