@@ -148,6 +148,7 @@ def _publish(table: FileStoreTable, s: IcebergSettings) -> IcebergPublication | 
     if previous is not None:
         log.append({"timestamp-ms": previous[1]["last-updated-ms"],
                     "metadata-file": table.io.uri(f"{directory}/v{previous[0]}.metadata.json")})
+    every_version = log
     log = log[-s.previous_versions_max:] if s.previous_versions_max else []
     schemas = _schemas(table, snapshots, schema)
     body = table_metadata(table.table_uuid, _table_location(table, s), schemas, schema, snapshots, log,
@@ -160,7 +161,9 @@ def _publish(table: FileStoreTable, s: IcebergSettings) -> IcebergPublication | 
         return IcebergPublication(snap.id, table.io.uri(meta_path), 0)
     _write_hint(table, directory, snap.id)
     if previous is not None and s.delete_after_commit:
-        _delete_old_metadata(table, directory, snap.id, s.previous_versions_max, previous[0])
+        # the versions that left the log (no listing: the metadata folder holds every manifest too)
+        for entry in every_version[:len(every_version) - len(log)]:
+            table.io.delete_quietly(storage_path(table, entry["metadata-file"]))
     return IcebergPublication(snap.id, table.io.uri(meta_path), 1)
 
 
@@ -181,16 +184,6 @@ def _write_hint(table: FileStoreTable, directory: str, snapshot_id: int) -> None
     current = _read_hint(table, directory)
     if current is None or current < snapshot_id:  # a slower publisher of an older snapshot never moves it back
         table.io.overwrite_atomic(f"{directory}/{VERSION_HINT}", str(snapshot_id).encode())
-
-
-def _delete_old_metadata(table: FileStoreTable, directory: str, current: int, keep: int, previous: int) -> None:
-    """Delete the metadata JSON files beyond the `keep` newest before `current` (Paimon's cleanup)."""
-    versions = sorted(int(f.path.rsplit("/v", 1)[1].split(".")[0]) for f in table.io.list(directory)
-                      if f.path.rsplit("/", 1)[1].startswith("v") and f.path.endswith(".metadata.json")
-                      and f.path.rsplit("/v", 1)[1].split(".")[0].isdigit())
-    older = [v for v in versions if v < current]
-    for v in older[:len(older) - keep] if keep else older:
-        table.io.delete_quietly(f"{directory}/v{v}.metadata.json")
 
 
 def storage_path(table: FileStoreTable, location: str) -> str:
