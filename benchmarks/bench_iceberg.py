@@ -51,6 +51,7 @@ def _duckdb() -> Any:
 
 
 def main() -> None:
+    import duckdb
     import grpc
 
     from lsmlake.catalog.filesystem import FileSystemCatalog
@@ -91,8 +92,11 @@ def main() -> None:
                 while True:
                     location = current_metadata_location(ice)
                     if location is not None:
-                        seen = con.sql(f"SELECT count(*) FROM iceberg_scan('{location}') "
-                                       f"WHERE id >= {i * ROWS} AND id < {(i + 1) * ROWS}").fetchone()[0]
+                        try:
+                            seen = con.sql(f"SELECT count(*) FROM iceberg_scan('{location}') "
+                                           f"WHERE id >= {i * ROWS} AND id < {(i + 1) * ROWS}").fetchone()[0]
+                        except duckdb.IOException:  # a newer publication replaced it meanwhile: look again
+                            seen = -1
                         if seen == ROWS:
                             break
                     if time.monotonic() > deadline:

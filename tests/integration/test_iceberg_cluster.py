@@ -6,7 +6,6 @@ readers read. Real processes on loopback: catalog_svc (gRPC and `--rest-port`); 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,27 +20,19 @@ from lsmlake.cli import main as cli
 from lsmlake.errors import InvalidInputError
 from lsmlake.iceberg import current_metadata_location
 from lsmlake.kafka.broker import free_port
+from tests.support.iceberg_readers import duckdb_read, pyiceberg_read, rows
 from tests.support.pypaimon_io import read, write
 
 pytestmark = pytest.mark.integration
 pypaimon = pytest.importorskip("pypaimon", reason="pypaimon (the test extra) is not installed")
-StaticTable = pytest.importorskip("pyiceberg.table", reason="pyiceberg (the test extra) is not installed").StaticTable
-duckdb = pytest.importorskip("duckdb", reason="duckdb (the test extra) is not installed")
 
 
 def _duckdb_rows(location: str) -> list[dict[str, Any]]:
-    con = duckdb.connect()
-    for name in ("avro", "iceberg"):  # the extensions come from their PyPI packages: no download at run time
-        package = importlib.import_module(f"duckdb_extension_{name}")
-        con.sql(f"LOAD '{Path(str(package.__file__)).parent / 'extensions' / f'v{duckdb.__version__}'}"
-                f"/{name}.duckdb_extension'")
-    return sorted(con.sql(f"SELECT * FROM iceberg_scan('{location}')").fetch_arrow_table().to_pylist(),
-                  key=lambda r: r["id"])
+    return rows(duckdb_read(location), "id")
 
 
 def _iceberg_rows(location: str, snapshot_id: int | None = None) -> list[dict[str, Any]]:
-    return sorted(StaticTable.from_metadata(location).scan(snapshot_id=snapshot_id).to_arrow().to_pylist(),
-                  key=lambda r: r["id"])
+    return rows(pyiceberg_read(location, snapshot_id), "id")
 
 
 @pytest.fixture

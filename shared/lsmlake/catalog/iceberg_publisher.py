@@ -45,7 +45,7 @@ class IcebergPublisher:
             if not iceberg_enabled(table.options.raw):
                 return None
             with self._lock(tid):
-                return publish_iceberg(self._get_table(tid))
+                return publish_iceberg(table)  # it reads the table's latest snapshot and schema itself
         except Exception:
             _log.exception("the Iceberg metadata of %s could not be published; the next commit or the catalog's "
                            "background pass publishes it", tid)
@@ -57,7 +57,7 @@ class IcebergPublisher:
         if not iceberg_enabled(table.options.raw):
             return None
         with self._lock(tid):
-            return publish_iceberg(self._get_table(tid))
+            return publish_iceberg(table)
 
     def sync(self, tid: str) -> IcebergPublication | None:
         """Publish the latest snapshot's Iceberg metadata whether or not the table has the option (`lake iceberg

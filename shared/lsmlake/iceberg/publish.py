@@ -153,7 +153,7 @@ def _publish(table: FileStoreTable, s: IcebergSettings) -> IcebergPublication | 
     schemas = _schemas(table, snapshots, schema)
     body = table_metadata(table.table_uuid, _table_location(table, s), schemas, schema, snapshots, log,
                           previous[1].get("properties", {}) if previous is not None else {})
-    if not table.io.write_if_absent(meta_path, json.dumps(body, indent=1).encode()):
+    if not table.io.write_if_absent(meta_path, json.dumps(body, separators=(",", ":")).encode()):
         # someone else published this snapshot: theirs stands, ours is garbage no metadata names
         for p in writer.written:
             table.io.delete_quietly(p)

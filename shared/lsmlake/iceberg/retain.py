@@ -48,6 +48,6 @@ def retain_iceberg(table: FileStoreTable, earliest_snapshot_id: int) -> None:
     gone_deletes = {f.path for s in dropped for m in lists[s.snapshot_id]
                     if m.content == mf.DELETES and m.path in gone_manifests
                     for f in read_entries(table, m.path)} - live_deletes
-    table.io.overwrite_atomic(f"{directory}/v{version}.metadata.json", json.dumps(body, indent=1).encode())
+    table.io.overwrite_atomic(f"{directory}/v{version}.metadata.json", json.dumps(body, separators=(",", ":")).encode())
     for path in [*(s.manifest_list for s in dropped), *gone_manifests, *gone_deletes]:
         table.io.delete_quietly(storage_path(table, path))

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.iceberg import publish_iceberg_now
 from lsmlake.table.compact import compact_table
-from tests.lsmlake.iceberg.readers import duckdb_read, pyiceberg_read
+from tests.support.iceberg_readers import duckdb_read, pyiceberg_read
 
 _n = itertools.count()
 row = st.tuples(st.integers(0, 12), st.integers(0, 5), st.sampled_from(["+I", "+U", "-D"]))

@@ -21,7 +21,7 @@ from lsmlake.iceberg import (
 from lsmlake.table.compact import compact_table
 from lsmlake.table.file_store_table import FileStoreTable
 from lsmlake.table.schema_change import AddColumn, RenameColumn
-from tests.lsmlake.iceberg.readers import duckdb_read, pyiceberg_read, rows
+from tests.support.iceberg_readers import duckdb_read, pyiceberg_read, rows
 
 _n = itertools.count()
 

@@ -7,7 +7,7 @@ import pyarrow as pa
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.iceberg import current_metadata_location, publish_iceberg_now
 from lsmlake.table.compact import compact_table
-from tests.lsmlake.iceberg.readers import pyiceberg_read, rows
+from tests.support.iceberg_readers import pyiceberg_read, rows
 from tests.support.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 
 

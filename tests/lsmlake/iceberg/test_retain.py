@@ -11,7 +11,7 @@ from lsmlake.catalog.expire import expire_snapshots
 from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.iceberg import current_metadata_location, iceberg_metadata_dir, publish_iceberg_now
 from lsmlake.table.compact import compact_table
-from tests.lsmlake.iceberg.readers import duckdb_read, pyiceberg_read, rows
+from tests.support.iceberg_readers import duckdb_read, pyiceberg_read, rows
 
 
 def test_expiration_drops_old_iceberg_snapshots_and_their_files(tmp_path) -> None:

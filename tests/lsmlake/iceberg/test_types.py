@@ -14,7 +14,7 @@ from lsmlake.errors import InvalidInputError
 from lsmlake.format.schema import new_table_schema
 from lsmlake.format.types import parse_schema_fields
 from lsmlake.iceberg import check_iceberg, publish_iceberg_now
-from tests.lsmlake.iceberg.readers import duckdb_read, pyiceberg_read
+from tests.support.iceberg_readers import duckdb_read, pyiceberg_read
 
 _n = itertools.count()
 
