@@ -26,7 +26,7 @@ from lsmlake.format import options as opts
 from lsmlake.format.external_paths import is_under, may_delete
 from lsmlake.format.manifest import ADD, DELETE, ManifestEntry
 from lsmlake.format.snapshot import Snapshot
-from lsmlake.iceberg import current_metadata_location, retain_iceberg
+from lsmlake.iceberg import current_metadata_location, publish_iceberg_now, retain_iceberg
 from lsmlake.table.file_store_table import FileStoreTable
 
 _log = logging.getLogger(__name__)
@@ -254,8 +254,11 @@ def _expire_batch(table: FileStoreTable, reach: _Reach, r: _Retention, now_ms: i
         doomed |= reach.metadata(s.id) - keep
     doomed -= reach.tags()
     # Iceberg snapshots name Paimon's files too: they go first, so no live Iceberg snapshot names a deleted file
-    # (a failure here stops the batch before anything is deleted)
+    # (a failure here stops the batch before anything is deleted). Metadata behind Paimon (a crash before its
+    # publication, a table synced once without the option) is first brought to the latest snapshot: its current
+    # snapshot may be one this batch expires.
     if current_metadata_location(table) is not None:
+        publish_iceberg_now(table)
         retain_iceberg(table, end)
     # Snapshot files first, so a crash below leaves only unreachable files (orphans), then the hint.
     # A tagged snapshot's file goes too, as in Paimon: its tag file holds the same JSON.

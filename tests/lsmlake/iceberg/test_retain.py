@@ -48,3 +48,26 @@ def test_expiration_drops_old_iceberg_snapshots_and_their_files(tmp_path) -> Non
         named |= {e.data_file.file_path for e in m.fetch_manifest_entry(table.io) if e.data_file.content != 0}
     assert {p for p in after if not p.endswith(("metadata.json", "version-hint.text"))} == named
     assert any(p.endswith(".parquet") for p in before - after)  # a delete file only dropped snapshots named went
+
+
+def test_expiration_of_the_snapshot_the_iceberg_metadata_is_at_publishes_the_latest_first(tmp_path) -> None:
+    """Iceberg metadata behind Paimon (a crash before its publication, or a table synced once without the option)
+    must not keep naming files the expiration deletes: its current snapshot is one of those expired, so the latest
+    is published before anything is deleted."""
+    cat = FileSystemCatalog(str(tmp_path / "wh"))
+    cat.create_database("db")
+    t = cat.create_table("db.t", "k INT NOT NULL, v STRING", primary_keys=["k"],
+                         options={"bucket": "1", "deletion-vectors.enabled": "true"})
+    t.write_arrow(pa.table({"k": pa.array([1, 2], pa.int32()), "v": ["a", "b"]}))
+    compact_table(t, full=True)
+    published = publish_iceberg_now(t)  # the metadata stays at this snapshot from here on
+    assert published is not None
+    for i in range(3):
+        t.write_arrow(pa.table({"k": pa.array([1, 3 + i], pa.int32()), "v": [f"a{i}", f"n{i}"]}))
+        compact_table(t, full=True)  # the earlier compacted file is replaced, so expiring deletes it
+    result = expire_snapshots(t, retain_min=1, retain_max=1)
+    assert published.snapshot_id in result.expired_snapshots
+    location = current_metadata_location(t)
+    assert location is not None
+    assert rows(pyiceberg_read(location), "k") == rows(t.to_arrow(), "k")
+    assert rows(duckdb_read(location), "k") == rows(t.to_arrow(), "k")
