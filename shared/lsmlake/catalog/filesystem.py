@@ -161,7 +161,7 @@ class FileSystemCatalog:
         table = self.get_table(identifier)
         from lsmlake.table.schema_change import alter_table
 
-        alter_table(table, changes, check=_check_iceberg)
+        alter_table(table, changes, check=lambda new: _check_iceberg(new, table))
         return table
 
     def commit(self, table: FileStoreTable, messages: Sequence[CommitMessage], overwrite: bool = False,
@@ -205,10 +205,12 @@ def _iceberg_enabled(schema: TableSchema) -> bool:
     return iceberg_enabled(schema.options)
 
 
-def _check_iceberg(schema: TableSchema) -> None:
-    """A table that publishes Iceberg metadata must have options and column types Iceberg readers read back."""
+def _check_iceberg(schema: TableSchema, table: FileStoreTable | None = None) -> None:
+    """A table that publishes Iceberg metadata must have options and column types Iceberg readers read back, and
+    (`table`: the schema is its next one) no name that stood for another of its columns before."""
     from lsmlake.iceberg import check_iceberg
 
     if _iceberg_enabled(schema):
-        check_iceberg(schema, schema.options)
+        earlier = [table.schemas.schema(i) for i in table.schemas.ids()] if table is not None else []
+        check_iceberg(schema, schema.options, earlier)
 

@@ -150,7 +150,24 @@ def name_mapping(schemas: Iterable[TableSchema]) -> list[dict[str, Any]]:
                 _merge_one(merged, _KEY_ID_START + s.field(k).id, KEY_PREFIX + k, None)
             for name, fid in _SYSTEM_IDS.items():
                 _merge_one(merged, fid, name, None)
+    _check_unambiguous(merged)
     return _emit(merged)
+
+
+def _check_unambiguous(nodes: dict[int, dict[str, Any]]) -> None:
+    """InvalidInputError when one name stood for two columns over the schemas (a column renamed, another given its
+    old name): lsmlake's files carry no field ids, so a reader could not tell which column a file's values are."""
+    owner: dict[str, int] = {}
+    for fid, node in nodes.items():
+        for name in node["names"]:
+            other = owner.setdefault(name, fid)
+            if other != fid:
+                raise InvalidInputError(
+                    f"column name `{name}` stood for two columns over the table's schemas (field ids {other} and "
+                    f"{fid}: one was renamed and the other given its old name); Iceberg readers find the columns of "
+                    "lsmlake's files by name, so they would read one column's values as the other's; give the new "
+                    "column another name")
+        _check_unambiguous(node["fields"])
 
 
 def _merge(into: dict[int, dict[str, Any]], fields: list[dict[str, Any]]) -> None:
