@@ -43,7 +43,8 @@ SERVICE = {"CatalogService": {"AllocateSequences", "AssignBuckets", "RequestComp
                               "CompleteCompaction", "RollbackCompaction"},
            "StatusService": {"Heartbeat"}}
 ADMIN = {"CatalogService": {"CreateDatabase", "DropDatabase", "CreateTable", "DropTable", "AlterTable",
-                            "RenameTable", "CreateTag", "DeleteTag", "ExpireSnapshots", "RemoveOrphanFiles"}}
+                            "RenameTable", "CreateTag", "DeleteTag", "ExpireSnapshots", "RemoveOrphanFiles",
+                            "SyncIceberg"}}
 
 SERVICES = [(catalog_pb2, catalog_pb2_grpc, "CatalogService"), (writer_pb2, writer_pb2_grpc, "WriterService"),
             (compactor_pb2, compactor_pb2_grpc, "CompactorService"), (status_pb2, status_pb2_grpc, "StatusService")]
