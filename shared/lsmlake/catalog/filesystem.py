@@ -180,7 +180,7 @@ class FileSystemCatalog:
         if _iceberg_enabled(table.schema):
             from lsmlake.catalog.iceberg_publisher import IcebergPublisher
 
-            IcebergPublisher(self.get_table).after_commit(table.identifier)
+            IcebergPublisher(self.get_table).after_commit(table)
         return result
 
     def table_exists(self, identifier: str) -> bool:

@@ -37,11 +37,12 @@ class IcebergPublisher:
         self._get_table = get_table
         self._lock = lock or (lambda _: nullcontext())
 
-    def after_commit(self, tid: str) -> IcebergPublication | None:
-        """Publish the table's new snapshots when its options ask for it; a failure is logged, never raised (the
-        commit stands: the next commit or the background pass publishes)."""
+    def after_commit(self, table: FileStoreTable) -> IcebergPublication | None:
+        """Publish the table's new snapshots when its options ask for it (`table` as its commit read it: a table
+        without the option costs no read); a failure is logged, never raised (the commit stands: the next commit
+        or the background pass publishes)."""
+        tid = table.identifier
         try:
-            table = self._get_table(tid)
             if not iceberg_enabled(table.options.raw):
                 return None
             with self._lock(tid):

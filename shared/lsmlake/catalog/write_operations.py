@@ -86,10 +86,11 @@ class WriteOperations:
         self.clock = clock
         self.listener: CommitListener = listener or _Silent()
         self._fault_point = fault_point or (lambda _: None)
-        self.commits = CatalogCommits(catalog, store, encode_events, on_reconciled=self._reconciled,
-                                      fault_point=self._fault_point, clock=clock)
-        self._keep_writes_ms = keep_writes_ms
         self.iceberg = IcebergPublisher(catalog.get_table, store.commit_lock)
+        self.commits = CatalogCommits(catalog, store, encode_events, on_reconciled=self._reconciled,
+                                      fault_point=self._fault_point, clock=clock,
+                                      on_committed=self.iceberg.after_commit)
+        self._keep_writes_ms = keep_writes_ms
         self._changed = threading.Condition()  # notified after every commit through these operations
         self._hash_files = HashFileCache()  # the HASH index files read to assign buckets, per table
         self._forget_writes_at = 0.0  # monotonic time of the next purge of old client write ids
@@ -102,21 +103,18 @@ class WriteOperations:
     def commit(self, request: CommitRequest,
                plan_check: Callable[[], CompactionPlan] | None = None) -> CommitOutcome:
         """Commit file changes as one snapshot, exactly once (see `commit.catalog_commits`); then its Iceberg
-        metadata when the table asks for it (`iceberg_publisher`)."""
+        metadata when the table asks for it (`iceberg_publisher`, called by the commit once its lock is released)."""
         with self._counted(request.kind) as outcome:
             result = self.commits.commit(request, plan_check)
             outcome.append("already_committed" if result.already_committed else "committed")
-        self.iceberg.after_commit(request.table_id)
-        return result
+            return result
 
     def commit_snapshot(self, request: SnapshotCommitRequest) -> bool:
         """Publish a snapshot a Paimon engine built (see `commit.snapshot`); False when another commit took its id."""
         with self._counted(request.snapshot.commit_kind) as outcome:
             published = commit_snapshot(self.commits, request, self._fault_point)
             outcome.append("committed" if published else "conflict")
-        if published:
-            self.iceberg.after_commit(request.table_id)
-        return published
+            return published
 
     @contextmanager
     def _counted(self, kind: str) -> Iterator[list[str]]:

@@ -72,14 +72,18 @@ class CatalogCommits:
 
     `encode_events` writes a snapshot's outbox rows (see `snapshot_events`); `on_reconciled` hears of the snapshots
     recorded by step 1; `fault_point` is called at AFTER_SNAPSHOT (published, not yet recorded) and
-    AFTER_COMMIT (recorded, lock released), where the recovery tests crash the service. `clock` (epoch
-    milliseconds) dates the snapshots the catalog publishes as a client built them (`snapshot`).
+    AFTER_COMMIT (recorded, lock released), where the recovery tests crash the service; `on_committed` hears of
+    each commit after that (a resend too), with the table as the commit read it (the Iceberg publication: no read
+    of its own). `clock` (epoch milliseconds) dates the snapshots the catalog publishes as a client built them
+    (`snapshot`).
     """
 
     def __init__(self, catalog: Tables, store: MetaStore, encode_events: EventEncoder,
                  on_reconciled: Callable[[list[int]], None] = _ignore,
-                 fault_point: Callable[[str], None] = _ignore, clock: Callable[[], int] = now_ms) -> None:
+                 fault_point: Callable[[str], None] = _ignore, clock: Callable[[], int] = now_ms,
+                 on_committed: Callable[[FileStoreTable], object] = _ignore) -> None:
         self.catalog = catalog
+        self.committed = on_committed  # after each commit, lock released, with the table as read under the lock
         self.store = store
         self.encode_events = encode_events
         self.clock = clock
@@ -116,29 +120,33 @@ class CatalogCommits:
             done = self.store.commits.find_commit(tid, me.user, number, kind)
             if done is not None:  # a resend: its files may be compacted away by now, so not checked again
                 me.check_same_files(table, done, number)
-                return CommitOutcome(done, True)
-            check_changes(table, request.changes, request.overwrite_partitions)
-            found = self.store.commits.find_writes(tid, writes) if writes else {}
-            if found:
-                shown = ", ".join(f"{r!r} (snapshot {s})" for r, s in sorted(found.items())[:5])
-                raise AlreadyExistsError(f"the table committed these writes before: {shown}"
-                                         f"{' and more' if len(found) > 5 else ''}; nothing was committed")
-            plan = plan_check() if plan_check is not None else None
-            result = self._apply(table, request, me)
-            if result.already_committed:  # published before, without a record (a crash): same files?
-                me.check_same_files(table, result.snapshot_id, number)
-            self._fault_point(AFTER_SNAPSHOT)
-            # also when lsmlake found the snapshot already published (a crash before the record): record it now
-            self.store.commits.record_commit(tid, me.user, number, kind, result.snapshot_id)
-            self.store.commits.record_writes(tid, writes, result.snapshot_id)
-            commit_time = (result.time_millis if result.time_millis is not None  # a GET spared
-                           else table.snapshots.snapshot(result.snapshot_id).time_millis)
-            record_events(self.store, self.encode_events, SnapshotEvent(
-                tid, result.snapshot_id, kind, commit_time, request.changes,
-                str(plan.plan_id) if plan is not None else ""))
-            if plan is not None:
-                plan = self.store.plans.complete_plan(plan.plan_id, result.snapshot_id)
+            else:
+                check_changes(table, request.changes, request.overwrite_partitions)
+                found = self.store.commits.find_writes(tid, writes) if writes else {}
+                if found:
+                    shown = ", ".join(f"{r!r} (snapshot {s})" for r, s in sorted(found.items())[:5])
+                    raise AlreadyExistsError(f"the table committed these writes before: {shown}"
+                                             f"{' and more' if len(found) > 5 else ''}; nothing was committed")
+                plan = plan_check() if plan_check is not None else None
+                result = self._apply(table, request, me)
+                if result.already_committed:  # published before, without a record (a crash): same files?
+                    me.check_same_files(table, result.snapshot_id, number)
+                self._fault_point(AFTER_SNAPSHOT)
+                # also when lsmlake found the snapshot already published (a crash before the record): record it now
+                self.store.commits.record_commit(tid, me.user, number, kind, result.snapshot_id)
+                self.store.commits.record_writes(tid, writes, result.snapshot_id)
+                commit_time = (result.time_millis if result.time_millis is not None  # a GET spared
+                               else table.snapshots.snapshot(result.snapshot_id).time_millis)
+                record_events(self.store, self.encode_events, SnapshotEvent(
+                    tid, result.snapshot_id, kind, commit_time, request.changes,
+                    str(plan.plan_id) if plan is not None else ""))
+                if plan is not None:
+                    plan = self.store.plans.complete_plan(plan.plan_id, result.snapshot_id)
+        if done is not None:
+            self.committed(table)  # its publication may be what a crash before the reply left undone
+            return CommitOutcome(done, True)
         self._fault_point(AFTER_COMMIT)
+        self.committed(table)
         _log.info("committed %s snapshot %d of %s", kind, result.snapshot_id, tid,
                   extra={"table": tid, "snapshot_id": result.snapshot_id, "commit_kind": kind,
                          "commit_user": me.user, "files": sum(len(m.new_files) for m in request.changes)})

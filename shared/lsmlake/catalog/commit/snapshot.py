@@ -267,6 +267,7 @@ def commit_snapshot(commits: CatalogCommits, request: SnapshotCommitRequest,
             fault_point(AFTER_SNAPSHOT)
         # the commit record and its events, like any snapshot found published (not counted as one found)
         reconcile_table(store, table, tid, commits.encode_events, expected=True)
+    commits.committed(table)
     _log.info("published snapshot %d of %s built by %s (%s)", snap.id, tid, snap.commit_user, snap.commit_kind,
               extra={"table": tid, "snapshot_id": snap.id, "commit_kind": snap.commit_kind,
                      "commit_user": snap.commit_user})
