@@ -207,7 +207,7 @@ def test_catalog_service_methods() -> None:
         "ExpireSnapshots", "RemoveOrphanFiles", "WatchSnapshots",
         "RequestCompaction", "StartCompaction", "CompleteCompaction", "RollbackCompaction",
         "ListCompactionPlans", "FindWrites", "AllocateSequences", "AssignBuckets", "ListTableHealth",
-        "RenameTable", "ListTags", "GetTag", "CreateTag", "DeleteTag",
+        "RenameTable", "ListTags", "GetTag", "CreateTag", "DeleteTag", "SyncIceberg",
     }
     assert methods["WatchSnapshots"] == (False, True)
     assert all(kind == (False, False) for name, kind in methods.items() if name != "WatchSnapshots")
