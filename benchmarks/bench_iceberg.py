@@ -24,7 +24,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
@@ -36,26 +35,13 @@ ROWS = 1_000
 WARMUP = 3
 
 
-def _duckdb() -> Any:
-    """A DuckDB connection with the iceberg extension loaded from its PyPI package (no download at run time)."""
-    import duckdb
-    import duckdb_extension_avro
-    import duckdb_extension_iceberg
-
-    con = duckdb.connect()
-    for package in (duckdb_extension_avro, duckdb_extension_iceberg):
-        name = package.__name__.removeprefix("duckdb_extension_")
-        path = Path(package.__file__).parent / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
-        con.sql(f"LOAD '{path}'")
-    return con
-
-
 def main() -> None:
     import duckdb
     import grpc
 
     from lsmlake.catalog.filesystem import FileSystemCatalog
     from lsmlake.iceberg import current_metadata_location
+    from lsmlake.iceberg.duckdb_reader import duckdb_iceberg_connection
     from lsmlake.kafka.broker import EmbeddedBroker
     from lsmlake.proto_gen.lsmlake.v1 import common_pb2, writer_pb2, writer_pb2_grpc
 
@@ -74,7 +60,7 @@ def main() -> None:
             _, wport = common.start_cluster(wh, broker.bootstrap, root, procs)
             channel = grpc.insecure_channel(f"127.0.0.1:{wport}")
             stub = writer_pb2_grpc.WriterServiceStub(channel)
-            con = _duckdb()
+            con = duckdb_iceberg_connection()
             took: dict[str, list[float]] = {"plain": [], "ice": []}
             fresh: list[float] = []
             for i in range(COMMITS + WARMUP):

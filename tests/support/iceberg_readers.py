@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
-import pathlib
-
-import duckdb
 import pyarrow as pa
 from pyiceberg.table import StaticTable
+
+from lsmlake.iceberg.duckdb_reader import duckdb_iceberg_connection
 
 
 def pyiceberg_read(metadata_location: str, snapshot_id: int | None = None,
@@ -16,16 +14,8 @@ def pyiceberg_read(metadata_location: str, snapshot_id: int | None = None,
     return table.scan(snapshot_id=snapshot_id).to_arrow()
 
 
-def _extension(name: str) -> str:
-    module = importlib.import_module(f"duckdb_extension_{name}")
-    assert module.__file__ is not None
-    return str(pathlib.Path(module.__file__).parent / f"extensions/v{duckdb.__version__}/{name}.duckdb_extension")
-
-
 def duckdb_read(metadata_location: str, snapshot_id: int | None = None) -> pa.Table:
-    con = duckdb.connect()
-    con.sql(f"LOAD '{_extension('avro')}'")
-    con.sql(f"LOAD '{_extension('iceberg')}'")
+    con = duckdb_iceberg_connection()
     at = "" if snapshot_id is None else f", snapshot_from_id={int(snapshot_id)}"
     return con.sql(f"SELECT * FROM iceberg_scan('{metadata_location}'{at})").arrow().read_all()
 

@@ -176,19 +176,16 @@ def _duckdb_reads_iceberg(client: Any, model: dict[tuple[int, str], tuple[float,
     """DuckDB reads demo.orders through the Iceberg metadata the catalog published with its commits: after the
     full compaction every row is on the highest level, which is what an Iceberg reader sees of a primary-key
     table. Whether it agrees with the model."""
+    from lsmlake.iceberg.duckdb_reader import duckdb_iceberg_connection
+
     try:
-        import duckdb
-        import duckdb_extension_avro
-        import duckdb_extension_iceberg
+        con = duckdb_iceberg_connection()
     except ImportError:
         _say("DuckDB or its iceberg extension package is not installed: not read through Iceberg")
         return True
+    import duckdb
+
     where = client.sync_iceberg("demo.orders")  # already current: the catalog published with every commit
-    con = duckdb.connect()
-    for package in (duckdb_extension_avro, duckdb_extension_iceberg):  # no download at run time
-        name = package.__name__.removeprefix("duckdb_extension_")
-        con.sql(f"LOAD '{Path(package.__file__).parent / 'extensions' / f'v{duckdb.__version__}' / name}"
-                f".duckdb_extension'")
     t0 = time.perf_counter()
     rows = con.sql(f"SELECT id, region, amount, status FROM iceberg_scan('{where.metadata_location}')").fetchall()
     secs = time.perf_counter() - t0
