@@ -20,6 +20,7 @@ from pyroaring import BitMap
 from lsmlake.errors import CommitConflictError, CommitStateUnknownError, InvalidInputError, NotFoundError
 from lsmlake.format import options as opts
 from lsmlake.format.binary_row import deserialize_row
+from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.data_file_writer import bucket_dir
 from lsmlake.format.index_manifest import IndexManifestStore
 from lsmlake.format.manifest import ADD, ManifestStore
@@ -194,7 +195,7 @@ class FileStore:
                 return None
             try:
                 return self.new_commit(user).commit(messages, kind=OVERWRITE,
-                                                    validate=self._no_rows_added_since(read, pred))
+                                                    validate=self._no_rows_added_since(read, pred, found))
             except CommitStateUnknownError:
                 raise
             except CommitConflictError as e:
@@ -215,11 +216,9 @@ class FileStore:
         `found` keeps, by data file name, the positions of the file's rows that match `pred` (deleted or not): data
         files never change, so a delete redone after a conflict reads only the files that are new since.
         """
-        from lsmlake.format.data_file_read import ROW_POSITION, read_data_file
         from lsmlake.format.index_manifest import dv_index_change
-        from lsmlake.table.read import filter_rows, load_vectors
+        from lsmlake.table.read import load_vectors
 
-        columns = sorted(pred.columns())
         found = {} if found is None else found
         messages: list[CommitMessage] = []
         if snapshot is None:
@@ -229,13 +228,7 @@ class FileStore:
             directory = bucket_dir(self.path, self.schema.partition_dir(split.partition_values), split.bucket)
             changed = False
             for f in split.files:
-                hit = found.get(f.file_name)
-                if hit is None:
-                    file_schema = self.history.file_schema(f.schema_id, self.schema)
-                    rows = read_data_file(self.io, f.path_in(directory), self.schema, columns, [], None,
-                                          positions=True, file_schema=file_schema)
-                    hit = found[f.file_name] = BitMap(
-                        filter_rows(rows, pred).column(ROW_POSITION).to_numpy().astype(np.uint32))
+                hit = self._matching_positions(f, directory, pred, found)
                 if not hit:
                     continue
                 vector = vectors.get(f.file_name)
@@ -248,10 +241,28 @@ class FileStore:
                                               new_index_files=added, deleted_index_files=removed))
         return messages
 
-    def _no_rows_added_since(self, read: Snapshot | None, pred: Predicate) -> Validation:
+    def _matching_positions(self, f: DataFileMeta, directory: str, pred: Predicate,
+                            found: dict[str, BitMap]) -> BitMap:
+        """The positions of a data file's rows that match `pred` (deleted or not), read once: data files never
+        change, so `found` keeps them by file name."""
+        hit = found.get(f.file_name)
+        if hit is None:
+            from lsmlake.format.data_file_read import ROW_POSITION, read_data_file
+            from lsmlake.table.read import filter_rows
+
+            file_schema = self.history.file_schema(f.schema_id, self.schema)
+            rows = read_data_file(self.io, f.path_in(directory), self.schema, sorted(pred.columns()), [], None,
+                                  positions=True, file_schema=file_schema)
+            hit = found[f.file_name] = BitMap(filter_rows(rows, pred).column(ROW_POSITION).to_numpy().astype(np.uint32))
+        return hit
+
+    def _no_rows_added_since(self, read: Snapshot | None, pred: Predicate, found: dict[str, BitMap]) -> Validation:
         """The check a delete by predicate makes before it publishes: no snapshot since the one it read added a data
-        file to a partition the predicate may match (a compaction adds none: it rewrites rows already there). Without
-        it the delete would land after rows it should have deleted, and leave them (it is serializable with it)."""
+        file holding a row that matches the predicate (a compaction adds none: it rewrites rows already there).
+        Without it the delete would land after rows it should have deleted, and leave them (it is serializable
+        with it). A file whose statistics rule the predicate out is not read; one without statistics (pypaimon
+        writes none) is, into `found`, so that a steady writer of other rows never starves the delete and a redo
+        does not read it again."""
         part_pred = pred.only(self.schema.partition_keys)
         checked = [read.id if read is not None else 0]
 
@@ -261,9 +272,14 @@ class FileStore:
                 if snap.commit_kind != COMPACT:
                     for meta in self.manifests.read_list(snap.delta_manifest_list):
                         for e in self.manifests.read_manifest(meta.file_name):
-                            if e.kind == ADD and part_pred.test(dict(zip(
-                                    self.schema.partition_keys, self.partition_values(e.partition), strict=True))) \
-                                    and values_may_match(self.schema, e.file, pred):
+                            if e.kind != ADD:
+                                continue
+                            values = self.partition_values(e.partition)
+                            if not part_pred.test(dict(zip(self.schema.partition_keys, values, strict=True))) \
+                                    or not values_may_match(self.schema, e.file, pred):
+                                continue
+                            directory = bucket_dir(self.path, self.schema.partition_dir(values), e.bucket)
+                            if self._matching_positions(e.file, directory, pred, found):
                                 raise CommitConflictError(
                                     f"snapshot {sid} added rows that may match the delete since it read snapshot "
                                     f"{checked[0]}; this delete was not applied")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import pyarrow as pa
+import pypaimon
 import pytest
 
 from lsmlake.catalog.filesystem import FileSystemCatalog
@@ -14,6 +15,7 @@ from lsmlake.errors import CommitConflictError, InvalidInputError
 from lsmlake.format.index_manifest import DELETION_VECTORS
 from lsmlake.table.compact import commit_compaction, compact_buckets, compact_table
 from lsmlake.table.file_store import FileStore
+from tests.support.pypaimon_io import write
 
 
 def _append_dv_table(tmp_path, commits: int = 6, rows: int = 400):
@@ -229,15 +231,18 @@ def test_an_index_manifest_sent_whole_is_compared_by_content(tmp_path) -> None:
         check_index_manifest(d, latest, d.indexes.write(swapped), [])
 
 
-def _append_while_deleting(tmp_path, monkeypatch, group: int, times: int):
-    """A table with one row of group 0, and another writer that appends a row of `group` while each of the first
-    `times` attempts of a delete runs; (the catalog, the table, the attempts made so far)."""
+def _append_while_deleting(tmp_path, monkeypatch, group: int, times: int, by_pypaimon: bool = False):
+    """A table with one row of group 0, and another writer (lsmlake, or pypaimon with `by_pypaimon`) that appends a
+    row of `group` while each of the first `times` attempts of a delete runs; (the catalog, the table, the attempts
+    made so far)."""
     cat = FileSystemCatalog(str(tmp_path / "wh"))
     cat.create_database("db")
     t = cat.create_table("db.t", "id BIGINT NOT NULL, g INT NOT NULL",
                          options={"bucket": "-1", "deletion-vectors.enabled": "true"})
     t.write_arrow(pa.table({"id": pa.array([0], pa.int64()), "g": pa.array([0], pa.int32())}))
     other = cat.get_table("db.t")
+    if by_pypaimon:
+        other = _PypaimonAppender(pypaimon.CatalogFactory.create({"warehouse": str(tmp_path / "wh")}).get_table("db.t"))
     original = FileStore.delete_messages
     attempts: list[int] = []
 
@@ -251,6 +256,17 @@ def _append_while_deleting(tmp_path, monkeypatch, group: int, times: int):
 
     monkeypatch.setattr(FileStore, "delete_messages", append_while_deleting)
     return cat, t, attempts
+
+
+class _PypaimonAppender:
+    """pypaimon's table behind the `write_arrow` of lsmlake's."""
+
+    def __init__(self, table) -> None:
+        self.table = table
+
+    def write_arrow(self, data: pa.Table) -> None:
+        write(self.table, data.cast(pa.schema([pa.field("id", pa.int64(), nullable=False),
+                                                pa.field("g", pa.int32(), nullable=False)])))
 
 
 def test_a_delete_is_not_starved_by_appends_its_predicate_cannot_match(tmp_path, monkeypatch) -> None:
@@ -267,4 +283,23 @@ def test_a_delete_still_conflicts_with_appends_its_predicate_may_match(tmp_path,
     cat, t, attempts = _append_while_deleting(tmp_path, monkeypatch, group=0, times=1)
     assert t.delete_where({"g": 0}) is not None
     assert len(attempts) == 2  # redone, and the redo deleted the row appended meanwhile too
+    assert _groups(cat.get_table("db.t")) == {}
+
+
+def test_a_delete_is_not_starved_by_appends_without_statistics_that_hold_no_matching_row(tmp_path,
+                                                                                       monkeypatch) -> None:
+    """pypaimon writes its data files without value statistics, so they cannot rule the predicate out: the delete
+    reads what such a file holds before it calls it a conflict (before, every pypaimon commit during an attempt
+    made the delete redo, and a steady pypaimon writer made it give up after `commit.max-retries` redos)."""
+    cat, t, attempts = _append_while_deleting(tmp_path, monkeypatch, group=1, times=100, by_pypaimon=True)
+    assert t.delete_where({"g": 0}) is not None
+    assert len(attempts) == 1
+    assert _groups(cat.get_table("db.t")) == {1: 1}
+
+
+def test_a_delete_conflicts_with_an_append_without_statistics_that_holds_a_matching_row(tmp_path,
+                                                                                       monkeypatch) -> None:
+    cat, t, attempts = _append_while_deleting(tmp_path, monkeypatch, group=0, times=1, by_pypaimon=True)
+    assert t.delete_where({"g": 0}) is not None
+    assert len(attempts) == 2  # redone, and the redo deleted the row pypaimon appended meanwhile too
     assert _groups(cat.get_table("db.t")) == {}
