@@ -21,6 +21,7 @@ from lsmlake.catalog.filesystem import FileSystemCatalog
 from lsmlake.catalog.timeline import parse_plan_id
 from lsmlake.errors import InvalidInputError
 from lsmlake.format.data_file_writer import bucket_dir
+from lsmlake.format.manifest import ManifestStore
 from lsmlake.proto_gen.lsmlake.v1 import catalog_pb2, common_pb2, events_pb2
 from lsmlake.rpc.convert import changes_to_proto
 from lsmlake.table.compact import compact_buckets, run_planned
@@ -178,6 +179,46 @@ def test_a_plan_run_again_sweeps_what_its_dead_run_wrote_after_the_rollback(loca
     outputs = [f.file_name for f in msg.new_files]
     assert outputs and all(n.startswith(plan.output_file_prefix) and os.path.exists(f"{folder}/{n}") for n in outputs)
     assert _rows(local, ident) == before
+
+
+def _manifest_reads_of_a_rollback(local: Local, monkeypatch: pytest.MonkeyPatch, name: str, before: int) -> int:
+    """Manifest lists a rollback asks for (the snapshots it looks into), in a table with `before` commits before its
+    plan was made and two while it ran; the dead run's leftover is deleted all the same."""
+    ident = local.create_table("db", name, [("id", "BIGINT NOT NULL"), ("v", "STRING")], ["id"], {"bucket": "1"})
+    for i in range(before):
+        local.commit(ident, "writer", i + 1, local.write(ident, {"id": [i], "v": [f"r{i}"]}))
+    plan = local.stub.RequestCompaction(catalog_pb2.RequestCompactionRequest(
+        table=ident, units=[_unit(local, ident)], full=True), timeout=TIMEOUT_S).plan
+    local.stub.StartCompaction(catalog_pb2.StartCompactionRequest(table=ident, plan_id=plan.plan_id,
+                                                                  owner="compactor-1"), timeout=TIMEOUT_S)
+    for i in range(before, before + 2):
+        local.commit(ident, "writer", i + 1, local.write(ident, {"id": [i], "v": [f"r{i}"]}))
+    table = FileSystemCatalog(local.warehouse).get_table(f"db.{name}")
+    leftover = Path(bucket_dir(table.path, table.schema.partition_dir(()), 0)) / f"{plan.output_file_prefix}0-0.parquet"
+    leftover.write_bytes(b"half-written")
+    calls = [0]
+    original = ManifestStore.read_list
+
+    def counted(self: ManifestStore, name: str) -> Any:
+        calls[0] += 1
+        return original(self, name)
+
+    monkeypatch.setattr(ManifestStore, "read_list", counted)
+    local.stub.RollbackCompaction(catalog_pb2.RollbackCompactionRequest(
+        table=ident, plan_id=plan.plan_id, reason="compactor-1 is gone", requeue=True), timeout=TIMEOUT_S)
+    monkeypatch.undo()
+    assert not leftover.exists()
+    return calls[0]
+
+
+def test_a_rollback_costs_what_the_plan_saw_not_the_tables_history(local: Local,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rollback holds the table's commit lock: it may not read every retained snapshot's manifests to learn which
+    files are in use (with a few thousand snapshots it held the lock for minutes, and every writer's commit timed
+    out). Only snapshots made after the plan can hold the files of its runs."""
+    short = _manifest_reads_of_a_rollback(local, monkeypatch, "short", before=3)
+    long = _manifest_reads_of_a_rollback(local, monkeypatch, "long", before=40)
+    assert long == short, (short, long)
 
 
 def test_plan_is_abandoned_when_its_inputs_are_gone(local: Local) -> None:

@@ -10,6 +10,7 @@ itself expires like any other while the tag keeps its manifests and data files.
 from __future__ import annotations
 
 import io as _io
+import posixpath
 from collections.abc import Iterable
 from typing import Any, cast
 
@@ -18,7 +19,7 @@ import fastavro
 from lsmlake.errors import CorruptMetadataError, NotFoundError
 from lsmlake.format.binary_row import deserialize_row
 from lsmlake.format.data_file_writer import bucket_dir
-from lsmlake.format.manifest import ManifestEntry
+from lsmlake.format.manifest import ADD, ManifestEntry
 from lsmlake.format.snapshot import Snapshot
 from lsmlake.table.file_store_table import FileStoreTable
 
@@ -121,6 +122,45 @@ def tag_reach(table: FileStoreTable, paths: TablePaths, name: str, s: Snapshot) 
                                 "is deleted until the file is restored or the tag, unreadable now, is deleted"
                                 ) from None
         return set()  # the tag was deleted while we read it
+
+
+def files_reached_since(table: FileStoreTable, after: int) -> set[str]:
+    """The data and changelog files that a retained snapshot newer than `after`, or a tag of one, can reach, among
+    the files written since snapshot `after` was the latest (a compaction run's outputs): such a file came in
+    through the delta or changelog of a newer snapshot, or, when that snapshot has expired and the file is still
+    live, through the oldest retained snapshot. What this reads grows with the snapshots since `after`, not with
+    the table's history, which is what a rollback under the table's commit lock can afford.
+
+    Manifests are read through the table's cache (they never change); a snapshot expired while we read is skipped
+    as in `referenced_files`, and one that still exists with a manifest missing raises."""
+    paths = TablePaths(table)
+    out: set[str] = set()
+    earliest, latest = table.snapshots.earliest_id(), table.snapshots.latest_id()
+    store = table.manifests
+
+    def reach(sid: int, whole: bool) -> None:
+        try:
+            s = table.snapshots.snapshot(sid)
+            entries = list(store.live(s.base_manifest_list, s.delta_manifest_list).values()) if whole else \
+                [e for e in store.entries(store.read_list(s.delta_manifest_list)) if e.kind == ADD]
+            if s.changelog_manifest_list:
+                entries += store.entries(store.read_list(s.changelog_manifest_list))
+        except NotFoundError:
+            if table.io.exists(table.snapshots.path(sid)):
+                raise
+            return
+        for e in entries:
+            out.update(posixpath.basename(p) for p in paths.data_files(e))
+
+    if earliest is not None and latest is not None:
+        if earliest > after + 1:
+            reach(earliest, whole=True)
+        for sid in range(max(after + 1, earliest), latest + 1):
+            reach(sid, whole=False)
+    for name, s in tagged_snapshots(table):
+        if s.id > after:
+            out.update(posixpath.basename(p) for p in tag_reach(table, paths, name, s))
+    return out
 
 
 def referenced_files(table: FileStoreTable, snapshots: Iterable[Snapshot], tags: bool = True) -> set[str]:

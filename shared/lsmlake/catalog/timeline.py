@@ -25,8 +25,8 @@ from lsmlake.auth.roles import Role
 from lsmlake.catalog.commit.catalog_commits import CommitOutcome
 from lsmlake.catalog.commit.checks import check_file_name
 from lsmlake.catalog.commit.request import CommitRequest
-from lsmlake.catalog.expire import referenced_files
 from lsmlake.catalog.filesystem import FileSystemCatalog
+from lsmlake.catalog.reachability import files_reached_since
 from lsmlake.errors import InvalidInputError, NotFoundError, PermissionDeniedError
 from lsmlake.format.data_file_meta import DataFileMeta
 from lsmlake.format.data_file_writer import bucket_dir
@@ -285,7 +285,7 @@ class Timeline:
     def _delete_outputs(self, table: FileStoreTable, detail: PlanDetail,
                         live: dict[tuple[bytes, int], dict[str, ManifestEntry]], extra: set[str]) -> list[str]:
         """Delete the plan's uncommitted outputs in its buckets' folders; never a file a snapshot still uses."""
-        referenced = self._referenced_names(table)
+        referenced = files_reached_since(table, detail.base_snapshot_id)  # the run's files are all newer
         # the run's data files, and its changelog files (`changelog-` + the run's own part of the prefix)
         prefixes = (detail.output_file_prefix, "changelog-" + detail.output_file_prefix.removeprefix("data-"))
         deleted = []
@@ -300,10 +300,6 @@ class Timeline:
                     table.io.delete_quietly(info.path)
                     deleted.append(info.path)
         return deleted
-
-    @staticmethod
-    def _referenced_names(table: FileStoreTable) -> set[str]:
-        return {posixpath.basename(p) for p in referenced_files(table, table.snapshots.snapshots())}
 
     def list(self, tid: str | None, states: Sequence[str] | None) -> list[CompactionPlan]:
         """The table's plans, oldest request first; only those in `states` when given. `tid` None: every table's

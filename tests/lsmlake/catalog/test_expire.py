@@ -371,3 +371,35 @@ def test_an_expire_pass_catches_up_in_batches_within_its_bounds(tmp_path) -> Non
     assert rest.run().expired_snapshots == [17, 18] and rest.caught_up and rest.batches == 1
     assert t.snapshots.ids() == [19, 20]
     assert _rows(t.to_arrow()) == [(0, "a", 18), (1, "a", 19), (2, "a", 17)]
+
+
+def test_files_reached_since_a_snapshot_finds_newer_files_in_retained_snapshots_and_nothing_older(tmp_path) -> None:
+    """What a rollback protects (`files_reached_since`): a file written after the plan's snapshot is found while a
+    retained snapshot reaches it, through its delta, or through the oldest retained snapshot once the snapshot that
+    added it has expired; the files older snapshots added are not looked for."""
+    from lsmlake.catalog.reachability import files_reached_since
+    from lsmlake.table.compact import compact_table
+
+    cat = FileSystemCatalog(str(tmp_path / "wh"))
+    cat.create_database("db")
+    t = cat.create_table("db.t", "id BIGINT NOT NULL, v BIGINT", primary_keys=["id"], options={"bucket": "1"})
+
+    def commit(i: int) -> set[str]:
+        t.write_arrow(pa.table({"id": pa.array([i], pa.int64()), "v": pa.array([i], pa.int64())}))
+        return {f.file_name for s in t.plan() for f in s.files}
+
+    old = commit(0) | commit(1)
+    base = t.snapshots.latest_id()
+    assert files_reached_since(t, base) == set()
+    new = commit(2) - old
+    assert files_reached_since(t, base) == new
+    assert compact_table(t, full=True).snapshot_id is not None  # the compaction deletes them: still reached
+    compacted = {f.file_name for s in t.plan() for f in s.files}
+    assert files_reached_since(t, base) == new | compacted
+    for i in range(3, 6):
+        commit(i)
+    latest = t.snapshots.latest_id()
+    expire_snapshots(t, retain_min=1, retain_max=1)
+    assert t.snapshots.earliest_id() == latest
+    live = {f.file_name for s in t.plan() for f in s.files}
+    assert files_reached_since(t, base) == live  # the oldest retained snapshot's live files, the rest expired
