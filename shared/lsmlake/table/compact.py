@@ -276,44 +276,23 @@ def compact_buckets(table: FileStore, full: bool = False,
     messages = []
     history = compaction_history(table, latest=snapshot if snapshot_id is None else None)
     splits = table.new_scan(pred, snapshot, all_levels=True).plan()
-    # A full compaction reads every bucket that holds more than one file. On an object store the next such
-    # bucket's files are fetched while this one merges, so the round trips overlap the work; at most two buckets'
-    # inputs are held at once.
-    ahead = [s for s in splits if len(s.files) > 1] if full and not table.io.local else []
-    if table.io.local and len(splits) > 1:
-        return snapshot.id, _compact_local(table, splits, full, history)
-    fetching: concurrent.futures.Future[None] | None = None
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="lsmlake-compact-fetch") as background:
-        for split in splits:
-            if fetching is not None:
-                fetching.result()
-                fetching = None
-            if split in ahead:
-                following = ahead[ahead.index(split) + 1:][:1]
-                if following:
-                    fetching = background.submit(table.io.prefetch, _input_paths(table, following[0]))
-            try:
-                msg = compact_split(table, split, full, history)
-            finally:
-                table.io.forget_prefetched(_input_paths(table, split))
-            if msg is not None:
-                messages.append(msg)
-        if fetching is not None:
-            fetching.result()
-    for split in ahead:  # fetched for a bucket that an error left unread
-        table.io.forget_prefetched(_input_paths(table, split))
+    if len(splits) > 1:
+        return snapshot.id, _compact_concurrently(table, splits, full, history)
+    messages = [m for s in splits for m in [compact_split(table, s, full, history)] if m is not None]
     return snapshot.id, messages
 
 
 BUCKETS_AT_ONCE = 2
 
 
-def _compact_local(table: FileStore, splits: Sequence[Split], full: bool,
-                   history: CompactionHistory) -> list[CommitMessage]:
-    """The buckets of a table on a local disk compacted BUCKETS_AT_ONCE at a time, messages in split order.
+def _compact_concurrently(table: FileStore, splits: Sequence[Split], full: bool,
+                          history: CompactionHistory) -> list[CommitMessage]:
+    """The buckets compacted BUCKETS_AT_ONCE at a time, messages in split order.
 
     Inside a bucket decoding and taking use every core, but the sort and the Parquet encoding of the merged rows
-    run on one thread: a second bucket fills the other core meanwhile. At most that many buckets' rows are held.
+    run on one thread: a second bucket fills the other core meanwhile; on an object store one bucket's requests
+    (its inputs fetched at once, its outputs uploaded) also overlap the other's work. At most that many buckets'
+    rows are held.
     """
     with concurrent.futures.ThreadPoolExecutor(BUCKETS_AT_ONCE, thread_name_prefix="lsmlake-compact") as pool:
         futures = [pool.submit(compact_split, table, split, full, history) for split in splits]
@@ -330,11 +309,6 @@ def _compact_local(table: FileStore, splits: Sequence[Split], full: bool,
                 table.io.delete_quietly(path)
             raise
     return [m for m in results if m is not None]
-
-
-def _input_paths(table: FileStore, split: Split) -> list[str]:
-    directory = split_dir(table, split)
-    return [f.path_in(directory) for f in split.files]
 
 
 def written_files(table: FileStore, messages: Sequence[CommitMessage]) -> list[str]:
