@@ -285,20 +285,23 @@ class Timeline:
     def _delete_outputs(self, table: FileStoreTable, detail: PlanDetail,
                         live: dict[tuple[bytes, int], dict[str, ManifestEntry]], extra: set[str]) -> list[str]:
         """Delete the plan's uncommitted outputs in its buckets' folders; never a file a snapshot still uses."""
-        referenced = files_reached_since(table, detail.base_snapshot_id)  # the run's files are all newer
         # the run's data files, and its changelog files (`changelog-` + the run's own part of the prefix)
         prefixes = (detail.output_file_prefix, "changelog-" + detail.output_file_prefix.removeprefix("data-"))
-        deleted = []
+        candidates = []
         for u in detail.units:
             folder = bucket_dir(table.path, table.schema.partition_dir(table.partition_values(u.partition)), u.bucket)
             if not table.io.is_dir(folder):
                 continue
             for info in table.io.list(folder):
                 name = posixpath.basename(info.path)
-                ours = name.startswith(prefixes) or name in extra
-                if ours and name not in live.get((u.partition, u.bucket), {}) and name not in referenced:
-                    table.io.delete_quietly(info.path)
-                    deleted.append(info.path)
+                if (name.startswith(prefixes) or name in extra) and name not in live.get((u.partition, u.bucket), {}):
+                    candidates.append(info.path)
+        if not candidates:  # the usual sweep after a completion: no snapshot need be read
+            return []
+        referenced = files_reached_since(table, detail.base_snapshot_id)  # the run's files are all newer
+        deleted = [p for p in candidates if posixpath.basename(p) not in referenced]
+        for path in deleted:
+            table.io.delete_quietly(path)
         return deleted
 
     def list(self, tid: str | None, states: Sequence[str] | None) -> list[CompactionPlan]:

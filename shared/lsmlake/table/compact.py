@@ -273,13 +273,9 @@ def compact_buckets(table: FileStore, full: bool = False,
     snapshot = table.snapshot(snapshot_id)
     if snapshot is None:
         return None, []
-    messages = []
     history = compaction_history(table, latest=snapshot if snapshot_id is None else None)
     splits = table.new_scan(pred, snapshot, all_levels=True).plan()
-    if len(splits) > 1:
-        return snapshot.id, _compact_concurrently(table, splits, full, history)
-    messages = [m for s in splits for m in [compact_split(table, s, full, history)] if m is not None]
-    return snapshot.id, messages
+    return snapshot.id, _compact_concurrently(table, splits, full, history)
 
 
 BUCKETS_AT_ONCE = 2
