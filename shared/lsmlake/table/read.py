@@ -123,10 +123,15 @@ def filter_rows(table: pa.Table, predicate: Predicate) -> pa.Table:
     return table.filter(row_mask(table, predicate))
 
 
-def row_mask(table: pa.Table, node: Predicate | Term) -> pa.ChunkedArray:
-    """What `node.expression()` evaluates to on `table`, by compute kernels on the calling thread."""
+def row_mask(table: pa.Table, node: Predicate | Term) -> pa.Array:
+    """What `node.expression()` evaluates to on `table`, by compute kernels on the calling thread.
+
+    Each mask is made one array before masks are combined: a table's columns may be chunked differently (a
+    partition column one chunk per file, a merged column one chunk), and pyarrow 19's `and_kleene` of chunked
+    arrays chunked differently took `TRUE AND NULL` for true. A mask is a bit per row: the copy is cheap."""
     if isinstance(node, Term):
-        return _term_mask(table.column(node.column), node)
+        mask = _term_mask(table.column(node.column), node)
+        return mask.combine_chunks() if isinstance(mask, pa.ChunkedArray) else mask
     masks = [row_mask(table, c) for c in node.children]
     combine = pc.or_kleene if node.any else pc.and_kleene
     out = masks[0]

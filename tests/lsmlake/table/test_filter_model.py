@@ -91,3 +91,19 @@ def test_an_append_table_deleted_by_filters_filters_like_the_model(tmp_path: Pat
             t.delete_where(spec(delete, rnd))
             model = [r for r in model if not holds(delete, r)]
     _check(t, model, filters, rnd)
+
+
+def test_and_of_masks_chunked_differently_keeps_sql_nulls() -> None:
+    """Found by the model test above: a partition column (one chunk per file) and a value column (one chunk) give
+    masks chunked differently, and pyarrow 19's `and_kleene` of such chunked arrays made `TRUE AND NULL` true, so
+    `dt IS NOT NULL AND s != 'a'` kept a row whose s is NULL."""
+    import pyarrow as pa
+
+    from lsmlake.format.predicate import Predicate
+    from lsmlake.table.read import filter_rows
+
+    schema = pa.schema([("dt", pa.string()), ("s", pa.string())])
+    table = pa.table({"dt": pa.chunked_array([["d3"], ["d3"]]), "s": pa.chunked_array([["a", None]])}, schema)
+    pred = Predicate.of("dt IS NOT NULL AND s != 'a'", schema)
+    assert filter_rows(table, pred).to_pylist() == []
+    assert filter_rows(table, Predicate.of("dt IS NOT NULL OR s != 'a'", schema)).num_rows == 2
