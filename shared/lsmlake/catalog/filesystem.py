@@ -16,6 +16,7 @@ import pyarrow.fs as pafs
 
 from lsmlake.errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from lsmlake.format.schema import SchemaManager, TableSchema
+from lsmlake.format.snapshot import settle_hints
 from lsmlake.format.types import DataField, parse_schema_fields
 from lsmlake.fs import StorageSettings, open_path
 
@@ -193,6 +194,7 @@ class FileSystemCatalog:
         self._remove_tree(path)
 
     def _remove_tree(self, path: str) -> None:
+        settle_hints(path)  # a LATEST hint this process still has to write would come back after the delete
         if self.io.local:
             shutil.rmtree(path)
         else:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +100,19 @@ class Snapshot:
 _log = logging.getLogger(__name__)
 #: the object-store requests `SnapshotManager.latest` sends side by side
 _LOOKUPS = SharedPool("lsmlake-snapshot-lookup", 4)
+#: the LATEST hints written after their commit returned, on an object store; one thread, so that the hints of a
+#: table land in the order their snapshots were published
+_HINTS = SharedPool("lsmlake-latest-hint", 1)
+_pending_hints: dict[str, concurrent.futures.Future[None]] = {}  # snapshot folder -> its last hint queued
+_pending_lock = threading.Lock()
+
+
+def settle_hints(prefix: str = "") -> None:
+    """Wait until the LATEST hints queued by this process for the snapshot folders under `prefix` are written: a
+    table being dropped must not get a hint back after its folder is deleted."""
+    with _pending_lock:
+        waiting = [f for d, f in _pending_hints.items() if d.startswith(prefix)]
+    concurrent.futures.wait(waiting)
 
 
 class SnapshotManager:
@@ -106,9 +121,10 @@ class SnapshotManager:
     def __init__(self, io: FileIO, table_path: str) -> None:
         self.io = io
         self.dir = f"{table_path}/snapshot"
-        # on an object store: the newest snapshot this manager read or published, with its entity tag, so that the
-        # next `latest` checks it (two HEADs at once) instead of reading the hint and the snapshot again
-        self._known: tuple[Snapshot, str] | None = None
+        # on an object store: the newest snapshot this manager read or published, with its entity tag and when it
+        # was last seen to be the latest (time.monotonic() before that look), so that the next `latest` checks it
+        # (two HEADs at once) instead of reading the hint and the snapshot again, or trusts a look just made
+        self._known: tuple[Snapshot, str, float] | None = None
         self._known_lock = threading.Lock()
 
     def path(self, snapshot_id: int) -> str:
@@ -155,22 +171,24 @@ class SnapshotManager:
         ids = self.ids()
         return ids[0] if ids else None
 
-    def _remember(self, snap: Snapshot, tag: str | None) -> None:
+    def _remember(self, snap: Snapshot, tag: str | None, seen_latest_at: float = float("-inf")) -> None:
+        """Keep `snap` (with its entity tag) as the newest known; `seen_latest_at`: when a look that began then
+        found no snapshot after it."""
         if not tag:
             return
         with self._known_lock:
-            if self._known is None or self._known[0].id <= snap.id:
-                self._known = (snap, tag)
+            known = self._known
+            if known is None or known[0].id < snap.id or (
+                    known[0].id == snap.id and (known[1] != tag or known[2] <= seen_latest_at)):
+                self._known = (snap, tag, seen_latest_at)
 
-    def _tagged_or_none(self, snapshot_id: int) -> Snapshot | None:
-        """The snapshot read from an object store, remembered with its entity tag; None when it does not exist."""
+    def _tagged_or_none(self, snapshot_id: int) -> tuple[Snapshot, str | None] | None:
+        """The snapshot read from an object store, and its entity tag; None when it does not exist."""
         try:
             data, tag = self.io.read_tagged(self.path(snapshot_id))
         except NotFoundError:
             return None
-        snap = Snapshot.from_json(data)
-        self._remember(snap, tag)
-        return snap
+        return Snapshot.from_json(data), tag
 
     def _snapshot_or_none(self, snapshot_id: int) -> Snapshot | None:
         try:
@@ -184,19 +202,31 @@ class SnapshotManager:
         except NotFoundError:
             raise NotFoundError(f"snapshot {snapshot_id} does not exist") from None
 
-    def latest(self) -> Snapshot | None:
+    def latest(self, trust_look_within_s: float = 0.0) -> Snapshot | None:
         """The newest snapshot: the one LATEST names, read (which shows that it exists), once no snapshot after it
-        exists (one existence check); else found by listing. Three requests on an object store, not seven."""
+        exists (one existence check); else found by listing. Three requests on an object store, not seven.
+
+        `trust_look_within_s`: on an object store, the snapshot this manager last saw to be the latest, if it saw
+        so less than that many seconds ago, with no request at all. A commit's first attempt takes its writer's
+        look this way: publication is a create that fails when the id is taken, so a stale look costs a retry,
+        never a lost commit (`lsmlake.table.commit.reusable_look_s`: when the table's retention allows it).
+        """
+        started = time.monotonic()
         with self._known_lock:
             known = self._known
         if known is not None:
+            snap, tag, seen_latest_at = known
+            if started - seen_latest_at < trust_look_within_s:
+                return snap
             # the snapshot known, unchanged (same entity tag: not expired, nor the table dropped and made again),
             # with none after it, is the latest: one round trip of two HEADs
-            snap, tag = known
             looking = _LOOKUPS.get().submit(self.io.file_exists, self.path(snap.id + 1))
             same = self.io.tag(self.path(snap.id)) == tag
             if not looking.result() and same:
+                self._remember(snap, tag, started)
                 return snap
+        if not self.io.local:
+            settle_hints(self.dir)  # a hint this process has still to write: read it, not the one before it
         hint = self._hint("LATEST")
         if hint is not None:
             if self.io.local:
@@ -204,8 +234,11 @@ class SnapshotManager:
                 found = None if newer else self._snapshot_or_none(hint)
             else:  # two round trips at once: the look past the hint and the read of the hinted snapshot
                 looking = _LOOKUPS.get().submit(self.io.file_exists, self.path(hint + 1))
-                found = self._tagged_or_none(hint)
+                tagged = self._tagged_or_none(hint)
                 newer = looking.result()
+                found = None if tagged is None else tagged[0]
+                if tagged is not None:  # remembered as the latest only when none came after it
+                    self._remember(*tagged, float("-inf") if newer else started)
             if not newer and found is not None:
                 return found
             # a newer snapshot than the hint, or the hinted one gone (never published, expired, or its table
@@ -235,20 +268,43 @@ class SnapshotManager:
 
         On a local disk the snapshot's content is synced before it is linked into place and the
         directory after (`FileIO.write_if_absent`): a snapshot that was published survives a power cut.
+        On an object store the hint is written after this returns (`settle_hints` waits for it): it is a round
+        trip the commit's caller need not wait for, as every reader (ours, Paimon's, pypaimon's) checks that no
+        snapshot follows the one LATEST names and lists the folder when one does.
         """
         path, data = self.path(snapshot.id), snapshot.to_json().encode()
+        started = time.monotonic()
         if not self.io.write_if_absent(path, data):
             return False
         # published: what follows only saves later requests, and must not turn the success into an error (the
         # committer would remove the manifests the snapshot names)
         try:
             tag = self.io.created_tag(path)
-            if tag:  # remembered as a reader would read it back
-                self._remember(Snapshot.from_json(data), tag)
+            if tag:  # remembered as a reader would read it back, and as the latest when it was created
+                self._remember(Snapshot.from_json(data), tag, started)
         except Exception:  # noqa: BLE001 - the next `latest` reads the snapshot instead
             _log.warning("cannot remember snapshot %d of %s", snapshot.id, self.dir, exc_info=True)
-        self.write_hint("LATEST", snapshot.id)
+        if self.io.local:
+            self.write_hint("LATEST", snapshot.id)
+        else:
+            self._write_hint_later(snapshot.id)
         return True
+
+    def _write_hint_later(self, snapshot_id: int) -> None:
+        folder = self.dir
+
+        def forget(done: concurrent.futures.Future[None]) -> None:
+            with _pending_lock:
+                if _pending_hints.get(folder) is done:
+                    del _pending_hints[folder]
+
+        try:
+            with _pending_lock:
+                queued = _pending_hints[folder] = _HINTS.get().submit(self.write_hint, "LATEST", snapshot_id)
+        except RuntimeError:  # the interpreter is shutting down: no new threads
+            self.write_hint("LATEST", snapshot_id)
+            return
+        queued.add_done_callback(forget)
 
     def write_hint(self, name: str, snapshot_id: int) -> None:
         try:

@@ -34,6 +34,7 @@ from lsmlake.errors import (
     PublicationUnsupportedError,
     StorageError,
 )
+from lsmlake.format import options as opts
 from lsmlake.format.index_manifest import DELETION_VECTORS, IndexEntry, IndexManifestStore
 from lsmlake.format.manifest import ADD, DELETE, ManifestEntry, ManifestFileMeta, ManifestStore, merge_entries
 from lsmlake.format.manifest_prune import BucketFilter
@@ -50,9 +51,30 @@ _UPLOADS = SharedPool("lsmlake-commit-upload", 4)
 _DELTA_UPLOADS = SharedPool("lsmlake-commit-delta", 4)
 
 
+#: how long a look at the latest snapshot may be trusted by the first attempt of a commit (see `reusable_look_s`)
+LOOK_REUSE_S = 2.0
+#: retention shorter than this may expire a snapshot made during a look's reuse (clocks of other machines differ)
+_SHORTEST_SAFE_RETENTION_MS = 10 * 60 * 1000
+
 _KEEP: set[bytes] = set()  # marker: an OVERWRITE commit that replaces no partition
 #: a check of the latest snapshot before a commit is published on it (see `FileStoreCommit.commit`)
 Validation = Callable[[Snapshot | None], None]
+
+
+def reusable_look_s(options: opts.TableOptions) -> float:
+    """How long a commit's first attempt may trust the writer's look at the latest snapshot (0: it looks again).
+
+    A stale look makes the publication's create of `snapshot-<seen+1>` fail, as that id is taken, and the attempt
+    is redone on a fresh look; unless the snapshot that took the id was expired meanwhile, which would let the
+    create succeed below the latest snapshot. Retention expires a snapshot only when it is older than
+    `snapshot.time-retained`, or beyond `snapshot.num-retained.max`: a look younger than LOOK_REUSE_S is safe
+    when the first is long and the second unbounded (Paimon's defaults: 1 h, unbounded).
+    """
+    if options.require(opts.SNAPSHOT_NUM_RETAINED_MAX) < opts.SNAPSHOT_NUM_RETAINED_MAX.default:
+        return 0.0
+    if options.require(opts.SNAPSHOT_TIME_RETAINED) < _SHORTEST_SAFE_RETENTION_MS:
+        return 0.0
+    return LOOK_REUSE_S
 
 
 @dataclass(frozen=True)
@@ -71,8 +93,14 @@ class FileStoreCommit:
 
     def __init__(self, snapshots: SnapshotManager, manifests: ManifestStore, schema_id: int,
                  commit_user: str, max_retries: int = 10, merge_min_count: int = 30,
-                 indexes: IndexManifestStore | None = None, merge_rules: MergeRules | None = None) -> None:
+                 indexes: IndexManifestStore | None = None, merge_rules: MergeRules | None = None,
+                 look_reuse_s: float = 0.0) -> None:
         self.indexes = indexes
+        #: how recent a look at the latest snapshot the first attempt takes without a request (`reusable_look_s`)
+        self.look_reuse_s = look_reuse_s
+        # the base manifest list built ahead (`build_base_ahead`): the snapshot it is on, the names it wrote, and
+        # the upload, whose result is the list's (name, size)
+        self._ahead: tuple[Snapshot, list[str], concurrent.futures.Future[tuple[str, int]]] | None = None
         self.merge_rules = merge_rules or MergeRules(min_count=merge_min_count)
         self.snapshots = snapshots
         self.manifests = manifests
@@ -119,6 +147,49 @@ class FileStoreCommit:
                             overwrite_partitions=None if partitions is None else set(partitions),
                             changelog=changelog, index_changes=index_changes)
 
+    def build_base_ahead(self) -> None:
+        """On an object store, start building and uploading the base manifest list on the latest snapshot just
+        looked at (a look this commit may trust: `look_reuse_s`), while the caller writes its data files: a round
+        trip off the commit's path. The commit takes it when it lands on that snapshot; otherwise, or when the
+        commit is never made, it is deleted (`discard_base_ahead`)."""
+        if self.manifests.io.local or self.look_reuse_s <= 0 or self._ahead is not None:
+            return
+        latest = self.snapshots.latest(self.look_reuse_s)
+        if latest is None:
+            return
+        names: list[str] = []
+        self._ahead = (latest, names, _UPLOADS.get().submit(self._write_base, latest, names))
+
+    def discard_base_ahead(self) -> None:
+        """Delete the base list built ahead if no commit took it (a commit that failed, or was never made)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            concurrent.futures.wait([ahead[2]])
+            self._delete(ahead[1])
+
+    def _write_base(self, latest: Snapshot, names: list[str]) -> tuple[str, int]:
+        """Write the base manifest list on `latest` (and the manifests it merges); every name goes to `names`
+        before its upload starts."""
+        metas = self._base_manifests(latest, names)
+        name, data = self.manifests.encode_list(metas)
+        names.append(name)
+        self.manifests.upload(name, data)
+        return name, len(data)
+
+    def _base_built_ahead(self, latest: Snapshot | None, written: list[str]) -> tuple[str, int] | None:
+        """The base list built ahead, when it is on `latest` and was uploaded (its names then go to `written`);
+        None otherwise (a failed upload is deleted, and the list written anew)."""
+        ahead = self._ahead
+        if ahead is None or latest is None or ahead[0] != latest:
+            return None
+        self._ahead = None
+        concurrent.futures.wait([ahead[2]])
+        if ahead[2].exception() is not None:
+            self._delete(ahead[1])
+            return None
+        written.extend(ahead[1])
+        return ahead[2].result()
+
     # -- the protocol --------------------------------------------------------------------------
 
     def _commit(self, changes: list[ManifestEntry], kind: str, identifier: int,
@@ -143,6 +214,8 @@ class FileStoreCommit:
             # what this commit wrote
             self._delete(written)
             raise
+        finally:
+            self.discard_base_ahead()  # built on a snapshot the commit did not land on
 
     def _delete(self, names: list[str]) -> None:
         for name in names:
@@ -171,9 +244,11 @@ class FileStoreCommit:
             # whatever snapshot it lands on: on an object store they are uploaded while the latest snapshot is
             # looked up, two round trips fewer per commit
             early = _UPLOADS.get().submit(self._write_delta, changes, early_names)
-        for _attempt in range(self.max_retries + 1):
+        for attempt in range(self.max_retries + 1):
             try:
-                latest = self.snapshots.latest()
+                # the first attempt may publish on the writer's look (a stale one makes the create fail); a retry
+                # follows a lost race, so it looks again
+                latest = self.snapshots.latest(self.look_reuse_s if attempt == 0 else 0.0)
                 done = self._find_committed(latest, identifier, kind)
             except BaseException:
                 if early is not None:
@@ -267,8 +342,10 @@ class FileStoreCommit:
         delta list's (whatever fails, every name written is in it, for the caller's cleanup).
         """
         if delta is not None:
-            base = self.manifests.write_list(self._base_manifests(latest, written))
-            written.append(base[0])
+            base = self._base_built_ahead(latest, written)
+            if base is None:
+                base = self.manifests.write_list(self._base_manifests(latest, written))
+                written.append(base[0])
             return base, delta
         if self.manifests.io.local:
             base = self.manifests.write_list(self._base_manifests(latest, written))

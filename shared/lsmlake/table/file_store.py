@@ -30,7 +30,7 @@ from lsmlake.format.snapshot import APPEND, COMPACT, OVERWRITE, Snapshot, Snapsh
 from lsmlake.fs.file_io import FileIO
 from lsmlake.runtime.thread_pools import SharedPool
 from lsmlake.table import features
-from lsmlake.table.commit import CommitResult, FileStoreCommit, Validation
+from lsmlake.table.commit import CommitResult, FileStoreCommit, Validation, reusable_look_s
 from lsmlake.table.dynamic_bucket import BucketAssigner, CommittingAssigner, is_dynamic
 from lsmlake.table.manifest_merge import MergeRules
 from lsmlake.table.read import TableRead
@@ -156,6 +156,7 @@ class FileStore:
         return FileStoreCommit(self.snapshots, self.manifests, self.schema.id, commit_user or str(uuid.uuid4()),
                                indexes=self.indexes,
                                max_retries=self.options.require(opts.COMMIT_MAX_RETRIES),
+                               look_reuse_s=reusable_look_s(self.options),
                                merge_rules=MergeRules(self.options.require(opts.MANIFEST_TARGET_FILE_SIZE),
                                                       self.options.require(opts.MANIFEST_MERGE_MIN_COUNT),
                                                       self.options.require(opts.MANIFEST_FULL_COMPACTION_SIZE)))

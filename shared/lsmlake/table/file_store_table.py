@@ -35,18 +35,22 @@ class FileStoreTable(FileStore):
         except when the commit's outcome is unknown (then they may be referenced and must stay).
         """
         w = self.new_write()
+        commit = self.new_commit(commit_user)
+        commit.build_base_ahead()  # on the snapshot the writer just looked at, while the rows are written
         try:
             for batch in [data] if isinstance(data, (pa.Table, pa.RecordBatch)) else data:
                 w.write(batch)
             messages = w.prepare_commit()
             if not messages:
                 return None
-            result = self.new_commit(commit_user).commit(messages, identifier=identifier, properties=properties)
+            result = commit.commit(messages, identifier=identifier, properties=properties)
         except CommitStateUnknownError:
             raise
         except BaseException:
             w.abort()
             raise
+        finally:
+            commit.discard_base_ahead()
         self.compact_after_write()
         return result
 
