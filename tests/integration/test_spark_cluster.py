@@ -9,6 +9,7 @@ acknowledged row lost.
 from __future__ import annotations
 
 import os
+import platform
 import random
 import shutil
 import sys
@@ -237,6 +238,7 @@ def test_a_worker_killed_mid_plan_blocks_no_other_table_and_the_plan_runs_again(
             assert time.monotonic() < until, comp.tail()
             time.sleep(0.2)
         [plan_a] = stub.CompactionStatus(compactor_pb2.CompactionStatusRequest(), timeout=30).running
+        first_attempt = _workers_opening_a_fifo()
         spark_cluster.kill_worker()
         spark_cluster.start_worker(cores=2)
 
@@ -254,7 +256,13 @@ def test_a_worker_killed_mid_plan_blocks_no_other_table_and_the_plan_runs_again(
         assert running[0].table.table == "a" and running[0].running_ms < deadline_s * 1000
         assert _rows(str(warehouse), "b") == model_b and _compacted(str(warehouse), "b")
 
-        # A's input reads again (the hung task keeps the FIFO it opened); its plan ends at its deadline
+        # A's input reads again (the hung task keeps the FIFO it opened); its plan ends at its deadline. The task's
+        # attempt on the new worker must be waiting on the FIFO first: one the driver hands out only after the swap
+        # (it may learn of the lost worker late) would read the file and commit the plan before its deadline
+        until = time.monotonic() + WAIT_S
+        while not _workers_opening_a_fifo() - first_attempt:
+            assert time.monotonic() < until, f"no attempt of A's task on the new worker: {comp.tail()}"
+            time.sleep(0.2)
         fifo.unlink()
         shutil.move(kept, fifo)
         fifo = None
@@ -277,3 +285,21 @@ def test_a_worker_killed_mid_plan_blocks_no_other_table_and_the_plan_runs_again(
             shutil.move(kept, fifo)
         for s in reversed(services):
             s.stop()
+
+
+#: the number of the openat system call, in which a reader of a FIFO nobody writes to waits (`/proc/PID/syscall`)
+_OPENAT = {"x86_64": "257", "aarch64": "56"}.get(platform.machine(), "257")
+
+
+def _workers_opening_a_fifo() -> set[int]:
+    """The PySpark worker processes waiting in an open (a FIFO with no writer: every other open returns at once)."""
+    found = set()
+    for pid in (d for d in os.listdir("/proc") if d.isdigit()):
+        try:
+            call = Path(f"/proc/{pid}/syscall").read_text().split()[:1]
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if call == [_OPENAT] and b"pyspark" in command:
+            found.add(int(pid))
+    return found
