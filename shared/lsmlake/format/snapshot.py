@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -105,6 +106,16 @@ _LOOKUPS = SharedPool("lsmlake-snapshot-lookup", 4)
 _HINTS = SharedPool("lsmlake-latest-hint", 1)
 _pending_hints: dict[str, concurrent.futures.Future[None]] = {}  # snapshot folder -> its last hint queued
 _pending_lock = threading.Lock()
+
+
+def _forget_pending_in_child() -> None:
+    # a forked child has not the thread that would write its parent's hints: waiting for them would never end
+    global _pending_lock
+    _pending_lock = threading.Lock()
+    _pending_hints.clear()
+
+
+os.register_at_fork(after_in_child=_forget_pending_in_child)
 
 
 def settle_hints(prefix: str = "") -> None:

@@ -5,7 +5,10 @@ again under the same name, the snapshot replaced) or a newer one exists."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -174,3 +177,33 @@ def test_a_dropped_table_gets_no_hint_back(s3_server: S3Server, monkeypatch: pyt
         release.set()
         settle_hints()
     assert t.io.list(t.path, recursive=True) == []
+
+
+def test_a_forked_child_does_not_wait_for_its_parents_hints(s3_server: S3Server,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread that writes a hint is not in a forked child (a Spark worker, a multiprocessing fork): the child
+    forgets the parent's pending hints instead of waiting for them for ever."""
+    cat = FileSystemCatalog(s3_server.warehouse())
+    cat.create_database("db")
+    t = cat.create_table("db.t", "k BIGINT NOT NULL, v STRING", primary_keys=["k"], options={"bucket": "1"})
+    release = _held_hints(monkeypatch, t.io)
+    try:
+        t.write_arrow(_rows(0))  # its hint is held: pending in this process
+        pid = os.fork()
+        if pid == 0:  # the child: settles at once, or is killed by the parent's bounded wait
+            settle_hints()
+            os._exit(0)
+        deadline = time.monotonic() + 30
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child waited for its parent's pending hint")
+            time.sleep(0.05)  # polling interval, bounded by the deadline
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        release.set()
+        settle_hints()
