@@ -121,8 +121,9 @@ os.register_at_fork(after_in_child=_forget_pending_in_child)
 def settle_hints(prefix: str = "") -> None:
     """Wait until the LATEST hints queued by this process for the snapshot folders under `prefix` are written: a
     table being dropped must not get a hint back after its folder is deleted."""
+    folder = prefix.rstrip("/")
     with _pending_lock:
-        waiting = [f for d, f in _pending_hints.items() if d.startswith(prefix)]
+        waiting = [f for d, f in _pending_hints.items() if not folder or d == folder or d.startswith(folder + "/")]
     concurrent.futures.wait(waiting)
 
 
