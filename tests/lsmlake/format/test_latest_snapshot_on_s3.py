@@ -179,6 +179,28 @@ def test_a_dropped_table_gets_no_hint_back(s3_server: S3Server, monkeypatch: pyt
     assert t.io.list(t.path, recursive=True) == []
 
 
+def test_a_drop_waits_for_its_own_tables_hints_not_for_a_table_whose_name_begins_the_same(
+        s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropping db.t settles the hints under db.t's folder: db.t2's held hint is not among them."""
+    cat = FileSystemCatalog(s3_server.warehouse())
+    cat.create_database("db")
+    t = cat.create_table("db.t", "k BIGINT NOT NULL, v STRING", primary_keys=["k"], options={"bucket": "1"})
+    t2 = cat.create_table("db.t2", "k BIGINT NOT NULL, v STRING", primary_keys=["k"], options={"bucket": "1"})
+    t.write_arrow(_rows(0))
+    settle_hints()
+    release = _held_hints(monkeypatch, t2.io)
+    try:
+        t2.write_arrow(_rows(0))  # its hint is held: pending in this process
+        dropping = threading.Thread(target=cat.drop_table, args=("db.t",))
+        dropping.start()
+        dropping.join(10)  # the held hint would keep it 30 s
+        assert not dropping.is_alive(), "dropping db.t waited for db.t2's hint"
+    finally:
+        release.set()
+        settle_hints()
+    assert not cat.table_exists("db.t") and cat.get_table("db.t2").snapshots.latest() is not None
+
+
 def test_a_forked_child_does_not_wait_for_its_parents_hints(s3_server: S3Server,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The thread that writes a hint is not in a forked child (a Spark worker, a multiprocessing fork): the child
